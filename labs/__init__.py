@@ -1,0 +1,1 @@
+"""eks-gpu-lab: the lab lifecycle, its clouds and clusters, and the local rehearsal backend."""

@@ -1,0 +1,69 @@
+"""The contract between the orchestrator and the Terraform stack in `terraform/`.
+
+Variable and output names are defined once here, so the Terraform adapter, the
+rehearsal backend and the tests all agree with `terraform/variables.tf` and
+`terraform/outputs.tf` (a test checks both directions).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# Input variables the orchestrator sets on every apply (the lab's full variable set).
+CLUSTER_BASE_NAME: Final = "ClusterBaseName"
+TARGET_REGION: Final = "TargetRegion"
+GPU_INSTANCE_TYPE: Final = "gpu_instance_type"
+GPU_MAX_SIZE: Final = "gpu_max_size"
+GPU_DESIRED_SIZE: Final = "gpu_desired_size"
+GPU_AZ_INDEX: Final = "gpu_az_index"
+ENABLE_GPU_OPERATOR: Final = "enable_gpu_operator"
+GPU_OPERATOR_NAMESPACE: Final = "gpu_operator_namespace"
+GPU_OPERATOR_CHART_VERSION: Final = "gpu_operator_chart_version"
+ENABLE_AUX_SG_VPC_ALLOW: Final = "enable_aux_sg_vpc_allow"
+NODE_SG_ENABLE_RECOMMENDED_RULES: Final = "node_sg_enable_recommended_rules"
+
+ORCHESTRATOR_VARIABLES: Final = frozenset(
+    {
+        CLUSTER_BASE_NAME,
+        TARGET_REGION,
+        GPU_INSTANCE_TYPE,
+        GPU_MAX_SIZE,
+        GPU_DESIRED_SIZE,
+        GPU_AZ_INDEX,
+        ENABLE_GPU_OPERATOR,
+        GPU_OPERATOR_NAMESPACE,
+        GPU_OPERATOR_CHART_VERSION,
+        ENABLE_AUX_SG_VPC_ALLOW,
+        NODE_SG_ENABLE_RECOMMENDED_RULES,
+    }
+)
+
+# Outputs of the stack (and of the rehearsal backend's stand-in for it).
+STACK_OUTPUTS: Final = frozenset(
+    {
+        "configure_kubectl",
+        "cluster_name",
+        "cluster_endpoint",
+        "cluster_security_group_id",
+        "node_security_group_id",
+        "auxiliary_node_sg_id",
+        "gpu_subnet_az",
+        "gpu_subnet_id",
+        "ami_al2023_standard",
+        "ami_al2023_nvidia",
+        "region",
+        "gpu_node_group_name",
+        "system_node_group_name",
+        "vpc_id",
+    }
+)
+
+
+def gpu_node_group_name(cluster_base_name: str) -> str:
+    """The GPU managed node group's name, as the stack names it."""
+    return f"{cluster_base_name}-ng-gpu"
+
+
+def system_node_group_name(cluster_base_name: str) -> str:
+    """The system managed node group's name, as the stack names it."""
+    return f"{cluster_base_name}-ng-1"

@@ -1,0 +1,1 @@
+"""One module per injectable GPU fault, registered by its dashed name."""
