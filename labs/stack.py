@@ -7,7 +7,11 @@ rehearsal backend and the tests all agree with `terraform/variables.tf` and
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Final
+
+# The EKS stack this checkout ships (the AWS backend applies it from the lab's own dir).
+STACK_DIR: Final = Path(__file__).resolve().parent.parent / "terraform"
 
 # Input variables the orchestrator sets on every apply (the lab's full variable set).
 CLUSTER_BASE_NAME: Final = "ClusterBaseName"

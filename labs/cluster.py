@@ -1,0 +1,248 @@
+"""The lab's Kubernetes side: a client from the lab's kubeconfig and a watched view.
+
+`ClusterView` keeps a live copy of a few resource kinds (list, then watch from the
+list's resourceVersion, re-listing when the stream breaks), so any check over
+several kinds ("both GPU nodes report allocatable 0 *and* the DaemonSet is gone")
+is re-evaluated the moment the cluster changes, not on a polling tick. Waits and
+scenario symptoms both stand on it.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class WaitTimeout(TimeoutError):
+    """A condition did not hold within its time limit; the message says which and what was seen."""
+
+
+def api_client(kubeconfig: Path) -> Any:
+    """A kubernetes ApiClient for the lab's own kubeconfig (never the user's default one)."""
+    from kubernetes import config
+
+    if not Path(kubeconfig).exists():
+        raise FileNotFoundError(
+            f"kubeconfig {kubeconfig} does not exist; run `invoke lab.up` for this lab first"
+        )
+    return config.new_client_from_config(config_file=str(kubeconfig))
+
+
+def api_server_url(client: Any) -> str:
+    """The API server URL a client talks to (what the guard compares with the lab's)."""
+    return str(client.configuration.host).rstrip("/")
+
+
+@dataclass(frozen=True)
+class WatchedKind:
+    """One kind to keep in the view: a typed client's list function and its arguments."""
+
+    name: str
+    list_call: Callable[..., Any]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def standard_kinds(
+    client: Any, operator_namespace: str, workload_namespace: str
+) -> list[WatchedKind]:
+    """The kinds a GPU lab watches: nodes, workload pods and events, operator DaemonSets,
+    the operator Deployment and pods, and ClusterPolicies."""
+    from kubernetes import client as k8s
+
+    core = k8s.CoreV1Api(client)
+    apps = k8s.AppsV1Api(client)
+    custom = k8s.CustomObjectsApi(client)
+    return [
+        WatchedKind("nodes", core.list_node),
+        WatchedKind("pods", core.list_namespaced_pod, {"namespace": workload_namespace}),
+        WatchedKind("events", core.list_namespaced_event, {"namespace": workload_namespace}),
+        WatchedKind(
+            "daemonsets", apps.list_namespaced_daemon_set, {"namespace": operator_namespace}
+        ),
+        WatchedKind(
+            "deployments", apps.list_namespaced_deployment, {"namespace": operator_namespace}
+        ),
+        WatchedKind("operator_pods", core.list_namespaced_pod, {"namespace": operator_namespace}),
+        WatchedKind(
+            "clusterpolicies",
+            custom.list_cluster_custom_object,
+            {"group": "nvidia.com", "version": "v1", "plural": "clusterpolicies"},
+        ),
+    ]
+
+
+def _key(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata", {})
+    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+
+
+class _Informer(threading.Thread):
+    """List, then watch from the list's resourceVersion; re-list whenever the watch ends badly."""
+
+    def __init__(
+        self,
+        kind: WatchedKind,
+        apply: Callable[[Callable[[], None]], None],
+        relist_pause: float,
+    ) -> None:
+        super().__init__(name=f"informer-{kind.name}", daemon=True)
+        self.kind = kind
+        self.objects: dict[str, dict[str, Any]] = {}
+        self.synced = threading.Event()
+        self.error: str | None = None
+        self._apply = apply
+        self._relist_pause = relist_pause
+        self._stopping = threading.Event()
+        self._watch: Any = None
+
+    def stop(self) -> None:
+        self._stopping.set()
+        watch = self._watch
+        if watch is not None:
+            watch.stop()
+            response = getattr(watch, "_resp", None)
+            if response is not None:
+                try:
+                    response.close()
+                except Exception:  # noqa: BLE001 - closing a dying socket may raise anything
+                    pass
+
+    def run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                version = self._relist()
+                self._stream(version)
+            except Exception as exc:  # noqa: BLE001 - keep the view alive, report the cause
+                if self._stopping.is_set():
+                    return
+                self.error = f"{self.kind.name}: {exc}"
+                self._stopping.wait(self._relist_pause)
+
+    def _relist(self) -> str:
+        response = self.kind.list_call(**self.kind.kwargs, _preload_content=False)
+        body = json.loads(response.data)
+        fresh = {_key(item): item for item in body.get("items", [])}
+
+        def replace_all() -> None:
+            self.objects = fresh
+
+        self._apply(replace_all)
+        self.error = None
+        self.synced.set()
+        return str(body.get("metadata", {}).get("resourceVersion", ""))
+
+    def _stream(self, version: str) -> None:
+        from kubernetes import watch
+
+        self._watch = watch.Watch()
+        for event in self._watch.stream(
+            self.kind.list_call,
+            **self.kind.kwargs,
+            resource_version=version,
+            timeout_seconds=30,
+            deserialize=False,
+        ):
+            if self._stopping.is_set():
+                return
+            self._apply(lambda event=event: self._record(event))
+
+    def _record(self, event: dict[str, Any]) -> None:
+        obj = event.get("object") or {}
+        if event.get("type") == "DELETED":
+            self.objects.pop(_key(obj), None)
+        elif event.get("type") in ("ADDED", "MODIFIED"):
+            self.objects[_key(obj)] = obj
+
+
+class ClusterView:
+    """A live, watch-fed copy of selected kinds, with waits that wake on every change."""
+
+    def __init__(self, kinds: Iterable[WatchedKind], relist_pause: float = 0.5) -> None:
+        self._changed = threading.Condition()
+        self._listeners: list[Callable[[ClusterView], None]] = []
+        self._informers = {kind.name: _Informer(kind, self._apply, relist_pause) for kind in kinds}
+
+    def __enter__(self) -> ClusterView:
+        self.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+    def start(self, sync_timeout: float = 30.0) -> None:
+        """Start watching and wait until every kind has been listed once."""
+        for informer in self._informers.values():
+            informer.start()
+        deadline = time.monotonic() + sync_timeout
+        for informer in self._informers.values():
+            if not informer.synced.wait(max(0.0, deadline - time.monotonic())):
+                self.stop()
+                raise WaitTimeout(
+                    f"could not list {informer.kind.name} from the cluster within "
+                    f"{sync_timeout:.0f} s ({informer.error or 'no answer'})"
+                )
+
+    def stop(self) -> None:
+        for informer in self._informers.values():
+            informer.stop()
+        for informer in self._informers.values():
+            if informer.is_alive():
+                informer.join(timeout=5)
+
+    def on_change(self, listener: Callable[[ClusterView], None]) -> None:
+        """Call `listener(view)` after every change (used to sample timelines)."""
+        self._listeners.append(listener)
+
+    def objects(self, kind: str) -> list[dict[str, Any]]:
+        """A snapshot of the objects of one watched kind."""
+        with self._changed:
+            return list(self._informers[kind].objects.values())
+
+    def find(self, kind: str, name: str, namespace: str = "") -> dict[str, Any] | None:
+        """One object by name, or None when it does not exist."""
+        with self._changed:
+            exact = self._informers[kind].objects.get(f"{namespace}/{name}")
+        return exact or next((o for o in self.objects(kind) if o["metadata"]["name"] == name), None)
+
+    def _apply(self, mutation: Callable[[], None]) -> None:
+        """Change the cache under the view's lock, wake the waiters, then tell listeners."""
+        with self._changed:
+            mutation()
+            self._changed.notify_all()
+        for listener in list(self._listeners):
+            listener(self)
+
+    def wait_for(
+        self,
+        check: Callable[[ClusterView], T],
+        timeout: float,
+        what: str,
+        describe: Callable[[ClusterView], str] | None = None,
+        on_wait: Callable[[float], None] | None = None,
+        tick: float = 1.0,
+    ) -> T:
+        """Return the first truthy `check(view)`, re-checked on every change, or raise WaitTimeout.
+
+        `on_wait(elapsed)` is called about every `tick` seconds while waiting (progress line).
+        """
+        start = time.monotonic()
+        deadline = start + timeout
+        with self._changed:
+            while True:
+                result = check(self)
+                if result:
+                    return result
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    seen = f"; last seen: {describe(self)}" if describe else ""
+                    raise WaitTimeout(f"{what}: not true after {timeout:.0f} s{seen}")
+                self._changed.wait(min(remaining, tick))
+                if on_wait is not None:
+                    on_wait(time.monotonic() - start)

@@ -1,0 +1,63 @@
+"""Terminal output for long-running lab commands: phases with timings and live waits.
+
+Each phase prints what it does and how long it took; a wait shows a live progress
+line on a terminal (rewritten in place) and a line every few seconds elsewhere
+(CI logs, pipes), so nobody stares at a silent command while GPUs bill.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TextIO
+
+
+class Console:
+    """Prints phases, facts and progress lines to one stream."""
+
+    def __init__(self, stream: TextIO | None = None, log_every: float = 10.0) -> None:
+        self.stream = stream or sys.stdout
+        self.live = bool(getattr(self.stream, "isatty", lambda: False)())
+        self._log_every = log_every
+        self._last_logged = 0.0
+        self._progress_shown = False
+
+    def say(self, text: str = "") -> None:
+        """Print one line (ending any live progress line first)."""
+        self._end_progress()
+        print(text, file=self.stream, flush=True)
+
+    @contextmanager
+    def phase(self, title: str) -> Iterator[None]:
+        """`==> title` ... `    done in 3.2 s`, or the failure and its time."""
+        self.say(f"==> {title}")
+        started = time.monotonic()
+        try:
+            yield
+        except BaseException:
+            self.say(f"    failed after {time.monotonic() - started:.1f} s")
+            raise
+        self.say(f"    done in {time.monotonic() - started:.1f} s")
+
+    def progress(self, text: str) -> None:
+        """Show a waiting state: rewritten in place on a terminal, throttled in logs."""
+        if self.live:
+            self.stream.write(f"\r    {text}\033[K")
+            self.stream.flush()
+            self._progress_shown = True
+            return
+        now = time.monotonic()
+        if now - self._last_logged >= self._log_every:
+            self._last_logged = now
+            print(f"    {text}", file=self.stream, flush=True)
+
+    def waiter(self, describe: Callable[[], str]) -> Callable[[float], None]:
+        """An `on_wait(elapsed)` callback that shows `describe()` with the elapsed time."""
+        return lambda elapsed: self.progress(f"[{elapsed:5.0f} s] {describe()}")
+
+    def _end_progress(self) -> None:
+        if self._progress_shown:
+            self.stream.write("\n")
+            self._progress_shown = False

@@ -1,0 +1,329 @@
+"""lab.up, lab.scale and lab.down: the study group's weekly routine, in the right order.
+
+Order of lab.up (DOMAIN.md "Deploy order", reordered so no GPU bills while the
+operator installs): base infra with 0 GPU nodes and the operator off -> the lab's
+own kubeconfig -> operator on while there are still no GPU nodes, wait for its
+ClusterPolicy -> only then scale the GPU node group through the EKS API (never
+through the Terraform variable, which the node group ignores after creation) ->
+wait until every GPU is schedulable -> run the GPU probe. Every step checks what is
+already done first, so re-running is safe and cheap.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from labs import stack
+from labs.console import Console
+from labs.guard import check_lab_target
+from labs.lab import AWS, SIM, Lab, LabNotFound
+from labs.nodes import describe_gpu_nodes, gpu_nodes, is_ready, schedulable_gpu_nodes
+from labs.settings import LabSettings, SettingsError
+
+Reverter = Callable[[Lab, Console], list[str]]
+
+
+class LifecycleError(RuntimeError):
+    """A lab command could not go on; the message says what to do."""
+
+
+# --- opening and creating labs -----------------------------------------------------
+
+
+def open_or_create(settings: LabSettings, sim: bool) -> tuple[Lab, bool]:
+    """The lab named in settings, or a new record on the requested backend (not yet saved)."""
+    try:
+        lab = Lab.open(settings)
+    except LabNotFound:
+        return Lab.create(settings, SIM if sim else AWS), True
+    if sim and lab.backend != SIM:
+        raise LifecycleError(
+            f"lab {lab.name!r} already exists on the {lab.backend} backend; drop --sim, "
+            "or pick another --lab name for a rehearsal"
+        )
+    return lab, False
+
+
+def _variables(lab: Lab, **changes: Any) -> dict[str, Any]:
+    """The lab's full current variable set with `changes` on top (never a partial set)."""
+    base = lab.variables or lab.settings.stack_variables(operator_enabled=False)
+    base[stack.GPU_OPERATOR_CHART_VERSION] = lab.settings.chart_version
+    return {**base, **changes}
+
+
+# --- lab.up ------------------------------------------------------------------------
+
+
+def up(settings: LabSettings, sim: bool, dry_run: bool, console: Console) -> Lab:
+    """Bring the lab up (or finish bringing it up); see the module docstring for the order."""
+    lab, new = open_or_create(settings, sim)
+    if dry_run:
+        _print_up_plan(lab, new, console)
+        return lab
+    with console.phase(f"preflight ({lab.backend} backend, lab {lab.name!r})"):
+        _preflight(lab, console)
+    _apply(lab, _variables(lab), "base infrastructure (GPU nodes 0, operator off)", console)
+    with console.phase("lab kubeconfig"):
+        _write_kubeconfig(lab, console)
+        check_lab_target(lab, cluster=True, account=True)
+    if settings.operator:
+        _apply(lab, _variables(lab, **{stack.ENABLE_GPU_OPERATOR: True}), "GPU Operator", console)
+        with console.phase("wait for the ClusterPolicy to be ready"):
+            _wait_operator_ready(lab, console)
+    scale(lab, settings.gpus, console)
+    if settings.operator and settings.gpus > 0:
+        with console.phase("GPU probe (nvidia-smi on a GPU node)"):
+            _run_probe(lab, console)
+    _print_billing(lab, console)
+    return lab
+
+
+def _print_up_plan(lab: Lab, new: bool, console: Console) -> None:
+    s = lab.settings
+    console.say(f"Dry run for lab {lab.name!r} on the {lab.backend} backend: nothing is changed.")
+    if new and lab.backend == SIM:
+        console.say(
+            f"  would start the rehearsal backend (speed x{s.speed:g}) in {lab.paths.sim_dir}"
+        )
+    variables = _variables(lab)
+    operator_vars = _variables(lab, **{stack.ENABLE_GPU_OPERATOR: True})
+    if not new or lab.backend == AWS:
+        for title, wanted in (("base infrastructure", variables), ("GPU Operator", operator_vars)):
+            lines = lab.infra().plan(wanted) if not new or lab.backend == AWS else []
+            console.say(f"  {title}: " + ("no changes" if not lines else f"{len(lines)} change(s)"))
+            for line in lines:
+                console.say(f"    {line}")
+            if not s.operator:
+                break
+    console.say("  variables: " + ", ".join(f"{k}={v}" for k, v in sorted(operator_vars.items())))
+    cluster = lab.outputs.get("cluster_name") or lab.name
+    console.say(
+        f"  would call eks.update_nodegroup_config(clusterName={cluster!r}, nodegroupName="
+        f"{stack.gpu_node_group_name(cluster)!r}, scalingConfig={{'minSize': 0, 'maxSize': "
+        f"{s.gpu_max}, 'desiredSize': {s.gpus}}})"
+    )
+    console.say(f"  would wait for {s.gpus} Ready GPU node(s) with allocatable nvidia.com/gpu 1")
+
+
+def _preflight(lab: Lab, console: Console) -> None:
+    if lab.backend == SIM:
+        from labs.sim import process
+
+        endpoints = process.start(lab.paths.sim_dir, lab.settings.speed, lab.name, lab.region)
+        console.say(
+            f"    rehearsal backend: kube {endpoints['kube_url']}, aws "
+            f"{endpoints['aws_endpoint_url']} (pid {endpoints['pid']})"
+        )
+        lab.update(account_id=endpoints.get("account_id"))
+        return
+    from labs.cloud import preflight
+
+    report = preflight(lab.settings)
+    lab.update(account_id=report.account_id)
+    for line in report.lines():
+        console.say(f"    {line}")
+
+
+def _apply(lab: Lab, variables: dict[str, Any], title: str, console: Console) -> None:
+    with console.phase(title):
+        if lab.phase_done("infra") and lab.variables == variables and lab.outputs:
+            console.say("    already applied with these variables; skipping")
+            return
+        if lab.phase_done("infra"):
+            check_lab_target(lab, cluster=False, account=True)
+        changes = lab.infra().plan(variables)
+        for line in changes:
+            console.say(f"    {line}")
+        outputs = lab.infra().apply(variables)
+        lab.update(variables=variables, outputs=outputs, region=outputs.get("region", lab.region))
+        lab.mark_phase("infra")
+
+
+def _write_kubeconfig(lab: Lab, console: Console) -> None:
+    if lab.backend == SIM:
+        shutil.copyfile(lab.paths.sim_dir / "kubeconfig", lab.paths.kubeconfig)
+        lab.paths.kubeconfig.chmod(0o600)
+    else:
+        from labs.kubeconfig import write_eks_kubeconfig
+
+        name = lab.outputs.get("cluster_name") or lab.name
+        cluster = lab.aws_client("eks").describe_cluster(name=name)["cluster"]
+        write_eks_kubeconfig(
+            lab.paths.kubeconfig, name, lab.region, cluster["endpoint"],
+            (cluster.get("certificateAuthority") or {}).get("data"),
+        )  # fmt: skip
+    lab.__dict__.pop("kube", None)  # rebuild the client from the new file
+    console.say(
+        f'    {lab.paths.kubeconfig} (use it by hand: eval "$(invoke lab.env --lab {lab.name})")'
+    )
+
+
+def _cluster_policy_ready(view: Any) -> Any:
+    for policy in view.objects("clusterpolicies"):
+        if (policy.get("status") or {}).get("state") == "ready":
+            return policy
+    return None
+
+
+def _wait_operator_ready(lab: Lab, console: Console) -> None:
+    def describe(view: Any) -> str:
+        states = [
+            (p.get("status") or {}).get("state", "?") for p in view.objects("clusterpolicies")
+        ]
+        return f"ClusterPolicy state: {', '.join(states) or 'not created yet'}"
+
+    with lab.view() as view:
+        policy = view.wait_for(
+            _cluster_policy_ready, lab.settings.operator_ready_timeout,
+            "GPU Operator ClusterPolicy ready", describe,
+            console.waiter(lambda: describe(view)),
+        )  # fmt: skip
+    conditions = (policy.get("status") or {}).get("conditions") or []
+    reasons = ", ".join(c["reason"] for c in conditions if c.get("reason")) or "no conditions"
+    console.say(f"    ClusterPolicy {policy['metadata']['name']}: ready ({reasons})")
+
+
+# --- lab.scale ------------------------------------------------------------------------
+
+
+def _gpu_nodegroup(lab: Lab) -> tuple[str, str]:
+    cluster = str(lab.outputs.get("cluster_name") or lab.name)
+    return cluster, str(
+        lab.outputs.get("gpu_node_group_name") or stack.gpu_node_group_name(cluster)
+    )
+
+
+def scale(lab: Lab, count: int, console: Console) -> None:
+    """Scale the GPU node group through the EKS API and wait until the nodes are there or gone."""
+    from labs.cloud import scale_gpu_nodegroup
+
+    maximum = int(lab.variables.get(stack.GPU_MAX_SIZE, lab.settings.gpu_max))
+    if not 0 <= count <= maximum:
+        raise SettingsError(
+            f"cannot scale lab {lab.name!r} to {count} GPU node(s): use 0 to {maximum} "
+            f"(the GPU node group's max size, a G/VT vCPU-quota guard)"
+        )
+    cluster, nodegroup = _gpu_nodegroup(lab)
+    with console.phase(f"scale GPU node group {nodegroup} to {count} (EKS API)"):
+        check_lab_target(lab, cluster=lab.paths.kubeconfig.exists(), account=True)
+        changed = scale_gpu_nodegroup(lab.aws_client("eks"), cluster, nodegroup, count, maximum)
+        console.say(
+            f"    scalingConfig minSize=0 maxSize={maximum} desiredSize={count}"
+            + ("" if changed else " (already so; no API call)")
+        )
+        if changed and count > 0:
+            lab.update(gpu_scaled_at=datetime.now(UTC).isoformat())
+    if lab.paths.kubeconfig.exists():
+        _wait_gpu_nodes(lab, count, console)
+
+
+def _wait_gpu_nodes(lab: Lab, count: int, console: Console) -> None:
+    operator = bool(lab.variables.get(stack.ENABLE_GPU_OPERATOR))
+    if count == 0:
+        title, check = "wait until no GPU node remains", lambda v: not gpu_nodes(v.objects("nodes"))
+    elif operator:
+        title = f"wait for {count} Ready GPU node(s) with allocatable nvidia.com/gpu 1"
+
+        def check(view: Any) -> bool:
+            nodes = view.objects("nodes")
+            return len(gpu_nodes(nodes)) == count and len(schedulable_gpu_nodes(nodes)) == count
+    else:
+        title = f"wait for {count} Ready GPU node(s) (no operator: GPUs not advertised)"
+
+        def check(view: Any) -> bool:
+            ready = [n for n in gpu_nodes(view.objects("nodes")) if is_ready(n)]
+            return len(ready) == count == len(gpu_nodes(view.objects("nodes")))
+
+    with console.phase(title), lab.view() as view:
+        view.wait_for(
+            check, lab.settings.node_ready_timeout, title,
+            lambda v: describe_gpu_nodes(v.objects("nodes")),
+            console.waiter(lambda: describe_gpu_nodes(view.objects("nodes"))),
+        )  # fmt: skip
+        console.say(f"    {describe_gpu_nodes(view.objects('nodes'))}")
+
+
+def _run_probe(lab: Lab, console: Console) -> None:
+    from labs.probes import run_probe
+
+    result = run_probe(lab, timeout=lab.settings.probe_timeout)
+    for line in result.output.splitlines():
+        console.say(f"    {line}")
+
+
+def _print_billing(lab: Lab, console: Console) -> None:
+    from labs.pricing import gpu_node_minutes_cost
+
+    started = lab.record.get("gpu_scaled_at")
+    if not started:
+        return
+    with lab.view() as view:
+        nodes = gpu_nodes(view.objects("nodes"))
+    elapsed_min = (datetime.now(UTC) - datetime.fromisoformat(started)).total_seconds() / 60
+    if lab.backend == SIM:
+        elapsed_min *= lab.settings.speed
+    node_minutes = elapsed_min * len(nodes)
+    cost = gpu_node_minutes_cost(lab.region, lab.settings.gpu_instance_type, node_minutes)
+    where = "rehearsal: nothing billed; on AWS this would be" if lab.backend == SIM else "billed"
+    console.say(
+        f"GPU node-minutes so far: {node_minutes:.1f} ({len(nodes)} x {elapsed_min:.1f} min), "
+        f"{where} ~${cost:.2f} (estimate, {lab.settings.gpu_instance_type} on-demand "
+        f"in {lab.region})"
+    )
+
+
+# --- lab.down --------------------------------------------------------------------------
+
+
+def down(
+    settings: LabSettings,
+    destroy: bool,
+    confirm: Callable[[str], bool],
+    revert: Reverter,
+    console: Console,
+) -> None:
+    """Revert injected faults, scale GPUs to 0 and wait, then (on request) destroy everything."""
+    try:
+        lab = Lab.open(settings)
+    except LabNotFound:
+        console.say(
+            f"lab {settings.lab!r} does not exist under {settings.state_dir}: nothing to do"
+        )
+        return
+    running = lab.backend != SIM or _sim_running(lab)
+    if running and lab.journal.outstanding():
+        with console.phase("revert injected faults (journal)"):
+            for name in revert(lab, console):
+                console.say(f"    reverted {name}")
+    if running and lab.phase_done("infra"):
+        scale(lab, 0, console)
+    if not destroy:
+        console.say(
+            f"GPU node group of lab {lab.name!r} is at 0: no GPU bills. "
+            "The control plane and NAT still bill hourly; add --destroy to end the week."
+        )
+        return
+    question = f"Destroy lab {lab.name!r} ({lab.backend}) and everything in it?"
+    if not confirm(question):
+        raise LifecycleError(
+            "not destroyed: confirmation refused (pass --yes to skip the question)"
+        )
+    with console.phase(f"destroy lab {lab.name!r}"):
+        if running and lab.phase_done("infra"):
+            lab.infra().destroy()
+        if lab.backend == SIM:
+            from labs.sim import process
+
+            if process.stop(lab.paths.sim_dir):
+                console.say("    rehearsal backend stopped")
+        shutil.rmtree(lab.paths.root)
+    console.say(f"lab {lab.name!r} is gone")
+
+
+def _sim_running(lab: Lab) -> bool:
+    from labs.sim import process
+
+    return process.running_endpoints(lab.paths.sim_dir) is not None
