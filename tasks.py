@@ -1,9 +1,226 @@
 """Invoke front of eks-gpu-lab: parse arguments, call into `labs`/`scenarios`, print.
 
 Heavy libraries (boto3, kubernetes) are imported inside the tasks so that
-`invoke --list` stays fast.
+`invoke --list` stays fast. Help for a task: `invoke --help lab.up`.
 """
 
-from invoke import Collection
+from __future__ import annotations
 
-ns = Collection()
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from invoke import Collection, Exit, task
+
+from labs.errors import LabError
+from labs.settings import config_defaults, flag_help
+
+LAB_HELP = {"lab": flag_help()["lab"]}
+
+
+def _friendly(body: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn errors the user can act on into `error: ...` and exit code 1, without a traceback."""
+
+    @functools.wraps(body)
+    def run(c: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return body(c, *args, **kwargs)
+        except LabError as exc:
+            raise Exit(f"error: {exc}", code=1) from None
+        except KeyboardInterrupt:
+            raise Exit("interrupted", code=130) from None
+
+    return run
+
+
+def _settings(c: Any, **flags: Any) -> Any:
+    from labs.settings import load_settings
+
+    return load_settings(dict(c.config.get("lab", {})), flags)
+
+
+def _console() -> Any:
+    from labs.console import Console
+
+    return Console()
+
+
+def _confirm(question: str) -> bool:
+    if not sys.stdin.isatty():
+        return False
+    return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+
+
+def _reverter() -> Callable[..., list[str]]:
+    from labs.engine import revert_scenarios
+
+    return lambda lab, console: revert_scenarios(lab, None, out=console.say)
+
+
+# --- lab.* -----------------------------------------------------------------------------
+
+
+@task(
+    help={
+        **LAB_HELP,
+        "gpus": flag_help()["gpus"],
+        "no-operator": "do not install the NVIDIA GPU Operator",
+        "sim": "create a local rehearsal lab (moto + Kubernetes emulator), no AWS needed",
+        "dry-run": "print the plan and the API calls it would make; change nothing",
+    }
+)
+@_friendly
+def up(c, lab=None, gpus=None, no_operator=False, sim=False, dry_run=False):
+    """Bring up the lab: infra, kubeconfig, GPU Operator, GPU nodes, GPU probe."""
+    from labs import lifecycle
+
+    settings = _settings(c, lab=lab, gpus=gpus, operator=False if no_operator else None)
+    lifecycle.up(settings, sim=sim, dry_run=dry_run, console=_console())
+
+
+@task(help={**LAB_HELP, "count": "GPU nodes to scale to (0 to the node group's max)"})
+@_friendly
+def scale(c, count, lab=None):
+    """Scale the GPU node group through the EKS API and wait until the nodes are there (or gone)."""
+    from labs import lifecycle
+    from labs.lab import Lab
+    from labs.settings import SettingsError
+
+    try:
+        wanted = int(count)
+    except ValueError:
+        raise SettingsError(f"GPU count {count!r} is not a whole number; use e.g. 2") from None
+    lifecycle.scale(Lab.open(_settings(c, lab=lab)), wanted, _console())
+
+
+@task(help=LAB_HELP)
+@_friendly
+def status(c, lab=None):
+    """Show backend, node groups, nodes and GPUs, operator components, faults, cost per hour."""
+    from labs import status as lab_status
+    from labs.lab import Lab
+
+    print(lab_status.render(lab_status.gather(Lab.open(_settings(c, lab=lab)))))
+
+
+@task(help=LAB_HELP)
+@_friendly
+def env(c, lab=None):
+    """Print shell exports for kubectl/aws by hand: eval "$(invoke lab.env)"."""
+    from labs.lab import Lab
+    from labs.status import env_exports
+
+    print(env_exports(Lab.open(_settings(c, lab=lab))))
+
+
+@task(
+    help={
+        **LAB_HELP,
+        "destroy": "also destroy everything (terraform destroy / stop the rehearsal backend)",
+        "yes": "do not ask before destroying",
+    }
+)
+@_friendly
+def down(c, lab=None, destroy=False, yes=False):
+    """Cost guard: revert injected faults, GPU nodes to 0 and wait; --destroy ends the week."""
+    from labs import lifecycle
+
+    lifecycle.down(
+        _settings(c, lab=lab),
+        destroy=destroy,
+        confirm=(lambda _question: True) if yes else _confirm,
+        revert=_reverter(),
+        console=_console(),
+    )
+
+
+# --- scenario.* ------------------------------------------------------------------------
+
+
+@task(name="list")
+@_friendly
+def list_(c):
+    """List the scenarios: name, summary, needs, duration, risk."""
+    from labs.engine import list_scenarios
+
+    for info in list_scenarios():
+        print(f"{info.name:<22} {info.summary}")
+        print(f"{'':<22} needs: {info.needs}; takes {info.duration}; risk: {info.risk}")
+
+
+@task(help={"name": "scenario name (see scenario.list)"})
+@_friendly
+def show(c, name):
+    """Show a scenario's runbook: what it does, what to expect, how to debug it."""
+    from labs.engine import describe_scenario
+
+    print(describe_scenario(name))
+
+
+@task(
+    help={
+        **LAB_HELP,
+        "name": "scenario name (see scenario.list)",
+        "keep-fault": "leave the fault in place at the end, for practice",
+    }
+)
+@_friendly
+def run(c, name, lab=None, keep_fault=False):
+    """Inject one fault, record symptoms, diagnose, revert, prove recovery, write a report."""
+    from labs.engine import run_scenario
+    from labs.lab import Lab
+
+    result = run_scenario(Lab.open(_settings(c, lab=lab)), name, keep_fault=keep_fault)
+    if not result.ok:
+        raise Exit(f"scenario {name} failed: {', '.join(result.failed_checks)}", code=1)
+
+
+@task(help={**LAB_HELP, "name": "scenario name (see scenario.list)"})
+@_friendly
+def inject(c, name, lab=None):
+    """Inject a fault and leave it, for hands-on debugging (undo: scenario.revert)."""
+    from labs.engine import inject_scenario
+    from labs.lab import Lab
+
+    inject_scenario(Lab.open(_settings(c, lab=lab)), name)
+
+
+@task(
+    help={
+        **LAB_HELP,
+        "name": "scenario to revert",
+        "all": "revert every fault the journal says is injected",
+    }
+)
+@_friendly
+def revert(c, name=None, lab=None, all=False):  # noqa: A002 - the flag users type is --all
+    """Undo injected faults from the journal (works after a crash); safe to repeat."""
+    from labs.engine import revert_scenarios
+    from labs.lab import Lab
+    from labs.settings import SettingsError
+
+    if bool(name) == bool(all):
+        raise SettingsError("name one scenario to revert, or pass --all (not both)")
+    reverted = revert_scenarios(Lab.open(_settings(c, lab=lab)), None if all else [name])
+    print("reverted: " + (", ".join(reverted) if reverted else "nothing was injected"))
+
+
+# --- demo ------------------------------------------------------------------------------
+
+
+@task(help={"lab": "rehearsal lab name (default demo)"})
+@_friendly
+def demo(c, lab="demo"):
+    """The whole story on the local rehearsal backend: up, device-plugin-off, report, down."""
+    from labs.demo import run_demo
+
+    code = run_demo(_settings(c, lab=lab), _console())
+    if code:
+        raise Exit(code=code)
+
+
+lab_tasks = Collection("lab", up, scale, status, env, down)
+scenario_tasks = Collection("scenario", list_, show, run, inject, revert)
+ns = Collection(demo, lab_tasks, scenario_tasks)
+ns.configure({"lab": config_defaults()})

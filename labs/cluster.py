@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from labs.errors import LabError
+
 T = TypeVar("T")
 
 
-class WaitTimeout(TimeoutError):
+class WaitTimeout(LabError, TimeoutError):
     """A condition did not hold within its time limit; the message says which and what was seen."""
 
 
@@ -246,3 +248,9 @@ class ClusterView:
                 self._changed.wait(min(remaining, tick))
                 if on_wait is not None:
                     on_wait(time.monotonic() - start)
+
+
+def list_objects(list_call: Callable[..., Any], **kwargs: Any) -> list[dict[str, Any]]:
+    """One list call's items as plain dicts, the shape the API serves (no model classes)."""
+    response = list_call(**kwargs, _preload_content=False)
+    return list(json.loads(response.data).get("items", []))

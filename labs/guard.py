@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from labs.errors import LabError
+
 if TYPE_CHECKING:
     from labs.lab import Lab
 
 
-class GuardError(RuntimeError):
+class GuardError(LabError):
     """The target is not the lab's own; nothing was changed."""
 
 

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from labs.errors import LabError
 from labs.journal import Journal
 from labs.state import LabPaths, atomic_write_json, read_json
 
@@ -31,7 +32,7 @@ SIM_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "tes
 WORKLOAD_NAMESPACE = "default"
 
 
-class LabNotFound(LookupError):
+class LabNotFound(LabError):
     """No lab of that name exists under the state directory."""
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from labs import stack
 from labs.console import Console
+from labs.errors import LabError
 from labs.guard import check_lab_target
 from labs.lab import AWS, SIM, Lab, LabNotFound
 from labs.nodes import describe_gpu_nodes, gpu_nodes, is_ready, schedulable_gpu_nodes
@@ -26,7 +27,7 @@ from labs.settings import LabSettings, SettingsError
 Reverter = Callable[[Lab, Console], list[str]]
 
 
-class LifecycleError(RuntimeError):
+class LifecycleError(LabError):
     """A lab command could not go on; the message says what to do."""
 
 
@@ -319,8 +320,19 @@ def down(
 
             if process.stop(lab.paths.sim_dir):
                 console.say("    rehearsal backend stopped")
-        shutil.rmtree(lab.paths.root)
-    console.say(f"lab {lab.name!r} is gone")
+        _remove_state_keeping_reports(lab)
+    console.say(f"lab {lab.name!r} is gone; its reports stay in {lab.paths.runs_dir}")
+
+
+def _remove_state_keeping_reports(lab: Lab) -> None:
+    """Remove the lab's state (so the name is free again) but keep runs/: reports outlive labs."""
+    for entry in lab.paths.root.iterdir():
+        if entry == lab.paths.runs_dir:
+            continue
+        if entry.is_dir():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
 
 
 def _sim_running(lab: Lab) -> bool:

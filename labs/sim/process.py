@@ -17,13 +17,14 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from labs.errors import LabError
 from labs.state import read_json
 
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 15.0
 
 
-class SimProcessError(RuntimeError):
+class SimProcessError(LabError):
     """The rehearsal process could not be started or stopped; the message says why."""
 
 

@@ -1,0 +1,10 @@
+"""The one base class of the errors a user can act on.
+
+Every error the tool raises for bad input or a state the user must fix derives from
+`LabError`; the Invoke front prints its message and exits non-zero, while anything
+else is a bug and keeps its traceback.
+"""
+
+
+class LabError(Exception):
+    """A problem the user can fix; the message says what is wrong and what to do."""
