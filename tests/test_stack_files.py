@@ -1,0 +1,27 @@
+"""The stack's files as a user meets them: formatted, with a complete example tfvars."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+from stack_spec import STACK_DIR, VARIABLE_DEFAULTS, load_hcl, offline_terraform_env
+
+
+def test_stack_is_terraform_fmt_clean():
+    terraform = shutil.which("terraform")
+    if terraform is None:
+        pytest.skip("terraform is not on PATH")
+    result = subprocess.run(
+        [terraform, "fmt", "-check", "-recursive", "-list=true", "-no-color", str(STACK_DIR)],
+        env=offline_terraform_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, f"run `terraform fmt -recursive terraform`:\n{result.stdout}"
+
+
+def test_example_tfvars_sets_every_variable_to_its_default():
+    assert load_hcl(STACK_DIR / "terraform.tfvars.example") == VARIABLE_DEFAULTS
