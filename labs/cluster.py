@@ -106,15 +106,17 @@ class _Informer(threading.Thread):
 
     def stop(self) -> None:
         self._stopping.set()
-        watch = self._watch
-        if watch is not None:
-            watch.stop()
-            response = getattr(watch, "_resp", None)
-            if response is not None:
-                try:
-                    response.close()
-                except Exception:  # noqa: BLE001 - closing a dying socket may raise anything
-                    pass
+        self.interrupt()
+
+    def interrupt(self) -> None:
+        """Break a blocking read of the watch stream by shutting its socket down."""
+        response = getattr(self._watch, "_resp", None)
+        if response is None:
+            return
+        try:
+            getattr(response, "shutdown", response.close)()
+        except Exception:  # noqa: BLE001 - shutting a dying socket may raise anything
+            pass
 
     def run(self) -> None:
         while not self._stopping.is_set():
@@ -143,6 +145,8 @@ class _Informer(threading.Thread):
     def _stream(self, version: str) -> None:
         from kubernetes import watch
 
+        if self._stopping.is_set():
+            return
         self._watch = watch.Watch()
         for event in self._watch.stream(
             self.kind.list_call,
@@ -191,12 +195,15 @@ class ClusterView:
                     f"{sync_timeout:.0f} s ({informer.error or 'no answer'})"
                 )
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop every informer; a stream that was just opening is interrupted again."""
         for informer in self._informers.values():
             informer.stop()
+        deadline = time.monotonic() + timeout
         for informer in self._informers.values():
-            if informer.is_alive():
-                informer.join(timeout=5)
+            while informer.is_alive() and time.monotonic() < deadline:
+                informer.interrupt()
+                informer.join(timeout=0.05)
 
     def on_change(self, listener: Callable[[ClusterView], None]) -> None:
         """Call `listener(view)` after every change (used to sample timelines)."""

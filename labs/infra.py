@@ -11,8 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from labs.errors import LabError
 
-class InfraError(RuntimeError):
+
+class InfraError(LabError, RuntimeError):
     """Infrastructure could not be planned, applied, read or destroyed; the message says why."""
 
 

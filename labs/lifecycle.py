@@ -120,12 +120,31 @@ def _preflight(lab: Lab, console: Console) -> None:
         )
         lab.update(account_id=endpoints.get("account_id"))
         return
-    from labs.cloud import preflight
+    from labs.cloud import aws_session, preflight
 
-    report = preflight(lab.settings)
-    lab.update(account_id=report.account_id)
+    report = preflight(
+        aws_session(lab.region),
+        instance_type=lab.settings.gpu_instance_type,
+        gpu_max=lab.settings.gpu_max,
+        tools=("terraform", "kubectl", "aws"),
+    )
     for line in report.lines():
         console.say(f"    {line}")
+    if not report.ok:
+        raise LifecycleError("preflight found problems (above); nothing was created")
+    if report.max_gpus_by_quota is not None and lab.settings.gpus > report.max_gpus_by_quota:
+        raise LifecycleError(
+            f"--gpus {lab.settings.gpus} needs more G/VT vCPUs than the quota allows "
+            f"(room for {report.max_gpus_by_quota}); ask for fewer GPU nodes"
+        )
+    if lab.record.get("account_id") not in (None, report.account_id):
+        from labs.guard import GuardError
+
+        raise GuardError(
+            f"refusing to touch lab {lab.name!r}: it lives in account {lab.record['account_id']} "
+            f"but these credentials are for {report.account_id}. Nothing was changed."
+        )
+    lab.update(account_id=report.account_id)
 
 
 def _apply(lab: Lab, variables: dict[str, Any], title: str, console: Console) -> None:
@@ -250,9 +269,9 @@ def _wait_gpu_nodes(lab: Lab, count: int, console: Console) -> None:
 def _run_probe(lab: Lab, console: Console) -> None:
     from labs.probes import run_probe
 
-    result = run_probe(lab, timeout=lab.settings.probe_timeout)
-    for line in result.output.splitlines():
-        console.say(f"    {line}")
+    with lab.view() as view:
+        probe = run_probe(lab, view, timeout=lab.settings.probe_timeout)
+    console.say(f"    {probe.name} on {probe.node}: {probe.gpu_line}")
 
 
 def _print_billing(lab: Lab, console: Console) -> None:

@@ -16,6 +16,7 @@ STACK_DIR: Final = Path(__file__).resolve().parent.parent / "terraform"
 # Input variables the orchestrator sets on every apply (the lab's full variable set).
 CLUSTER_BASE_NAME: Final = "ClusterBaseName"
 TARGET_REGION: Final = "TargetRegion"
+AVAILABILITY_ZONES: Final = "availability_zones"
 GPU_INSTANCE_TYPE: Final = "gpu_instance_type"
 GPU_MAX_SIZE: Final = "gpu_max_size"
 GPU_DESIRED_SIZE: Final = "gpu_desired_size"
@@ -30,6 +31,7 @@ ORCHESTRATOR_VARIABLES: Final = frozenset(
     {
         CLUSTER_BASE_NAME,
         TARGET_REGION,
+        AVAILABILITY_ZONES,
         GPU_INSTANCE_TYPE,
         GPU_MAX_SIZE,
         GPU_DESIRED_SIZE,

@@ -180,7 +180,8 @@ def render(status: dict[str, Any]) -> str:
     cost = status["cost"]
     lines.append(f"running cost (estimate, USD/hour): {cost['total']:.3f}")
     for item in cost["items"]:
-        lines.append(f"  {item['what']:<40} {item['usd_per_hour']:.3f}")
+        hourly = item["usd_per_hour"]
+        lines.append(f"  {item['what']:<40} {'unknown' if hourly is None else f'{hourly:.3f}'}")
     for note in cost.get("notes", []):
         lines.append(f"  note: {note}")
     for problem in status["problems"]:
