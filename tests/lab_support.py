@@ -1,0 +1,42 @@
+"""Running the real `invoke` command line against labs in a temporary state directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+INVOKE = str(Path(sys.executable).parent / "invoke")
+
+
+def invoke_env(state_dir: Path, **extra: str) -> dict[str, str]:
+    """The environment of a user whose labs live in `state_dir` (fast rehearsal speed)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("INVOKE_", "AWS_"))}
+    env.update(INVOKE_LAB_STATE_DIR=str(state_dir), INVOKE_LAB_SPEED="300", **extra)
+    return env
+
+
+def run_invoke(
+    *args: str, env: dict[str, str], timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
+    """Run `invoke ARGS` from the project root, as a user would; never raises on exit codes."""
+    return subprocess.run(
+        [INVOKE, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def sim_pid(state_dir: Path, lab: str) -> int:
+    """The pid of a rehearsal lab's background process, from its endpoints file."""
+    endpoints = json.loads((state_dir / lab / "sim" / "endpoints.json").read_text())
+    return int(endpoints["pid"])
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

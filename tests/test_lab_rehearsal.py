@@ -1,0 +1,119 @@
+"""lab.up / lab.status / lab.env / lab.scale / lab.down on the rehearsal backend, through invoke."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from lab_support import invoke_env, pid_alive, run_invoke, sim_pid
+
+LAB = "t1"
+
+
+@pytest.fixture(scope="module")
+def rehearsal(tmp_path_factory: pytest.TempPathFactory):
+    """One rehearsal lab brought up through `invoke lab.up --sim`, destroyed at the end."""
+    state_dir = tmp_path_factory.mktemp("labs")
+    env = invoke_env(state_dir)
+    up = run_invoke("lab.up", "--sim", "--lab", LAB, env=env)
+    try:
+        yield state_dir, env, up
+    finally:
+        run_invoke("lab.down", "--lab", LAB, "--destroy", "--yes", env=env)
+
+
+def test_lab_up_sim_brings_up_two_schedulable_gpus_and_runs_the_probe(rehearsal):
+    _, _, up = rehearsal
+    assert up.returncode == 0, up.stdout + up.stderr
+    out = up.stdout
+    order = [
+        "==> preflight (sim backend",
+        "==> base infrastructure (GPU nodes 0, operator off)",
+        "==> lab kubeconfig",
+        "==> GPU Operator",
+        "==> wait for the ClusterPolicy to be ready",
+        "==> scale GPU node group t1-ng-gpu to 2 (EKS API)",
+        "==> wait for 2 Ready GPU node(s) with allocatable nvidia.com/gpu 1",
+        "==> GPU probe",
+    ]
+    positions = [out.index(step) for step in order]
+    assert positions == sorted(positions), "lab.up phases ran out of order"
+    assert "scalingConfig minSize=0 maxSize=2 desiredSize=2" in out
+    assert "NVIDIA A10G, 580.126.09, 23028 MiB" in out
+    assert "GPU node-minutes so far" in out
+
+
+def test_lab_status_shows_backend_gpus_operator_and_cost(rehearsal):
+    _, env, _ = rehearsal
+    status = run_invoke("lab.status", "--lab", LAB, env=env)
+    assert status.returncode == 0, status.stderr
+    out = status.stdout
+    assert "backend sim" in out
+    assert "t1-ng-gpu" in out and "min 0 max 2 desired 2" in out
+    gpu_lines = [line for line in out.splitlines() if " gpu " in line and "Ready" in line]
+    assert len(gpu_lines) == 2 and all(line.endswith("nvidia.com/gpu 1") for line in gpu_lines)
+    assert "nvidia-device-plugin-daemonset" in out and "2/2" in out
+    assert "ClusterPolicy cluster-policy: state ready" in out
+    assert "injected faults: none" in out
+    assert "running cost (estimate, USD/hour)" in out and "GPU nodes (g5.xlarge)" in out
+
+
+def test_lab_env_prints_exports_that_reach_the_lab(rehearsal):
+    state_dir, env, _ = rehearsal
+    result = run_invoke("lab.env", "--lab", LAB, env=env)
+    assert result.returncode == 0
+    exports = dict(
+        line.removeprefix("export ").split("=", 1)
+        for line in result.stdout.splitlines()
+        if line.startswith("export ")
+    )
+    assert exports["KUBECONFIG"] == str(state_dir / LAB / "kubeconfig")
+    assert exports["AWS_ACCESS_KEY_ID"] == "testing"
+    endpoints = json.loads((state_dir / LAB / "sim" / "endpoints.json").read_text())
+    assert exports["AWS_ENDPOINT_URL"] == endpoints["aws_endpoint_url"]
+
+
+def test_lab_up_twice_does_no_second_apply_or_scale(rehearsal):
+    _, env, _ = rehearsal
+    again = run_invoke("lab.up", "--sim", "--lab", LAB, env=env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.stdout.count("already applied with these variables; skipping") == 2
+    assert "desiredSize=2 (already so; no API call)" in again.stdout
+
+
+def test_lab_scale_rejects_more_than_the_max_and_changes_nothing(rehearsal):
+    _, env, _ = rehearsal
+    result = run_invoke("lab.scale", "3", "--lab", LAB, env=env)
+    assert result.returncode == 1
+    assert "use 0 to 2" in result.stderr
+    status = run_invoke("lab.status", "--lab", LAB, env=env)
+    assert "min 0 max 2 desired 2" in status.stdout
+
+
+def test_lab_up_with_sim_on_an_existing_lab_keeps_its_backend(rehearsal):
+    state_dir, env, _ = rehearsal
+    record = json.loads((state_dir / LAB / "state.json").read_text())
+    assert record["backend"] == "sim"
+    status = run_invoke("lab.status", "--lab", LAB, env=env)
+    assert "backend sim" in status.stdout
+
+
+def test_lab_down_destroy_stops_the_backend_and_is_safe_twice(tmp_path: Path):
+    env = invoke_env(tmp_path)
+    up = run_invoke("lab.up", "--sim", "--lab", "t2", "--gpus", "1", env=env)
+    assert up.returncode == 0, up.stdout + up.stderr
+    pid = sim_pid(tmp_path, "t2")
+    first = run_invoke("lab.down", "--lab", "t2", "--destroy", "--yes", env=env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "wait until no GPU node remains" in first.stdout
+    deadline = time.monotonic() + 10
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not pid_alive(pid), "the rehearsal process survived lab.down --destroy"
+    second = run_invoke("lab.down", "--lab", "t2", "--destroy", "--yes", env=env)
+    assert second.returncode == 0
+    assert "does not exist" in second.stdout
+    status = run_invoke("lab.status", "--lab", "t2", env=env)
+    assert status.returncode == 1 and "no lab named 't2'" in status.stderr
