@@ -178,7 +178,10 @@ class Lab:
             from labs.sim.infra import SimInfra
 
             return SimInfra(self.sim_endpoints())
-        from labs.stack import STACK_DIR
         from labs.terraform import TerraformInfra
 
-        return TerraformInfra(working_dir=self.paths.terraform_dir, stack_dir=STACK_DIR)
+        return TerraformInfra(
+            working_dir=self.paths.terraform_dir,
+            stack_dir=self.settings.stack_dir,
+            stream_output=True,  # a real apply takes 15-20 minutes: show its progress
+        )

@@ -162,6 +162,22 @@ def _apply(lab: Lab, variables: dict[str, Any], title: str, console: Console) ->
         lab.mark_phase("infra")
 
 
+def apply_changes(lab: Lab, changes: dict[str, Any], console: Console) -> None:
+    """Apply the lab's full variable set with `changes` on top (e.g. a security-group toggle).
+
+    Never a partial set: a toggle change must not uninstall the operator or reset another
+    toggle, so every other variable keeps the value last applied.
+    """
+    unknown = set(changes) - stack.ORCHESTRATOR_VARIABLES
+    if unknown:
+        raise LifecycleError(
+            f"unknown stack variables {sorted(unknown)}; known: "
+            f"{', '.join(sorted(stack.ORCHESTRATOR_VARIABLES))}"
+        )
+    title = "apply " + ", ".join(f"{name}={value}" for name, value in sorted(changes.items()))
+    _apply(lab, _variables(lab, **changes), title, console)
+
+
 def _write_kubeconfig(lab: Lab, console: Console) -> None:
     if lab.backend == SIM:
         shutil.copyfile(lab.paths.sim_dir / "kubeconfig", lab.paths.kubeconfig)

@@ -84,6 +84,10 @@ class LabSettings:
     state_dir: Path = dataclasses.field(
         default=Path(".labs"), metadata=_help("where labs keep their state (default .labs)")
     )
+    stack_dir: Path = dataclasses.field(
+        default=stack.STACK_DIR,
+        metadata=_help("Terraform stack an AWS lab applies (default: the checkout's terraform/)"),
+    )
     speed: float = dataclasses.field(
         default=60.0, metadata=_help("rehearsal speed-up factor for simulated delays")
     )
