@@ -1,0 +1,40 @@
+"""A kubeconfig for the API emulator, so kubectl and the kubernetes client reach it unchanged.
+
+The emulator accepts any bearer token; the file still carries one because clients expect
+a user entry, and it is never a real credential.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from labs.state import atomic_write_text
+
+EMULATOR_TOKEN = "rehearsal-token-accepted-by-the-emulator"
+
+
+def kubeconfig_document(server_url: str, cluster_name: str, user: str = "lab-admin") -> dict:
+    """The kubeconfig as a dict: one cluster, one token user, one current context."""
+    context = f"{user}@{cluster_name}"
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": cluster_name, "cluster": {"server": server_url}}],
+        "users": [{"name": user, "user": {"token": EMULATOR_TOKEN}}],
+        "contexts": [{"name": context, "context": {"cluster": cluster_name, "user": user}}],
+        "current-context": context,
+        "preferences": {},
+    }
+
+
+def write_kubeconfig(
+    path: Path | str, server_url: str, cluster_name: str, user: str = "lab-admin"
+) -> Path:
+    """Write the kubeconfig atomically (mode 0600, as kubectl expects) and return its path."""
+    target = Path(path)
+    document = kubeconfig_document(server_url, cluster_name, user)
+    atomic_write_text(target, yaml.safe_dump(document, sort_keys=False))
+    target.chmod(0o600)
+    return target

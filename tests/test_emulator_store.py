@@ -1,0 +1,266 @@
+"""The object store the emulator and the world controllers share."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from labs.sim.store import (
+    CLUSTER_POLICY,
+    AlreadyExists,
+    BadRequest,
+    Conflict,
+    Gone,
+    Invalid,
+    NotFound,
+    ObjectStore,
+)
+
+
+def pod(name: str, namespace: str = "default", labels: dict | None = None, **spec) -> dict:
+    return {
+        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+        "spec": {"containers": [{"name": "main", "image": "busybox"}], **spec},
+    }
+
+
+@pytest.fixture
+def store() -> ObjectStore:
+    return ObjectStore()
+
+
+def test_create_fills_server_fields_and_one_counter_orders_all_writes(store):
+    first = store.create("pods", pod("a"))
+    second = store.create("configmaps", {"metadata": {"name": "c"}, "data": {}})
+    assert first["apiVersion"] == "v1" and first["kind"] == "Pod"
+    assert first["metadata"]["uid"] != second["metadata"]["uid"]
+    assert first["metadata"]["creationTimestamp"].endswith("Z")
+    assert first["metadata"]["generation"] == 1
+    assert first["status"] == {"phase": "Pending"}
+    assert int(second["metadata"]["resourceVersion"]) > int(first["metadata"]["resourceVersion"])
+
+
+def test_duplicate_create_is_already_exists_with_kubectl_message(store):
+    store.create("ds", {"metadata": {"name": "x", "namespace": "gpu-operator"}})
+    with pytest.raises(AlreadyExists) as error:
+        store.create("daemonsets.apps", {"metadata": {"name": "x", "namespace": "gpu-operator"}})
+    assert error.value.code == 409
+    assert error.value.message == 'daemonsets.apps "x" already exists'
+
+
+def test_missing_and_bad_names_are_invalid(store):
+    with pytest.raises(Invalid, match="name or generateName is required"):
+        store.create("pods", {"metadata": {}})
+    with pytest.raises(Invalid, match="RFC 1123"):
+        store.create("pods", pod("Bad_Name"))
+    generated = store.create("pods", {"metadata": {"generateName": "probe-"}})
+    assert generated["metadata"]["name"].startswith("probe-")
+
+
+def test_get_of_unknown_object_and_type_is_not_found(store):
+    with pytest.raises(NotFound, match='daemonsets.apps "nope" not found'):
+        store.get("ds", "nope", "gpu-operator")
+    with pytest.raises(NotFound, match="doesn't have a resource type"):
+        store.get("clusterpolicies.nvidia.com", "cluster-policy")
+    store.register(CLUSTER_POLICY)
+    assert store.resolve("clusterpolicy") is store.resolve("clusterpolicies.nvidia.com")
+
+
+def test_quantities_are_stored_as_strings(store):
+    created = store.create(
+        "pods",
+        pod("gpu"),
+    )
+    patched = store.patch(
+        "pods",
+        created["metadata"]["name"],
+        {
+            "spec": {
+                "containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": 1}}}]
+            }
+        },
+        "strategic",
+    )
+    assert patched["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+
+
+def test_stale_replace_conflicts_and_fresh_replace_bumps_generation(store):
+    created = store.create("deploy", {"metadata": {"name": "op"}, "spec": {"replicas": 1}})
+    fresh = dict(created, spec={"replicas": 2})
+    replaced = store.replace("deployments.apps", fresh)
+    assert replaced["metadata"]["generation"] == 2
+    with pytest.raises(Conflict, match="the object has been modified"):
+        store.replace("deploy", dict(created, spec={"replicas": 3}))
+
+
+def test_status_subresource_separates_spec_and_status(store):
+    store.create("ds", {"metadata": {"name": "dp"}, "spec": {"a": 1}, "status": {"numberReady": 0}})
+    main = store.patch("ds", "dp", {"spec": {"a": 2}, "status": {"numberReady": 5}}, "merge")
+    assert main["spec"] == {"a": 2} and main["status"]["numberReady"] == 0
+    status = store.patch(
+        "ds", "dp", {"spec": {"a": 3}, "status": {"numberReady": 5}}, "merge", subresource="status"
+    )
+    assert status["spec"] == {"a": 2} and status["status"]["numberReady"] == 5
+    assert status["metadata"]["generation"] == 2
+
+
+def test_noop_patch_and_update_change_nothing(store):
+    store.register(CLUSTER_POLICY)
+    created = store.create(CLUSTER_POLICY, {"metadata": {"name": "cp"}, "spec": {"x": True}})
+    patched = store.patch(CLUSTER_POLICY, "cp", {"spec": {"x": True}}, "merge")
+    updated = store.update(CLUSTER_POLICY, "cp", lambda obj: obj["spec"].update(x=True))
+    assert patched == created == updated
+
+
+def test_update_may_change_status_but_not_identity(store):
+    store.create("ds", {"metadata": {"name": "dp"}, "spec": {}})
+    updated = store.update(
+        "ds", "dp", lambda obj: obj.setdefault("status", {}).update(numberReady=1)
+    )
+    assert updated["status"]["numberReady"] == 1
+    with pytest.raises(Invalid, match="immutable"):
+        store.update("ds", "dp", lambda obj: obj["metadata"].update(name="other"))
+
+
+def test_concurrent_updates_lose_nothing(store):
+    store.create("configmaps", {"metadata": {"name": "counter"}, "data": {"n": "0"}})
+
+    def increment() -> None:
+        for _ in range(200):
+            store.update(
+                "cm", "counter", lambda obj: obj["data"].update(n=str(int(obj["data"]["n"]) + 1))
+            )
+
+    threads = [threading.Thread(target=increment) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert store.get("cm", "counter")["data"]["n"] == "400"
+
+
+def test_strategic_merge_keeps_unsent_fields_of_keyed_lists(store):
+    store.create(
+        "pods",
+        {
+            "metadata": {"name": "p"},
+            "spec": {
+                "containers": [
+                    {"name": "a", "image": "v1", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+                    {"name": "b", "image": "v1"},
+                ],
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+            },
+        },
+    )
+    patch = {
+        "spec": {
+            "$setElementOrder/containers": [{"name": "a"}, {"name": "b"}],
+            "containers": [{"name": "a", "image": "v2"}, {"name": "b", "$patch": "delete"}],
+            "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+        }
+    }
+    patched = store.patch("pods", "p", patch, "strategic")
+    assert patched["spec"]["containers"] == [
+        {"name": "a", "image": "v2", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+    ]
+    assert [t["key"] for t in patched["spec"]["tolerations"]] == ["nvidia.com/gpu", "dedicated"]
+    merged = store.patch("pods", "p", {"spec": {"containers": [{"name": "a"}]}}, "merge")
+    assert merged["spec"]["containers"] == [{"name": "a"}]
+
+
+def test_json_patch_and_its_errors(store):
+    store.create("cm", {"metadata": {"name": "c"}, "data": {"k": "v"}})
+    patched = store.patch("cm", "c", [{"op": "replace", "path": "/data/k", "value": "w"}], "json")
+    assert patched["data"] == {"k": "w"}
+    with pytest.raises(Invalid, match="cannot be applied"):
+        store.patch("cm", "c", [{"op": "remove", "path": "/data/missing"}], "json")
+    with pytest.raises(BadRequest, match="JSON array"):
+        store.patch("cm", "c", {"data": {}}, "json")
+
+
+@pytest.mark.parametrize(
+    ("selector", "expected"),
+    [
+        ("app=gpu", ["a", "b"]),
+        ("app==gpu,tier!=web", ["a"]),
+        ("tier in (web, db)", ["b", "c"]),
+        ("tier notin (web)", ["a", "c"]),
+        ("tier", ["b", "c"]),
+        ("!tier", ["a"]),
+    ],
+)
+def test_label_selectors(store, selector, expected):
+    store.create("pods", pod("a", labels={"app": "gpu"}))
+    store.create("pods", pod("b", labels={"app": "gpu", "tier": "web"}))
+    store.create("pods", pod("c", labels={"app": "cpu", "tier": "db"}))
+    items, _ = store.list("pods", label_selector=selector)
+    assert [item["metadata"]["name"] for item in items] == expected
+
+
+def test_field_selectors_in_any_order_and_unknown_fields(store):
+    store.create("pods", pod("a", nodeName="n1"))
+    store.create("pods", pod("b", "other", nodeName="n1"))
+    items, _ = store.list("pods", field_selector="metadata.namespace=other,spec.nodeName=n1")
+    assert [item["metadata"]["name"] for item in items] == ["b"]
+    items, _ = store.list("pods", field_selector="spec.nodeName!=n1")
+    assert items == []
+    with pytest.raises(BadRequest, match="field label not supported: spec.image"):
+        store.list("pods", field_selector="spec.image=x")
+
+
+def test_watch_replays_then_streams_and_filters(store):
+    store.create("pods", pod("old", labels={"app": "gpu"}))
+    mark = store.resource_version
+    with store.watch("pods", label_selector="app=gpu") as initial:
+        assert initial.next(timeout=1)[1]["metadata"]["name"] == "old"
+    with store.watch(
+        "pods", namespace="default", resource_version=mark, label_selector="app=gpu"
+    ) as stream:
+        store.create("pods", pod("other-ns", "other", labels={"app": "gpu"}))
+        store.create("pods", pod("new", labels={"app": "gpu"}))
+        store.patch("pods", "new", {"metadata": {"labels": {"app": "cpu"}}}, "merge")
+        store.patch("pods", "old", {"metadata": {"labels": {"x": "y"}}}, "merge")
+        store.delete("pods", "old")
+        events = [
+            (kind, obj["metadata"]["name"]) for kind, obj in iter(lambda: stream.next(0.2), None)
+        ]
+    assert events == [("ADDED", "new"), ("DELETED", "new"), ("MODIFIED", "old"), ("DELETED", "old")]
+
+
+def test_watch_from_forgotten_history_is_gone():
+    store = ObjectStore(history_limit=5)
+    for index in range(10):
+        store.create("cm", {"metadata": {"name": f"c{index}"}})
+    with pytest.raises(Gone) as error:
+        store.watch("cm", resource_version="1")
+    assert error.value.code == 410
+
+
+def test_closing_a_watch_wakes_a_blocked_reader(store):
+    stream = store.watch("pods", resource_version=store.resource_version)
+    results = []
+    reader = threading.Thread(target=lambda: results.append(stream.next()))
+    reader.start()
+    stream.close()
+    reader.join(timeout=5)
+    assert results == [None]
+
+
+def test_deleting_a_namespace_deletes_its_objects(store):
+    store.create("ns", {"metadata": {"name": "gpu-operator"}})
+    store.create("ds", {"metadata": {"name": "dp", "namespace": "gpu-operator"}})
+    store.create("ds", {"metadata": {"name": "keep", "namespace": "default"}})
+    store.delete("ns", "gpu-operator")
+    assert [item["metadata"]["name"] for item in store.list("ds")[0]] == ["keep"]
+
+
+def test_pod_logs_follow_the_pod(store):
+    store.create("pods", pod("probe"))
+    store.set_pod_log("default", "probe", "GPU 0: Tesla T4\n")
+    store.append_pod_log("default", "probe", "PASS\n")
+    assert store.pod_log("default", "probe") == "GPU 0: Tesla T4\nPASS\n"
+    store.delete("pods", "probe")
+    with pytest.raises(NotFound):
+        store.pod_log("default", "probe")
