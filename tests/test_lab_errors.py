@@ -1,0 +1,111 @@
+"""Bad input and wrong targets: a clear message, a non-zero exit, and nothing changed."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import boto3
+import pytest
+import yaml
+from lab_support import invoke_env, run_invoke
+from moto.server import ThreadedMotoServer
+
+from labs.sim.apiserver import ApiServer
+
+
+def _nothing_created(state_dir: Path, lab: str) -> bool:
+    return not (state_dir / lab / "state.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("gpus", "message"),
+    [("3", "exceeds the GPU node group's max size 2"), ("-1", "is negative")],
+)
+def test_lab_up_rejects_a_bad_gpu_count_before_doing_anything(tmp_path, gpus, message):
+    env = invoke_env(tmp_path)
+    result = run_invoke("lab.up", "--sim", "--lab", "bad", "--gpus", gpus, env=env)
+    assert result.returncode == 1
+    assert message in result.stderr and "--gpus" in result.stderr
+    assert not (tmp_path / "bad").exists()
+
+
+def test_unknown_setting_in_the_environment_is_named(tmp_path):
+    env = invoke_env(tmp_path, INVOKE_LAB_REGION="Seoul")
+    result = run_invoke("lab.up", "--sim", "--lab", "bad", env=env)
+    assert result.returncode == 1
+    assert "'Seoul' is not an AWS region name" in result.stderr
+
+
+def test_lab_status_of_an_unknown_lab_says_how_to_create_it(tmp_path):
+    result = run_invoke("lab.status", "--lab", "nope", env=invoke_env(tmp_path))
+    assert result.returncode == 1
+    assert "no lab named 'nope'" in result.stderr and "invoke lab.up --lab nope" in result.stderr
+
+
+@pytest.fixture
+def moto_server():
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield f"http://{host}:{port}"
+    server.stop()
+
+
+def test_aws_lab_up_without_terraform_on_path_stops_at_preflight(tmp_path, moto_server):
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for tool in ("kubectl", "aws"):
+        found = [
+            p for p in (Path(sys.executable).parent / tool, Path("/usr/bin") / tool) if p.exists()
+        ]
+        if found:
+            (tools / tool).symlink_to(found[0])
+    env = invoke_env(
+        tmp_path / "labs", PATH=str(tools), AWS_ENDPOINT_URL=moto_server,
+        AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",
+    )  # fmt: skip
+    result = run_invoke("lab.up", "--lab", "noterraform", env=env)
+    assert result.returncode == 1
+    assert "terraform not found on PATH" in result.stdout
+    assert "preflight found problems" in result.stderr
+    assert _nothing_created(tmp_path / "labs", "noterraform")
+
+
+def test_aws_lab_up_without_credentials_says_how_to_provide_them(tmp_path):
+    env = invoke_env(
+        tmp_path, AWS_CONFIG_FILE=str(tmp_path / "none"),
+        AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"), AWS_EC2_METADATA_DISABLED="true",
+    )  # fmt: skip
+    result = run_invoke("lab.up", "--lab", "nocreds", env=env)
+    assert result.returncode == 1
+    assert "no AWS credentials found" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert _nothing_created(tmp_path, "nocreds")
+
+
+def test_guard_refuses_a_kubeconfig_that_points_at_another_cluster(tmp_path):
+    env = invoke_env(tmp_path)
+    up = run_invoke("lab.up", "--sim", "--lab", "g1", "--gpus", "1", "--no-operator", env=env)
+    assert up.returncode == 0, up.stdout + up.stderr
+    kubeconfig = tmp_path / "g1" / "kubeconfig"
+    original = kubeconfig.read_text()
+    with ApiServer() as other:
+        document = yaml.safe_load(original)
+        document["clusters"][0]["cluster"]["server"] = other.url
+        kubeconfig.write_text(yaml.safe_dump(document))
+        for command in (("lab.scale", "0"), ("lab.down",)):
+            result = run_invoke(*command, "--lab", "g1", env=env)
+            assert result.returncode == 1, command
+            assert f"refusing to change the cluster at {other.url}" in result.stderr
+            assert "Nothing was changed" in result.stderr
+    endpoints = yaml.safe_load((tmp_path / "g1" / "sim" / "endpoints.json").read_text())
+    eks = boto3.client(
+        "eks", region_name="ap-northeast-2", endpoint_url=endpoints["aws_endpoint_url"],
+        aws_access_key_id="testing", aws_secret_access_key="testing",
+    )  # fmt: skip
+    group = eks.describe_nodegroup(clusterName="g1", nodegroupName="g1-ng-gpu")["nodegroup"]
+    assert group["scalingConfig"]["desiredSize"] == 1, "the guard let a scale through"
+    kubeconfig.write_text(original)
+    down = run_invoke("lab.down", "--lab", "g1", "--destroy", "--yes", env=env)
+    assert down.returncode == 0, down.stdout + down.stderr
