@@ -254,6 +254,13 @@ def scale(lab: Lab, count: int, console: Console) -> None:
             lab.update(gpu_scaled_at=datetime.now(UTC).isoformat())
     if lab.paths.kubeconfig.exists():
         _wait_gpu_nodes(lab, count, console)
+    if count == 0 and lab.backend == AWS:
+        from labs.cloud import wait_nodegroup_instances_gone
+
+        with console.phase(f"wait until no EC2 instance of {nodegroup} runs (billing stops)"):
+            wait_nodegroup_instances_gone(
+                lab.aws_client("ec2"), cluster, nodegroup, timeout=lab.settings.node_ready_timeout
+            )
 
 
 def _wait_gpu_nodes(lab: Lab, count: int, console: Console) -> None:
@@ -356,7 +363,8 @@ def down(
             if process.stop(lab.paths.sim_dir):
                 console.say("    rehearsal backend stopped")
         _remove_state_keeping_reports(lab)
-    console.say(f"lab {lab.name!r} is gone; its reports stay in {lab.paths.runs_dir}")
+    kept = f"; its reports stay in {lab.paths.runs_dir}" if lab.paths.runs_dir.exists() else ""
+    console.say(f"lab {lab.name!r} is gone{kept}")
 
 
 def _remove_state_keeping_reports(lab: Lab) -> None:
@@ -368,6 +376,8 @@ def _remove_state_keeping_reports(lab: Lab) -> None:
             shutil.rmtree(entry)
         else:
             entry.unlink()
+    if not any(lab.paths.root.iterdir()):
+        lab.paths.root.rmdir()
 
 
 def _sim_running(lab: Lab) -> bool:

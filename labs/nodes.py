@@ -47,7 +47,7 @@ def describe_gpu_nodes(nodes: list[dict[str, Any]]) -> str:
     """One-line summary for progress output: `2 GPU nodes: a Ready gpu=1, b NotReady gpu=-`."""
     gpus = gpu_nodes(nodes)
     if not gpus:
-        return "no GPU nodes yet"
+        return "no GPU nodes"
     parts = []
     for node in gpus:
         alloc = gpu_allocatable(node)
