@@ -1,0 +1,50 @@
+"""`python -m labs.sim serve --state-dir DIR --speed S`: run one rehearsal world until signalled.
+
+The process writes DIR/endpoints.json (with its pid) and DIR/kubeconfig once both servers
+listen, runs until SIGTERM or SIGINT, then stops cleanly (exit 0) and removes only its
+pid marker from endpoints.json, leaving the files for post-mortems.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from labs.sim.timings import DEFAULT_SPEED
+from labs.sim.world import ENDPOINTS_FILE, start_world
+from labs.state import atomic_write_json, read_json
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m labs.sim", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve = commands.add_parser("serve", help="run a rehearsal world until SIGTERM/SIGINT")
+    serve.add_argument("--state-dir", type=Path, required=True)
+    serve.add_argument("--speed", type=float, default=DEFAULT_SPEED)
+    serve.add_argument("--cluster-name", default="myeks")
+    serve.add_argument("--region", default="ap-northeast-2")
+    args = parser.parse_args(argv)
+    if not args.speed > 0:
+        parser.error(f"--speed must be positive (1 = real time), got {args.speed}")
+
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    world = start_world(args.state_dir, args.speed, args.cluster_name, args.region)
+    print(f"rehearsal world up: {world.endpoints['kube_url']}", flush=True)
+    try:
+        stop.wait()
+    finally:
+        world.stop()
+        endpoints_path = args.state_dir / ENDPOINTS_FILE
+        endpoints = read_json(endpoints_path, {})
+        endpoints.pop("pid", None)
+        atomic_write_json(endpoints_path, endpoints)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,307 @@
+"""The AWS side of the rehearsal: moto seeded like a fresh `terraform apply` with defaults.
+
+`seed_stack` creates, through boto3 against a moto server, what the Terraform stack
+creates (VPC 192.168.0.0/16, 3 public + 3 private /22 subnets, the EKS cluster, the
+system and GPU managed node groups, the module node security group with the
+recommended rules, the auxiliary node security group, the two AL2023 AMIs).
+`find_stack` reads the same facts back by name and tag, so a second process (the
+sim Infra, the orchestrator) sees exactly what a terraform output would tell it.
+
+Security-group rules carry a `Name` tag holding the rule's key in the stack, so the
+two toggles (`node_sg_enable_recommended_rules`, `enable_aux_sg_vpc_allow`) add and
+remove exactly their rules.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from labs.stack import gpu_node_group_name, system_node_group_name
+
+ACCOUNT_ID = "123456789012"
+KUBERNETES_VERSION = "1.35"
+VPC_CIDR = "192.168.0.0/16"
+PUBLIC_SUBNET_CIDRS = ("192.168.0.0/22", "192.168.4.0/22", "192.168.8.0/22")
+PRIVATE_SUBNET_CIDRS = ("192.168.12.0/22", "192.168.16.0/22", "192.168.20.0/22")
+AZ_SUFFIXES = ("a", "b", "c")
+AMI_NAMES = {
+    "standard": "amazon-eks-node-al2023-x86_64-standard-1.35-v20260714",
+    "nvidia": "amazon-eks-node-al2023-x86_64-nvidia-1.35-v20260714",
+}
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
+GPU_LABELS = {"tier": "gpu", "nvidia.com/gpu": "true"}
+
+Source = Literal["self", "cluster", "vpc", "anywhere"]
+
+
+@dataclass(frozen=True)
+class SgRule:
+    """One security-group rule, named by its key in the Terraform stack."""
+
+    key: str
+    protocol: str
+    from_port: int
+    to_port: int
+    source: Source
+    egress: bool = False
+
+
+NODE_SG_ALWAYS_RULES = (
+    SgRule("ingress_cluster_443", "tcp", 443, 443, "cluster"),
+    SgRule("ingress_cluster_kubelet", "tcp", 10250, 10250, "cluster"),
+    SgRule("ingress_self_coredns_tcp", "tcp", 53, 53, "self"),
+    SgRule("ingress_self_coredns_udp", "udp", 53, 53, "self"),
+)
+NODE_SG_RECOMMENDED_RULES = (
+    SgRule("ingress_nodes_ephemeral", "tcp", 1025, 65535, "self"),
+    *(
+        SgRule(f"ingress_cluster_{port}_webhook", "tcp", port, port, "cluster")
+        for port in (4443, 6443, 8443, 9443, 10251)
+    ),
+    SgRule("egress_all", "-1", -1, -1, "anywhere", egress=True),
+)
+AUX_VPC_ALLOW_RULE = SgRule("node_aux_from_vpc", "-1", -1, -1, "vpc")
+AUX_EGRESS_RULE = SgRule("node_aux_to_anywhere", "-1", -1, -1, "anywhere", egress=True)
+
+
+@dataclass(frozen=True)
+class StackIds:
+    """The ids a terraform output would report for the seeded stack."""
+
+    cluster_name: str
+    region: str
+    vpc_id: str
+    public_subnet_ids: tuple[str, ...]
+    private_subnet_ids: tuple[str, ...]
+    gpu_subnet_id: str
+    gpu_subnet_az: str
+    cluster_security_group_id: str
+    node_security_group_id: str
+    auxiliary_node_sg_id: str
+    ami_al2023_standard: str
+    ami_al2023_nvidia: str
+
+
+def node_sg_name(cluster: str) -> str:
+    return f"{cluster}-node"
+
+
+def aux_sg_name(cluster: str) -> str:
+    return f"{cluster}-node-aux-sg"
+
+
+def cluster_sg_name(cluster: str) -> str:
+    return f"eks-cluster-sg-{cluster}"
+
+
+def seed_stack(
+    clients: Callable[[str], Any],
+    cluster: str,
+    region: str,
+    kube_url: str,
+    gpu_az_index: int = 0,
+) -> StackIds:
+    """Create the stack in moto; `clients(service)` returns a boto3 client for the moto server."""
+    ec2, eks = clients("ec2"), clients("eks")
+    if not 0 <= gpu_az_index < len(AZ_SUFFIXES):
+        raise ValueError(f"gpu_az_index must be 0..{len(AZ_SUFFIXES) - 1}, got {gpu_az_index}")
+    azs = [region + suffix for suffix in AZ_SUFFIXES]
+    vpc_id = ec2.create_vpc(CidrBlock=VPC_CIDR, TagSpecifications=_name_tags("vpc", cluster))[
+        "Vpc"
+    ]["VpcId"]
+    for cidr, az in zip(PUBLIC_SUBNET_CIDRS, azs, strict=True):
+        _subnet(ec2, vpc_id, cidr, az, f"{cluster}-public-{az}")
+    private = [
+        _subnet(ec2, vpc_id, cidr, az, f"{cluster}-private-{az}")
+        for cidr, az in zip(PRIVATE_SUBNET_CIDRS, azs, strict=True)
+    ]
+    cluster_sg = _security_group(ec2, vpc_id, cluster_sg_name(cluster), "EKS cluster SG")
+    node_sg = _security_group(ec2, vpc_id, node_sg_name(cluster), "EKS node shared SG")
+    aux_sg = _security_group(ec2, vpc_id, aux_sg_name(cluster), "Auxiliary node SG")
+    for group in (node_sg, aux_sg):  # moto adds egress-all to new groups; the stack manages it
+        _revoke_untagged(ec2, group)
+    for rule in (*NODE_SG_ALWAYS_RULES, *NODE_SG_RECOMMENDED_RULES):
+        add_rule(ec2, node_sg, rule, cluster_sg)
+    add_rule(ec2, aux_sg, AUX_EGRESS_RULE, cluster_sg)
+    add_rule(ec2, aux_sg, AUX_VPC_ALLOW_RULE, cluster_sg)
+    for name in AMI_NAMES.values():
+        ec2.register_image(Name=name, Description=name, Architecture="x86_64")
+
+    eks.create_cluster(
+        name=cluster,
+        version=KUBERNETES_VERSION,
+        roleArn=f"arn:aws:iam::{ACCOUNT_ID}:role/{cluster}-cluster",
+        resourcesVpcConfig={
+            "subnetIds": private,
+            "securityGroupIds": [cluster_sg],
+            "endpointPublicAccess": True,
+            "endpointPrivateAccess": True,
+        },
+    )
+    _point_cluster_at(cluster, region, kube_url, cluster_sg)
+    node_role = f"arn:aws:iam::{ACCOUNT_ID}:role/{cluster}-node"
+    eks.create_nodegroup(
+        clusterName=cluster,
+        nodegroupName=system_node_group_name(cluster),
+        scalingConfig={"minSize": 1, "maxSize": 4, "desiredSize": 2},
+        subnets=private,
+        nodeRole=node_role,
+        instanceTypes=["t3.medium"],
+        amiType="AL2023_x86_64_STANDARD",
+        capacityType="ON_DEMAND",
+    )
+    eks.create_nodegroup(
+        clusterName=cluster,
+        nodegroupName=gpu_node_group_name(cluster),
+        scalingConfig={"minSize": 0, "maxSize": 2, "desiredSize": 0},
+        subnets=[private[gpu_az_index]],
+        nodeRole=node_role,
+        instanceTypes=["g5.xlarge"],
+        amiType="AL2023_x86_64_NVIDIA",
+        capacityType="ON_DEMAND",
+        labels=dict(GPU_LABELS),
+        taints=[dict(GPU_TAINT)],
+    )
+    return find_stack(clients, cluster, region)
+
+
+def find_stack(clients: Callable[[str], Any], cluster: str, region: str) -> StackIds:
+    """Read the seeded stack's ids back from moto by name and tag."""
+    ec2, eks = clients("ec2"), clients("eks")
+    vpcs = ec2.describe_vpcs(Filters=[{"Name": "tag:Name", "Values": [cluster]}])["Vpcs"]
+    if not vpcs:
+        raise LookupError(f"no VPC tagged Name={cluster} in the rehearsal world")
+    vpc_id = vpcs[0]["VpcId"]
+    subnets = ec2.describe_subnets(Filters=[{"Name": "vpc-id", "Values": [vpc_id]}])["Subnets"]
+    by_cidr = {s["CidrBlock"]: s for s in subnets}
+    gpu_group = eks.describe_nodegroup(
+        clusterName=cluster, nodegroupName=gpu_node_group_name(cluster)
+    )["nodegroup"]
+    gpu_subnet = next(s for s in subnets if s["SubnetId"] == gpu_group["subnets"][0])
+    groups = ec2.describe_security_groups(Filters=[{"Name": "vpc-id", "Values": [vpc_id]}])
+    sg_by_name = {g["GroupName"]: g["GroupId"] for g in groups["SecurityGroups"]}
+    images = ec2.describe_images(Filters=[{"Name": "name", "Values": list(AMI_NAMES.values())}])
+    ami_by_name = {i["Name"]: i["ImageId"] for i in images["Images"]}
+    return StackIds(
+        cluster_name=cluster,
+        region=region,
+        vpc_id=vpc_id,
+        public_subnet_ids=tuple(by_cidr[c]["SubnetId"] for c in PUBLIC_SUBNET_CIDRS),
+        private_subnet_ids=tuple(by_cidr[c]["SubnetId"] for c in PRIVATE_SUBNET_CIDRS),
+        gpu_subnet_id=gpu_subnet["SubnetId"],
+        gpu_subnet_az=gpu_subnet["AvailabilityZone"],
+        cluster_security_group_id=sg_by_name[cluster_sg_name(cluster)],
+        node_security_group_id=sg_by_name[node_sg_name(cluster)],
+        auxiliary_node_sg_id=sg_by_name[aux_sg_name(cluster)],
+        ami_al2023_standard=ami_by_name[AMI_NAMES["standard"]],
+        ami_al2023_nvidia=ami_by_name[AMI_NAMES["nvidia"]],
+    )
+
+
+def rule_ids(ec2: Any, group_id: str, rule: SgRule) -> list[str]:
+    """Ids of the rules in `group_id` tagged with `rule.key` (empty when absent)."""
+    found = ec2.describe_security_group_rules(Filters=[{"Name": "group-id", "Values": [group_id]}])[
+        "SecurityGroupRules"
+    ]
+    return [
+        r["SecurityGroupRuleId"]
+        for r in found
+        if {"Key": "Name", "Value": rule.key} in r.get("Tags", [])
+    ]
+
+
+def add_rule(ec2: Any, group_id: str, rule: SgRule, cluster_sg_id: str) -> None:
+    """Authorize `rule` on `group_id` unless it is already there."""
+    if rule_ids(ec2, group_id, rule):
+        return
+    permission: dict[str, Any] = {"IpProtocol": rule.protocol}
+    if rule.protocol != "-1":
+        permission |= {"FromPort": rule.from_port, "ToPort": rule.to_port}
+    if rule.source == "self":
+        permission["UserIdGroupPairs"] = [{"GroupId": group_id}]
+    elif rule.source == "cluster":
+        permission["UserIdGroupPairs"] = [{"GroupId": cluster_sg_id}]
+    else:
+        cidr = VPC_CIDR if rule.source == "vpc" else "0.0.0.0/0"
+        permission["IpRanges"] = [{"CidrIp": cidr}]
+    tags = [{"ResourceType": "security-group-rule", "Tags": [{"Key": "Name", "Value": rule.key}]}]
+    authorize = (
+        ec2.authorize_security_group_egress if rule.egress else ec2.authorize_security_group_ingress
+    )
+    authorize(GroupId=group_id, IpPermissions=[permission], TagSpecifications=tags)
+
+
+def remove_rule(ec2: Any, group_id: str, rule: SgRule) -> None:
+    """Revoke `rule` from `group_id` if it is there."""
+    ids = rule_ids(ec2, group_id, rule)
+    if not ids:
+        return
+    revoke = ec2.revoke_security_group_egress if rule.egress else ec2.revoke_security_group_ingress
+    revoke(GroupId=group_id, SecurityGroupRuleIds=ids)
+
+
+def _name_tags(resource_type: str, name: str) -> list[dict[str, Any]]:
+    return [{"ResourceType": resource_type, "Tags": [{"Key": "Name", "Value": name}]}]
+
+
+def _subnet(ec2: Any, vpc_id: str, cidr: str, az: str, name: str) -> str:
+    return ec2.create_subnet(
+        VpcId=vpc_id,
+        CidrBlock=cidr,
+        AvailabilityZone=az,
+        TagSpecifications=_name_tags("subnet", name),
+    )["Subnet"]["SubnetId"]
+
+
+def _security_group(ec2: Any, vpc_id: str, name: str, description: str) -> str:
+    return ec2.create_security_group(
+        GroupName=name,
+        Description=description,
+        VpcId=vpc_id,
+        TagSpecifications=_name_tags("security-group", name),
+    )["GroupId"]
+
+
+def _revoke_untagged(ec2: Any, group_id: str) -> None:
+    found = ec2.describe_security_group_rules(Filters=[{"Name": "group-id", "Values": [group_id]}])[
+        "SecurityGroupRules"
+    ]
+    for r in found:
+        if not r.get("Tags"):
+            revoke = (
+                ec2.revoke_security_group_egress
+                if r["IsEgress"]
+                else ec2.revoke_security_group_ingress
+            )
+            revoke(GroupId=group_id, SecurityGroupRuleIds=[r["SecurityGroupRuleId"]])
+
+
+def _point_cluster_at(cluster: str, region: str, kube_url: str, cluster_sg_id: str) -> None:
+    """Make the EKS cluster's endpoint the emulator (EKS assigns it; moto has no API for it)."""
+    from moto.eks.models import eks_backends
+
+    record = eks_backends[ACCOUNT_ID][region].clusters[cluster]
+    record.endpoint = kube_url
+    record.resources_vpc_config["clusterSecurityGroupId"] = cluster_sg_id
+
+
+def moto_clients(endpoint_url: str, region: str) -> Callable[[str], Any]:
+    """A factory of boto3 clients for the moto server (dummy credentials, own session)."""
+    import boto3
+
+    session = boto3.session.Session(
+        aws_access_key_id="testing", aws_secret_access_key="testing", region_name=region
+    )
+    cache: dict[str, Any] = {}
+    lock = threading.Lock()
+
+    def client(service: str) -> Any:
+        with lock:
+            if service not in cache:
+                cache[service] = session.client(service, endpoint_url=endpoint_url)
+            return cache[service]
+
+    return client

@@ -1,0 +1,86 @@
+"""The loop every world controller shares: reconcile on store changes and on its own timer.
+
+Controllers are level-triggered: `reconcile()` looks at the whole world and moves it one
+step towards what it should be, then says when it next wants to run (a pending delay
+expiring). Store watches wake it early; `stop()` wakes it for good and joins its threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from labs.sim.store import ObjectStore, ResourceType, StoreError, Watch
+from labs.sim.timings import Timings
+
+log = logging.getLogger(__name__)
+
+# Upper bound on a sleep between two passes, so a missed wake-up costs little.
+MAX_IDLE_SECONDS = 1.0
+
+
+class Controller:
+    """Subclasses set `watched` and implement `reconcile() -> seconds until next pass | None`."""
+
+    watched: tuple[ResourceType, ...] = ()
+
+    def __init__(self, store: ObjectStore, timings: Timings) -> None:
+        self.store = store
+        self.timings = timings
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._watches: list[Watch] = []
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    def reconcile(self) -> float | None:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        """Open the watches and start the loop in daemon threads."""
+        for rtype in self.watched:
+            stream = self.store.watch(rtype)
+            self._watches.append(stream)
+            self._spawn(f"{self.name}-watch-{rtype.plural}", self._forward, stream)
+        self._spawn(f"{self.name}-loop", self._loop)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the loop and the watches and wait for the threads to end."""
+        self._stopping.set()
+        self._wake.set()
+        for stream in self._watches:
+            stream.close()
+        for thread in self._threads:
+            thread.join(timeout)
+        self._threads.clear()
+        self._watches.clear()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _spawn(self, name: str, target: Callable[..., None], *args: object) -> None:
+        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _forward(self, stream: Watch) -> None:
+        while stream.next() is not None:
+            self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            self._wake.clear()
+            try:
+                delay = self.reconcile()
+            except StoreError as error:  # an object changed under us: look again soon
+                log.debug("%s: %s", self.name, error)
+                delay = 0.05
+            except Exception:  # keep the world alive; the log says what broke
+                log.exception("%s reconcile failed", self.name)
+                delay = MAX_IDLE_SECONDS
+            wait = MAX_IDLE_SECONDS if delay is None else min(max(delay, 0.0), MAX_IDLE_SECONDS)
+            self._wake.wait(wait)

@@ -1,0 +1,73 @@
+"""Kubernetes Events recorded the way kubelet and the scheduler record them.
+
+The same (object, reason, message) seen again bumps `count` and `lastTimestamp` on the
+existing Event instead of adding one, which is what `kubectl describe` turns into
+`FailedScheduling (x3 over 9m40s)`.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+from labs.sim.store import EVENTS, NotFound, ObjectStore, now_rfc3339
+
+
+class EventRecorder:
+    """Records Events for one component (`default-scheduler`, `kubelet`, ...)."""
+
+    def __init__(self, store: ObjectStore, component: str) -> None:
+        self._store = store
+        self._component = component
+        self._known: dict[tuple[str, str, str], tuple[str, str]] = {}
+        self._lock = threading.Lock()
+
+    def record(
+        self,
+        involved: dict,
+        reason: str,
+        message: str,
+        event_type: str = "Normal",
+        host: str | None = None,
+    ) -> dict:
+        """Create the Event, or bump the one already recorded for the same story."""
+        meta = involved["metadata"]
+        namespace = meta.get("namespace") or "default"
+        key = (meta["uid"], reason, message)
+        with self._lock:
+            known = self._known.get(key)
+            if known is not None:
+                try:
+                    return self._store.update(EVENTS, known[1], _bump, namespace=known[0])
+                except NotFound:
+                    del self._known[key]
+            stamp = now_rfc3339()
+            source = {"component": self._component} | ({"host": host} if host else {})
+            event = {
+                "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}"},
+                "involvedObject": {
+                    "kind": involved.get("kind", ""),
+                    "apiVersion": involved.get("apiVersion", ""),
+                    "namespace": meta.get("namespace", ""),
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "resourceVersion": meta.get("resourceVersion", ""),
+                },
+                "reason": reason,
+                "message": message,
+                "type": event_type,
+                "source": source,
+                "count": 1,
+                "firstTimestamp": stamp,
+                "lastTimestamp": stamp,
+                "reportingComponent": self._component,
+                "reportingInstance": host or "",
+            }
+            created = self._store.create(EVENTS, event, namespace=namespace)
+            self._known[key] = (namespace, created["metadata"]["name"])
+            return created
+
+
+def _bump(event: dict) -> None:
+    event["count"] = event.get("count", 1) + 1
+    event["lastTimestamp"] = now_rfc3339()

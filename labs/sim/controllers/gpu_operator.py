@@ -1,0 +1,374 @@
+"""The NVIDIA GPU Operator (v26.3) reconciling the ClusterPolicy, as far as the lab can see it.
+
+Installed means: Deployment `gpu-operator` and a ClusterPolicy exist (the sim Infra
+creates both, with the chart's NFD worker DaemonSet, as helm would). Everything here
+happens only while the operator pod is Ready (scale the Deployment to 0 and nothing
+reconciles: status frozen, edits ignored, new nodes unlabelled).
+
+Each reconcile, `operator_reconcile` after the ClusterPolicy or the GPU node set changed:
+- labels GPU nodes (found by NFD's `pci-10de.present`) with `nvidia.com/gpu.present`,
+  the `nvidia.com/gpu.deploy.<component>` labels and the GFD product labels;
+- creates the DaemonSet of every enabled component and deletes it when disabled (the
+  operator deletes, it never scales to 0); a re-enabled one is a new object;
+- writes `status.state` (ready unless an enabled component's DaemonSet is not fully
+  ready; a deliberate disable is a successful reconcile) and the Ready/Error conditions;
+- logs one `ClusterPolicy step completed` JSON line per step, in the operator's order,
+  to the operator pod whenever a step's status changes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+from labs.sim.controllers.base import Controller
+from labs.sim.controllers.placement import pod_ready
+from labs.sim.hardware import GPU_MEMORY_MIB, GPU_PRODUCT_LABEL, NVIDIA_PCI_LABEL
+from labs.sim.store import (
+    CLUSTER_POLICY,
+    DAEMONSETS,
+    DEPLOYMENTS,
+    NODES,
+    PODS,
+    NotFound,
+    now_rfc3339,
+)
+
+OPERATOR_DEPLOYMENT = "gpu-operator"
+LOGGER = "controllers.ClusterPolicy"
+DEFAULT_TOLERATIONS = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+READY_MESSAGE = "ClusterPolicy is ready as all resources have been successfully reconciled"
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One ClusterPolicy component that the operator runs as a DaemonSet."""
+
+    step: str
+    daemonset: str
+    spec_key: str
+    component: str  # nvidia.com/gpu.deploy.<component>
+    enabled_by_default: bool
+    image: str
+    on_every_gpu_node: bool = True  # False: MIG-capable GPUs only (none on an A10G)
+
+
+OPERANDS = (
+    Operand(
+        "state-driver",
+        "nvidia-driver-daemonset",
+        "driver",
+        "driver",
+        True,
+        "nvcr.io/nvidia/driver:580.126.09",
+    ),
+    Operand(
+        "state-container-toolkit",
+        "nvidia-container-toolkit-daemonset",
+        "toolkit",
+        "container-toolkit",
+        True,
+        "nvcr.io/nvidia/k8s/container-toolkit:v1.19.1",
+    ),
+    Operand(
+        "state-operator-validation",
+        "nvidia-operator-validator",
+        "validator",
+        "operator-validator",
+        True,
+        "nvcr.io/nvidia/gpu-operator:v26.3.1",
+    ),
+    Operand(
+        "state-device-plugin",
+        "nvidia-device-plugin-daemonset",
+        "devicePlugin",
+        "device-plugin",
+        True,
+        "nvcr.io/nvidia/k8s-device-plugin:v0.19.0",
+    ),
+    Operand(
+        "state-dcgm",
+        "nvidia-dcgm",
+        "dcgm",
+        "dcgm",
+        False,
+        "nvcr.io/nvidia/cloud-native/dcgm:4.5.2-1-ubuntu22.04",
+    ),
+    Operand(
+        "state-dcgm-exporter",
+        "nvidia-dcgm-exporter",
+        "dcgmExporter",
+        "dcgm-exporter",
+        True,
+        "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.1-4.8.0-distroless",
+    ),
+    Operand(
+        "gpu-feature-discovery",
+        "gpu-feature-discovery",
+        "gfd",
+        "gpu-feature-discovery",
+        True,
+        "nvcr.io/nvidia/k8s-device-plugin:v0.19.0",
+    ),
+    Operand(
+        "state-mig-manager",
+        "nvidia-mig-manager",
+        "migManager",
+        "mig-manager",
+        True,
+        "nvcr.io/nvidia/cloud-native/k8s-mig-manager:v0.14.0",
+        on_every_gpu_node=False,
+    ),
+    Operand(
+        "state-node-status-exporter",
+        "nvidia-node-status-exporter",
+        "nodeStatusExporter",
+        "node-status-exporter",
+        False,
+        "nvcr.io/nvidia/gpu-operator:v26.3.1",
+    ),
+)
+STEP_ORDER = (
+    "pre-requisites",
+    "state-operator-metrics",
+    "state-driver",
+    "state-container-toolkit",
+    "state-operator-validation",
+    "state-device-plugin",
+    "state-mps-control-daemon",
+    "state-dcgm",
+    "state-dcgm-exporter",
+    "gpu-feature-discovery",
+    "state-mig-manager",
+    "state-node-status-exporter",
+)
+GFD_LABELS = {
+    "nvidia.com/gpu.present": "true",
+    "nvidia.com/gpu.product": GPU_PRODUCT_LABEL,
+    "nvidia.com/gpu.count": "1",
+    "nvidia.com/gpu.memory": str(GPU_MEMORY_MIB),
+    "nvidia.com/gpu.family": "ampere",
+    "nvidia.com/mig.capable": "false",
+    "nvidia.com/cuda.driver.major": "580",
+}
+
+
+def operand(step: str) -> Operand:
+    return next(o for o in OPERANDS if o.step == step)
+
+
+def is_enabled(policy: dict, item: Operand) -> bool:
+    section = (policy.get("spec") or {}).get(item.spec_key) or {}
+    return bool(section.get("enabled", item.enabled_by_default))
+
+
+class GpuOperator(Controller):
+    watched = (DEPLOYMENTS, DAEMONSETS, NODES, CLUSTER_POLICY)
+
+    def __init__(self, store, timings) -> None:
+        super().__init__(store, timings)
+        self._seen: object = None
+        self._act_at = 0.0
+        self._logged: object = None
+
+    def reconcile(self) -> float | None:
+        now = time.monotonic()
+        deploys = self.store.list(
+            DEPLOYMENTS, field_selector=f"metadata.name={OPERATOR_DEPLOYMENT}"
+        )[0]
+        if not deploys:
+            self._seen = self._logged = None
+            return None
+        deploy = deploys[0]
+        namespace = deploy["metadata"]["namespace"]
+        if (deploy.get("status") or {}).get("readyReplicas", 0) < 1:
+            return None
+        policies = self.store.list(CLUSTER_POLICY)[0]
+        if not policies:
+            return None
+        policy = policies[0]
+        gpu_nodes = self.store.list(NODES, label_selector=f"{NVIDIA_PCI_LABEL}=true")[0]
+        inputs = (
+            policy["metadata"]["uid"],
+            policy["metadata"]["generation"],
+            namespace,
+            tuple(n["metadata"]["name"] for n in gpu_nodes),
+        )
+        if inputs != self._seen:
+            self._seen = inputs
+            self._act_at = now + self.timings.operator_reconcile
+        if now < self._act_at:
+            return self._act_at - now
+        for node in gpu_nodes:
+            self._label(node)
+        statuses = self._operands(policy, namespace)
+        self._write_status(policy, statuses, bool(gpu_nodes), namespace)
+        self._log(deploy, statuses, len(gpu_nodes))
+        return None
+
+    def _label(self, node: dict) -> None:
+        wanted = dict(GFD_LABELS)
+        for item in OPERANDS:
+            if item.on_every_gpu_node:
+                wanted[f"nvidia.com/gpu.deploy.{item.component}"] = "true"
+
+        def apply(current: dict) -> None:
+            labels = current["metadata"].setdefault("labels", {})
+            for key, value in wanted.items():
+                labels.setdefault(key, value)  # a label an admin set by hand wins, as on EKS
+
+        try:
+            self.store.update(NODES, node["metadata"]["name"], apply)
+        except NotFound:
+            pass
+
+    def _operands(self, policy: dict, namespace: str) -> dict[str, str]:
+        statuses = {step: "ready" for step in STEP_ORDER}
+        spec = policy.get("spec") or {}
+        tolerations = (spec.get("daemonsets") or {}).get("tolerations") or DEFAULT_TOLERATIONS
+        for item in OPERANDS:
+            try:
+                existing = self.store.get(DAEMONSETS, item.daemonset, namespace)
+            except NotFound:
+                existing = None
+            if not is_enabled(policy, item):
+                statuses[item.step] = "disabled"
+                if existing is not None:
+                    self.store.delete(DAEMONSETS, item.daemonset, namespace)
+                continue
+            if existing is None:
+                existing = self.store.create(
+                    DAEMONSETS, _operand_daemonset(item, policy, tolerations), namespace
+                )
+            statuses[item.step] = "ready" if _daemonset_ready(existing) else "notReady"
+        plugin_on = statuses["state-device-plugin"] != "disabled"
+        statuses["state-mps-control-daemon"] = "ready" if plugin_on else "disabled"
+        return statuses
+
+    def _write_status(
+        self, policy: dict, statuses: dict[str, str], has_gpu_nodes: bool, namespace: str
+    ) -> None:
+        not_ready = [step for step in STEP_ORDER if statuses[step] == "notReady"]
+        if not_ready:
+            message = f"ClusterPolicy is not ready, states not ready: [{' '.join(not_ready)}]"
+            ready = ("False", "OperandNotReady", message)
+            error = ("True", "OperandNotReady", message)
+        elif has_gpu_nodes:
+            ready = ("True", "Reconciled", READY_MESSAGE)
+            error = ("False", "Ready", "")
+        else:
+            ready = ("True", "NoGPUNodes", "No GPU nodes found; watching for new GPU nodes")
+            error = ("False", "Ready", "")
+
+        def apply(current: dict) -> None:
+            status = current.setdefault("status", {})
+            status["state"] = "notReady" if not_ready else "ready"
+            status["namespace"] = namespace
+            old = {c["type"]: c for c in status.get("conditions") or []}
+            status["conditions"] = [
+                _condition(kind, values, old.get(kind))
+                for kind, values in (("Ready", ready), ("Error", error))
+            ]
+
+        try:
+            self.store.update(CLUSTER_POLICY, policy["metadata"]["name"], apply)
+        except NotFound:
+            pass
+
+    def _log(self, deploy: dict, statuses: dict[str, str], gpu_node_count: int) -> None:
+        story = (gpu_node_count, tuple(statuses[s] for s in STEP_ORDER))
+        if story == self._logged:
+            return
+        selector = (deploy["spec"].get("selector") or {}).get("matchLabels") or {}
+        namespace = deploy["metadata"]["namespace"]
+        pods = self.store.list(
+            PODS, namespace, label_selector=",".join(f"{k}={v}" for k, v in selector.items())
+        )[0]
+        running = [p for p in pods if pod_ready(p)]
+        if not running:
+            return
+        lines = [_log_line("Number of nodes with GPU label", NodeCount=gpu_node_count)]
+        lines += [
+            _log_line("ClusterPolicy step completed", **{"state:": step, "status": statuses[step]})
+            for step in STEP_ORDER
+        ]
+        self.store.append_pod_log(namespace, running[0]["metadata"]["name"], "".join(lines))
+        self._logged = story
+
+
+def _log_line(message: str, **fields: object) -> str:
+    record = {"level": "info", "ts": time.time(), "logger": LOGGER, "msg": message, **fields}
+    return json.dumps(record, separators=(",", ":")) + "\n"
+
+
+def _condition(kind: str, values: tuple[str, str, str], old: dict | None) -> dict:
+    status, reason, message = values
+    unchanged = old is not None and (old.get("status"), old.get("reason")) == (status, reason)
+    return {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": old["lastTransitionTime"] if unchanged else now_rfc3339(),
+    }
+
+
+def _daemonset_ready(ds: dict) -> bool:
+    status = ds.get("status")
+    if not status or status.get("observedGeneration") != ds["metadata"]["generation"]:
+        return False
+    return status.get("numberReady", 0) >= status.get("desiredNumberScheduled", 0)
+
+
+def _operand_daemonset(item: Operand, policy: dict, tolerations: list[dict]) -> dict:
+    section = (policy.get("spec") or {}).get(item.spec_key) or {}
+    image = item.image
+    if section.get("repository") and section.get("image") and section.get("version"):
+        image = f"{section['repository']}/{section['image']}:{section['version']}"
+    ds = daemonset_manifest(
+        item.daemonset,
+        {"app": item.daemonset, "app.kubernetes.io/managed-by": "gpu-operator"},
+        image,
+        node_selector={f"nvidia.com/gpu.deploy.{item.component}": "true"},
+        tolerations=tolerations,
+        env=section.get("env") or [],
+    )
+    ds["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": policy["apiVersion"],
+            "kind": policy["kind"],
+            "name": policy["metadata"]["name"],
+            "uid": policy["metadata"]["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    return ds
+
+
+def daemonset_manifest(
+    name: str,
+    labels: dict[str, str],
+    image: str,
+    node_selector: dict[str, str],
+    tolerations: list[dict],
+    env: list[dict] | None = None,
+) -> dict:
+    """A DaemonSet running one container of `image` on the nodes the selector admits."""
+    return {
+        "metadata": {"name": name, "labels": dict(labels)},
+        "spec": {
+            "selector": {"matchLabels": dict(labels)},
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "1"}},
+            "template": {
+                "metadata": {"labels": dict(labels)},
+                "spec": {
+                    "nodeSelector": node_selector,
+                    "tolerations": tolerations,
+                    "priorityClassName": "system-node-critical",
+                    "containers": [{"name": name, "image": image, "env": list(env or [])}],
+                },
+            },
+        },
+    }

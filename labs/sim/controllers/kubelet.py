@@ -1,0 +1,269 @@
+"""kubelet on every node: runs the pods bound to it and plays what their containers print.
+
+A bound pod gets `Pulled` (image already present), `Created` and `Started` Events after
+`container_start`, turns Running, and Ready after its startup time (the pod annotation
+`sim.eks-gpu-lab/startup-seconds` in real-world seconds, else `container_ready`).
+
+What a container does is decided by the first matching program:
+- `labs.sim.controllers.network.ConnectProbe`: pods annotated with a connect target.
+- `NvidiaSmi`: a command mentioning `nvidia-smi`. With a GPU allocated (limits
+  `nvidia.com/gpu` on a GPU node) it prints what the A10G prints (`-L` line, and the CSV
+  of `--query-gpu=name,driver_version,memory.total`); without one it prints
+  `Failed to initialize NVML: Unknown Error` and fails, as a container without
+  /dev/nvidia* does.
+- anything else prints nothing.
+Only run-to-completion pods (restartPolicy Never or OnFailure) finish (Succeeded, or
+Failed when the program fails); restartPolicy Always pods keep running.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from labs.sim.controllers.base import Controller
+from labs.sim.controllers.events import EventRecorder
+from labs.sim.controllers.placement import pod_requests
+from labs.sim.controllers.workloads import STARTUP_ANNOTATION
+from labs.sim.hardware import (
+    GPU_DRIVER_VERSION,
+    GPU_MEMORY_MIB,
+    GPU_NAME,
+    NVIDIA_PCI_LABEL,
+    gpu_uuid,
+)
+from labs.sim.store import NODES, PODS, NotFound, ObjectStore, now_rfc3339
+from labs.sim.timings import Timings
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a container printed, whether it exited 0, and how long it took (wall seconds)."""
+
+    log: str
+    succeeded: bool
+    duration: float
+
+
+class Program(Protocol):
+    def matches(self, pod: dict) -> bool: ...
+
+    def run(self, pod: dict, node: dict, timings: Timings) -> Outcome: ...
+
+
+class NvidiaSmi:
+    """`nvidia-smi` as the CUDA base image runs it on a g5.xlarge."""
+
+    _CALL = re.compile(r"nvidia-smi([^&;|\n]*)")
+
+    def matches(self, pod: dict) -> bool:
+        return "nvidia-smi" in command_text(pod)
+
+    def run(self, pod: dict, node: dict, timings: Timings) -> Outcome:
+        has_gpu = pod_requests(pod).get("nvidia.com/gpu", 0) > 0 and NVIDIA_PCI_LABEL in (
+            node["metadata"].get("labels") or {}
+        )
+        if not has_gpu:
+            return Outcome(
+                "Failed to initialize NVML: Unknown Error\n", False, timings.container_run
+            )
+        lines: list[str] = []
+        for args in self._CALL.findall(command_text(pod)):
+            if "--query-gpu" in args:
+                lines += [
+                    "name, driver_version, memory.total [MiB]",
+                    f"{GPU_NAME}, {GPU_DRIVER_VERSION}, {GPU_MEMORY_MIB} MiB",
+                ]
+            else:
+                lines.append(f"GPU 0: {GPU_NAME} (UUID: {gpu_uuid(node['metadata']['name'])})")
+        return Outcome("".join(f"{line}\n" for line in lines), True, timings.container_run)
+
+
+class Silent:
+    """Any other container: prints nothing and exits 0."""
+
+    def matches(self, pod: dict) -> bool:
+        return True
+
+    def run(self, pod: dict, node: dict, timings: Timings) -> Outcome:
+        return Outcome("", True, timings.container_run)
+
+
+class Kubelet(Controller):
+    watched = (PODS, NODES)
+
+    def __init__(
+        self, store: ObjectStore, timings: Timings, programs: Sequence[Program] = ()
+    ) -> None:
+        super().__init__(store, timings)
+        self._programs = [*programs, NvidiaSmi(), Silent()]
+        self._events = EventRecorder(store, "kubelet")
+        # pod uid -> (wall time of the next step, step name)
+        self._plans: dict[str, tuple[float, str]] = {}
+        self._outcomes: dict[str, Outcome] = {}
+
+    def reconcile(self) -> float | None:
+        now = time.monotonic()
+        nodes = {n["metadata"]["name"]: n for n in self.store.list(NODES)[0]}
+        pods = [p for p in self.store.list(PODS)[0] if p["spec"].get("nodeName") in nodes]
+        live = {p["metadata"]["uid"] for p in pods}
+        self._plans = {uid: plan for uid, plan in self._plans.items() if uid in live}
+        self._outcomes = {uid: o for uid, o in self._outcomes.items() if uid in live}
+        waits = []
+        for pod in pods:
+            uid = pod["metadata"]["uid"]
+            step = self._plans.get(uid) or self._first_step(pod, now)
+            if step is None:
+                continue
+            at, name = step
+            if at <= now:
+                step = self._advance(name, pod, nodes[pod["spec"]["nodeName"]], now)
+            if step is None:
+                self._plans.pop(uid, None)
+            else:
+                self._plans[uid] = step
+                waits.append(step[0] - now)
+        return min(waits, default=None)
+
+    def _first_step(self, pod: dict, now: float) -> tuple[float, str] | None:
+        status = pod.get("status") or {}
+        if status.get("phase", "Pending") != "Pending" or status.get("containerStatuses"):
+            return None
+        return now + self.timings.container_start, "start"
+
+    def _advance(self, step: str, pod: dict, node: dict, now: float) -> tuple[float, str] | None:
+        if step == "start":
+            self._start(pod, node)
+            startup = pod["metadata"].get("annotations", {}).get(STARTUP_ANNOTATION)
+            ready_in = (
+                float(startup) / self.timings.speed if startup else self.timings.container_ready
+            )
+            if pod["spec"].get("restartPolicy", "Always") == "Always":
+                return now + ready_in, "ready"
+            outcome = self._program(pod).run(pod, node, self.timings)
+            self._outcomes[pod["metadata"]["uid"]] = outcome
+            self._update(pod, lambda p: _set_ready(p, True))
+            return now + outcome.duration, "finish"
+        if step == "ready":
+            self._update(pod, lambda p: _set_ready(p, True))
+            return None
+        outcome = self._outcomes.pop(pod["metadata"]["uid"])
+        self.store.set_pod_log(pod["metadata"]["namespace"], pod["metadata"]["name"], outcome.log)
+        self._update(pod, lambda p: _finish(p, outcome.succeeded))
+        return None
+
+    def _program(self, pod: dict) -> Program:
+        return next(p for p in self._programs if p.matches(pod))
+
+    def _start(self, pod: dict, node: dict) -> None:
+        host = node["metadata"]["name"]
+        for container in pod["spec"].get("containers") or []:
+            image = container.get("image", "")
+            self._events.record(
+                pod, "Pulled", f'Container image "{image}" already present on machine', host=host
+            )
+            self._events.record(pod, "Created", "Container created", host=host)
+            self._events.record(pod, "Started", "Container started", host=host)
+        host_ip = _internal_ip(node)
+        self._update(pod, lambda p: _run(p, host_ip, _pod_ip(host_ip, p["metadata"]["uid"])))
+
+    def _update(self, pod: dict, mutate) -> None:
+        try:
+            self.store.update(PODS, pod["metadata"]["name"], mutate, pod["metadata"]["namespace"])
+        except NotFound:
+            pass
+
+
+def command_text(pod: dict) -> str:
+    """All containers' command and args as one string, for deciding what they do."""
+    parts: list[str] = []
+    for container in pod["spec"].get("containers") or []:
+        parts += [str(x) for x in (container.get("command") or []) + (container.get("args") or [])]
+    return " ".join(parts)
+
+
+def _internal_ip(node: dict) -> str:
+    for address in (node.get("status") or {}).get("addresses") or []:
+        if address["type"] == "InternalIP":
+            return address["address"]
+    return "192.168.0.10"
+
+
+def _pod_ip(host_ip: str, uid: str) -> str:
+    """A secondary IP in the node's /22 (the VPC CNI gives pods VPC addresses)."""
+    network = ipaddress.ip_network(f"{host_ip}/22", strict=False)
+    offset = 16 + int(uid.replace("-", "")[:8], 16) % (network.num_addresses - 32)
+    return str(network.network_address + offset)
+
+
+def _run(pod: dict, host_ip: str, pod_ip: str) -> None:
+    stamp = now_rfc3339()
+    status = pod.setdefault("status", {})
+    status.update(
+        phase="Running",
+        hostIP=host_ip,
+        hostIPs=[{"ip": host_ip}],
+        podIP=pod_ip,
+        podIPs=[{"ip": pod_ip}],
+        startTime=status.get("startTime") or stamp,
+    )
+    status["containerStatuses"] = [
+        {
+            "name": c["name"],
+            "image": c.get("image", ""),
+            "imageID": "",
+            "ready": False,
+            "restartCount": 0,
+            "started": True,
+            "state": {"running": {"startedAt": stamp}},
+        }
+        for c in pod["spec"].get("containers") or []
+    ]
+    _set_conditions(pod, {"PodReadyToStartContainers": "True", "Initialized": "True"})
+    _set_ready(pod, False)
+
+
+def _set_ready(pod: dict, ready: bool) -> None:
+    value = "True" if ready else "False"
+    _set_conditions(pod, {"Ready": value, "ContainersReady": value})
+    for container in pod["status"].get("containerStatuses") or []:
+        container["ready"] = ready
+
+
+def _finish(pod: dict, succeeded: bool) -> None:
+    stamp = now_rfc3339()
+    pod["status"]["phase"] = "Succeeded" if succeeded else "Failed"
+    for container in pod["status"].get("containerStatuses") or []:
+        started = container["state"].get("running", {}).get("startedAt", stamp)
+        container["state"] = {
+            "terminated": {
+                "exitCode": 0 if succeeded else 1,
+                "reason": "Completed" if succeeded else "Error",
+                "startedAt": started,
+                "finishedAt": stamp,
+            }
+        }
+        container["ready"] = False
+        container["started"] = False
+    _set_conditions(pod, {"Ready": "False", "ContainersReady": "False"})
+
+
+def _set_conditions(pod: dict, wanted: dict[str, str]) -> None:
+    conditions = pod["status"].setdefault("conditions", [])
+    for kind, value in wanted.items():
+        existing = next((c for c in conditions if c["type"] == kind), None)
+        if existing is None:
+            conditions.append(
+                {
+                    "type": kind,
+                    "status": value,
+                    "lastProbeTime": None,
+                    "lastTransitionTime": now_rfc3339(),
+                }
+            )
+        elif existing["status"] != value:
+            existing.update(status=value, lastTransitionTime=now_rfc3339())

@@ -1,0 +1,281 @@
+"""EKS managed node groups: EC2 instances and Kubernetes Nodes follow each group's desiredSize.
+
+It polls moto's EKS API (there is no watch there, as on AWS). Scale-up launches an
+instance in the group's subnet at once and the Node joins, Ready, after the boot delay
+(~5.5 min real). Scale-down cordons the node, and after the terminate delay removes its
+pods and the Node and terminates the instance. GPU nodes carry the group's labels and
+taints plus NFD's `pci-10de.present` label, as they would once NFD has looked at them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from labs.sim.aws_seed import AMI_NAMES, aux_sg_name, node_sg_name
+from labs.sim.controllers.base import Controller
+from labs.sim.hardware import MAX_PODS, NVIDIA_PCI_LABEL, node_name_for_ip, shape
+from labs.sim.store import NODES, PODS, NotFound, ObjectStore, now_rfc3339
+from labs.sim.timings import Timings
+
+NODEGROUP_TAG = "eks:nodegroup-name"
+# Floor on the EKS polling period so a fast world does not hammer moto.
+MIN_POLL_SECONDS = 0.25
+_TAINT_EFFECTS = {
+    "NO_SCHEDULE": "NoSchedule",
+    "NO_EXECUTE": "NoExecute",
+    "PREFER_NO_SCHEDULE": "PreferNoSchedule",
+}
+
+
+class NodeLifecycle(Controller):
+    """Keeps instances and Nodes of every node group of one cluster at desiredSize."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        timings: Timings,
+        clients: Callable[[str], Any],
+        cluster: str,
+        region: str,
+    ) -> None:
+        super().__init__(store, timings)
+        self._ec2 = clients("ec2")
+        self._eks = clients("eks")
+        self._cluster = cluster
+        self._region = region
+        self._booting: dict[str, tuple[float, dict, dict]] = {}
+        self._draining: dict[str, tuple[float, str]] = {}
+        self._group_names: list[str] | None = None  # node groups are fixed once seeded
+
+    def reconcile(self) -> float | None:
+        return self._pass(self.timings.node_boot)
+
+    def converge_instantly(self) -> None:
+        """Bring every group to its size with no boot delay (the state after terraform apply)."""
+        self._pass(0.0)
+
+    def _pass(self, boot_delay: float) -> float:
+        now = time.monotonic()
+        if self._group_names is None:
+            self._group_names = self._eks.list_nodegroups(clusterName=self._cluster)["nodegroups"]
+        instances = self._instances()
+        for name in self._group_names:
+            group = self._eks.describe_nodegroup(clusterName=self._cluster, nodegroupName=name)
+            mine = [i for i in instances if _tag(i, NODEGROUP_TAG) == name]
+            self._follow(group["nodegroup"], mine, now, boot_delay)
+        self._finish_due(now)
+        due = [at for at, *_ in self._booting.values()] + [at for at, _ in self._draining.values()]
+        poll = max(self.timings.nodegroup_poll, MIN_POLL_SECONDS)
+        return min([poll, *(at - now for at in due)])
+
+    def _follow(self, group: dict, instances: list[dict], now: float, boot_delay: float) -> None:
+        desired = group["scalingConfig"]["desiredSize"]
+        active = [i for i in instances if i["InstanceId"] not in self._draining]
+        for instance in active:
+            if instance["InstanceId"] not in self._booting and not self._node_exists(instance):
+                self._booting[instance["InstanceId"]] = (now + boot_delay, instance, group)
+        for _ in range(desired - len(active)):
+            instance = self._launch(group, len(instances))
+            instances.append(instance)
+            self._booting[instance["InstanceId"]] = (now + boot_delay, instance, group)
+        surplus = len(active) - desired
+        if surplus > 0:
+            newest_first = sorted(active, key=lambda i: i["LaunchTime"], reverse=True)
+            booting_first = sorted(newest_first, key=lambda i: i["InstanceId"] not in self._booting)
+            for instance in booting_first[:surplus]:
+                self._scale_in(instance, now)
+
+    def _instances(self) -> list[dict]:
+        reservations = self._ec2.describe_instances(
+            Filters=[
+                {"Name": "tag:eks:cluster-name", "Values": [self._cluster]},
+                {"Name": "instance-state-name", "Values": ["pending", "running"]},
+            ]
+        )["Reservations"]
+        return [i for r in reservations for i in r["Instances"]]
+
+    def _launch(self, group: dict, ordinal: int) -> dict:
+        ami_kind = "nvidia" if "NVIDIA" in group["amiType"] else "standard"
+        images = self._ec2.describe_images(
+            Filters=[{"Name": "name", "Values": [AMI_NAMES[ami_kind]]}]
+        )["Images"]
+        groups = self._ec2.describe_security_groups(
+            Filters=[
+                {
+                    "Name": "group-name",
+                    "Values": [node_sg_name(self._cluster), aux_sg_name(self._cluster)],
+                }
+            ]
+        )["SecurityGroups"]
+        subnets = group["subnets"]
+        tags = {
+            NODEGROUP_TAG: group["nodegroupName"],
+            "eks:cluster-name": self._cluster,
+            f"kubernetes.io/cluster/{self._cluster}": "owned",
+            "Name": group["nodegroupName"],
+        }
+        return self._ec2.run_instances(
+            ImageId=images[0]["ImageId"],
+            MinCount=1,
+            MaxCount=1,
+            InstanceType=group["instanceTypes"][0],
+            SubnetId=subnets[ordinal % len(subnets)],
+            SecurityGroupIds=[g["GroupId"] for g in groups],
+            TagSpecifications=[
+                {
+                    "ResourceType": "instance",
+                    "Tags": [{"Key": k, "Value": v} for k, v in tags.items()],
+                }
+            ],
+        )["Instances"][0]
+
+    def _scale_in(self, instance: dict, now: float) -> None:
+        instance_id = instance["InstanceId"]
+        if self._booting.pop(instance_id, None) is not None:
+            self._ec2.terminate_instances(InstanceIds=[instance_id])
+            return
+        name = self._node_name(instance)
+        try:
+            self.store.update(NODES, name, _cordon)
+        except NotFound:
+            pass
+        self._draining[instance_id] = (now + self.timings.node_terminate, name)
+
+    def _finish_due(self, now: float) -> None:
+        for instance_id, (at, instance, group) in list(self._booting.items()):
+            if at <= now:
+                del self._booting[instance_id]
+                self.store.create(NODES, build_node(instance, group, self._region))
+        for instance_id, (at, name) in list(self._draining.items()):
+            if at <= now:
+                del self._draining[instance_id]
+                self._remove_node(name)
+                self._ec2.terminate_instances(InstanceIds=[instance_id])
+
+    def _remove_node(self, name: str) -> None:
+        pods, _ = self.store.list(PODS, field_selector=f"spec.nodeName={name}")
+        for pod in pods:
+            try:
+                self.store.delete(PODS, pod["metadata"]["name"], pod["metadata"]["namespace"])
+            except NotFound:
+                pass
+        try:
+            self.store.delete(NODES, name)
+        except NotFound:
+            pass
+
+    def _node_name(self, instance: dict) -> str:
+        return node_name_for_ip(instance["PrivateIpAddress"], self._region)
+
+    def _node_exists(self, instance: dict) -> bool:
+        try:
+            self.store.get(NODES, self._node_name(instance))
+        except NotFound:
+            return False
+        return True
+
+
+def _tag(instance: dict, key: str) -> str | None:
+    return next((t["Value"] for t in instance.get("Tags") or [] if t["Key"] == key), None)
+
+
+def _cordon(node: dict) -> None:
+    spec = node.setdefault("spec", {})
+    spec["unschedulable"] = True
+    taints = spec.setdefault("taints", [])
+    unschedulable = {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}
+    if unschedulable not in taints:
+        taints.append(unschedulable | {"timeAdded": now_rfc3339()})
+
+
+def build_node(instance: dict, group: dict, region: str) -> dict:
+    """The Node object EKS would register for `instance` of managed node group `group`."""
+    instance_type = instance["InstanceType"]
+    machine = shape(instance_type)
+    zone = instance["Placement"]["AvailabilityZone"]
+    ip = instance["PrivateIpAddress"]
+    name = node_name_for_ip(ip, region)
+    labels = {
+        "beta.kubernetes.io/arch": "amd64",
+        "beta.kubernetes.io/instance-type": instance_type,
+        "beta.kubernetes.io/os": "linux",
+        "eks.amazonaws.com/capacityType": group.get("capacityType", "ON_DEMAND"),
+        "eks.amazonaws.com/nodegroup": group["nodegroupName"],
+        "eks.amazonaws.com/nodegroup-image": instance["ImageId"],
+        "failure-domain.beta.kubernetes.io/region": region,
+        "failure-domain.beta.kubernetes.io/zone": zone,
+        "kubernetes.io/arch": "amd64",
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "node.kubernetes.io/instance-type": instance_type,
+        "topology.kubernetes.io/region": region,
+        "topology.kubernetes.io/zone": zone,
+        **(group.get("labels") or {}),
+    }
+    if machine.gpus:
+        labels[NVIDIA_PCI_LABEL] = "true"
+    taints = [
+        {"key": t["key"], "value": t.get("value", ""), "effect": _TAINT_EFFECTS[t["effect"]]}
+        for t in group.get("taints") or []
+    ]
+    resources = {"cpu": machine.cpu, "memory": machine.memory, "pods": MAX_PODS}
+    stamp = now_rfc3339()
+    conditions = [
+        _condition(kind, "False", reason, message, stamp)
+        for kind, reason, message in (
+            ("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory"),
+            ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+            ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+        )
+    ]
+    conditions.append(
+        _condition("Ready", "True", "KubeletReady", "kubelet is posting ready status", stamp)
+    )
+    return {
+        "metadata": {
+            "name": name,
+            "labels": labels,
+            "annotations": {"alpha.kubernetes.io/provided-node-ip": ip},
+        },
+        "spec": {"providerID": f"aws:///{zone}/{instance['InstanceId']}", "taints": taints},
+        "status": {
+            "capacity": resources | {"ephemeral-storage": "104845292Ki"},
+            "allocatable": {
+                "cpu": machine.allocatable_cpu,
+                "memory": machine.allocatable_memory,
+                "pods": MAX_PODS,
+                "ephemeral-storage": "95551679124",
+            },
+            "conditions": conditions,
+            "addresses": [
+                {"type": "InternalIP", "address": ip},
+                {"type": "InternalDNS", "address": name},
+                {"type": "Hostname", "address": name},
+            ],
+            "nodeInfo": {
+                "architecture": "amd64",
+                "containerRuntimeVersion": "containerd://2.2.4",
+                "kernelVersion": "6.12.40-63.114.amzn2023.x86_64",
+                "kubeProxyVersion": "",
+                "kubeletVersion": "v1.35.0-eks-3cfe0ce",
+                "operatingSystem": "linux",
+                "osImage": "Amazon Linux 2023.9.20260714",
+                "machineID": instance["InstanceId"].replace("i-", "ec2"),
+                "systemUUID": instance["InstanceId"].replace("i-", "ec2"),
+                "bootID": instance["InstanceId"],
+            },
+        },
+    }
+
+
+def _condition(kind: str, status: str, reason: str, message: str, stamp: str) -> dict:
+    return {
+        "type": kind,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastHeartbeatTime": stamp,
+        "lastTransitionTime": stamp,
+    }

@@ -1,0 +1,125 @@
+"""Pod-to-node matching rules shared by the scheduler, the DaemonSet controller and kubelet.
+
+Quantities, nodeSelector and required node affinity, taints and tolerations, pod
+resource requests, as the Kubernetes scheduler reads them.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+
+_SUFFIXES = {
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "m": Decimal("0.001"),
+}
+_QUANTITY = re.compile(r"^([0-9.]+)([A-Za-z]*)$")
+_SCHEDULING_EFFECTS = ("NoSchedule", "NoExecute")
+# Taints a DaemonSet pod tolerates automatically (the DaemonSet controller adds them).
+_DAEMONSET_TOLERATED = (
+    "node.kubernetes.io/unschedulable",
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+    "node.kubernetes.io/disk-pressure",
+    "node.kubernetes.io/memory-pressure",
+    "node.kubernetes.io/pid-pressure",
+)
+
+
+def quantity(value: object) -> Decimal:
+    """A Kubernetes quantity ("100m", "70Mi", "1") as a number of base units."""
+    match = _QUANTITY.match(str(value).strip())
+    if not match or match.group(2) not in ("", *_SUFFIXES):
+        raise ValueError(f"not a Kubernetes quantity: {value!r} (examples: 100m, 70Mi, 1)")
+    number, suffix = match.groups()
+    return Decimal(number) * Decimal(_SUFFIXES.get(suffix, 1))
+
+
+def pod_requests(pod: dict) -> dict[str, Decimal]:
+    """Summed container requests (limits stand in for missing requests, as the API defaults)."""
+    total: dict[str, Decimal] = {}
+    for container in pod["spec"].get("containers") or []:
+        resources = container.get("resources") or {}
+        wanted = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        for name, value in wanted.items():
+            total[name] = total.get(name, Decimal(0)) + quantity(value)
+    return total
+
+
+def pod_is_terminal(pod: dict) -> bool:
+    return pod.get("status", {}).get("phase") in ("Succeeded", "Failed")
+
+
+def pod_ready(pod: dict) -> bool:
+    return _condition_true(pod, "Ready")
+
+
+def node_is_ready(node: dict) -> bool:
+    return _condition_true(node, "Ready")
+
+
+def selector_matches(node_selector: dict, node: dict, affinity: dict | None = None) -> bool:
+    """nodeSelector and requiredDuringScheduling node affinity against the node's labels."""
+    labels = node["metadata"].get("labels") or {}
+    if any(labels.get(key) != value for key, value in node_selector.items()):
+        return False
+    required = ((affinity or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    terms = required.get("nodeSelectorTerms") or []
+    return not terms or any(_term_matches(term, labels) for term in terms)
+
+
+def untolerated_taints(tolerations: list[dict], node: dict, daemonset: bool = False) -> list[dict]:
+    """The node's NoSchedule/NoExecute taints that no toleration covers."""
+    return [
+        taint
+        for taint in (node.get("spec") or {}).get("taints") or []
+        if taint.get("effect") in _SCHEDULING_EFFECTS
+        and not (daemonset and taint["key"] in _DAEMONSET_TOLERATED)
+        and not any(_tolerates(t, taint) for t in tolerations)
+    ]
+
+
+def tolerates(tolerations: list[dict], node: dict, daemonset: bool = False) -> bool:
+    return not untolerated_taints(tolerations, node, daemonset)
+
+
+def _tolerates(toleration: dict, taint: dict) -> bool:
+    if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
+        return False
+    if toleration.get("operator") == "Exists":
+        return not toleration.get("key") or toleration["key"] == taint["key"]
+    return toleration.get("key") == taint["key"] and toleration.get("value", "") == taint.get(
+        "value", ""
+    )
+
+
+def _term_matches(term: dict, labels: dict) -> bool:
+    for expression in term.get("matchExpressions") or []:
+        key, operator = expression["key"], expression["operator"]
+        values = expression.get("values") or []
+        present = key in labels
+        if operator == "In" and labels.get(key) not in values:
+            return False
+        if operator == "NotIn" and present and labels[key] in values:
+            return False
+        if operator == "Exists" and not present:
+            return False
+        if operator == "DoesNotExist" and present:
+            return False
+    return True
+
+
+def _condition_true(obj: dict, kind: str) -> bool:
+    return any(
+        c.get("type") == kind and c.get("status") == "True"
+        for c in (obj.get("status") or {}).get("conditions") or []
+    )

@@ -1,0 +1,414 @@
+"""The rehearsal world's stand-in for `terraform apply`: the stack's variables, applied through
+public APIs (boto3 against moto, the kubernetes client against the emulator).
+
+What each variable does here, as in the Terraform stack:
+- `enable_gpu_operator`: installs or uninstalls the gpu-operator chart the way helm would
+  (namespace, the chart's NFD worker DaemonSet, Deployment `gpu-operator`, ClusterPolicy
+  `cluster-policy` with the spec the chart renders from `terraform/gpu_operator_values.yaml`);
+- `enable_aux_sg_vpc_allow`, `node_sg_enable_recommended_rules`: add or remove their
+  security-group rules in moto;
+- `gpu_max_size`: the GPU node group's maxSize; `gpu_desired_size` is create-time only
+  (the module ignores later changes), so it changes nothing, exactly as on AWS;
+- cluster name, region, AZs, instance type and AZ index are fixed when the world starts: a
+  different value is an error naming it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from labs import stack
+from labs.infra import InfraError
+from labs.sim.aws_seed import (
+    AUX_VPC_ALLOW_RULE,
+    AZ_SUFFIXES,
+    NODE_SG_RECOMMENDED_RULES,
+    SgRule,
+    StackIds,
+    add_rule,
+    find_stack,
+    moto_clients,
+    remove_rule,
+    rule_ids,
+)
+from labs.sim.controllers.gpu_operator import daemonset_manifest
+from labs.sim.controllers.workloads import STARTUP_ANNOTATION
+from labs.sim.timings import REAL_WORLD_SECONDS
+
+VALUES_FILE = stack.STACK_DIR / "gpu_operator_values.yaml"
+HELM_RELEASE = "helm_release.gpu_operator[0]"
+AUX_RULE_ADDRESS = "aws_vpc_security_group_ingress_rule.node_aux_from_vpc[0]"
+GPU_NODE_GROUP_ADDRESS = (
+    'module.eks.module.eks_managed_node_group["gpu"].aws_eks_node_group.this[0]'
+)
+OPERATOR = "gpu-operator"
+CLUSTER_POLICY_NAME = "cluster-policy"
+NFD_WORKER = "gpu-operator-node-feature-discovery-worker"
+CHART_DEFAULTS: dict[str, Any] = {
+    "operator": {"defaultRuntime": "containerd", "runtimeClass": "nvidia"},
+    "daemonsets": {
+        "priorityClassName": "system-node-critical",
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "updateStrategy": "RollingUpdate",
+    },
+    "driver": {"enabled": True},
+    "toolkit": {"enabled": True},
+    "devicePlugin": {
+        "enabled": True,
+        "repository": "nvcr.io/nvidia",
+        "image": "k8s-device-plugin",
+        "version": "v0.19.0",
+        "imagePullPolicy": "IfNotPresent",
+    },
+    "dcgm": {"enabled": False},
+    "dcgmExporter": {"enabled": True},
+    "gfd": {"enabled": True},
+    "migManager": {"enabled": True},
+    "nodeStatusExporter": {"enabled": False},
+    "validator": {"plugin": {"env": []}},
+}
+
+
+def _node_sg_address(rule: SgRule) -> str:
+    return f'module.eks.aws_security_group_rule.node["{rule.key}"]'
+
+
+class SimInfra:
+    """labs.infra.Infra for a running rehearsal world, reached through its endpoints."""
+
+    def __init__(self, endpoints: Mapping[str, Any]) -> None:
+        missing = {"aws_endpoint_url", "kube_url", "region", "cluster_name"} - set(endpoints)
+        if missing:
+            raise InfraError(
+                f"rehearsal endpoints lack {sorted(missing)}: is endpoints.json from `labs.sim`?"
+            )
+        self._endpoints = dict(endpoints)
+        self._cluster = endpoints["cluster_name"]
+        self._region = endpoints["region"]
+        self._aws = moto_clients(endpoints["aws_endpoint_url"], self._region)
+        self._kube: Any = None
+
+    # ---- Infra ------------------------------------------------------------------------
+
+    def plan(self, variables: Mapping[str, Any]) -> list[str]:
+        return [line for line, _ in self._changes(variables)]
+
+    def apply(self, variables: Mapping[str, Any]) -> dict[str, Any]:
+        for _, action in self._changes(variables):
+            action()
+        return self.outputs()
+
+    def outputs(self) -> dict[str, Any]:
+        ids = self._ids()
+        return {
+            "configure_kubectl": (
+                f"aws eks --region {self._region} update-kubeconfig --name {self._cluster}"
+            ),
+            "cluster_name": self._cluster,
+            "cluster_endpoint": self._aws("eks").describe_cluster(name=self._cluster)["cluster"][
+                "endpoint"
+            ],
+            "cluster_security_group_id": ids.cluster_security_group_id,
+            "node_security_group_id": ids.node_security_group_id,
+            "auxiliary_node_sg_id": ids.auxiliary_node_sg_id,
+            "gpu_subnet_az": ids.gpu_subnet_az,
+            "gpu_subnet_id": ids.gpu_subnet_id,
+            "ami_al2023_standard": ids.ami_al2023_standard,
+            "ami_al2023_nvidia": ids.ami_al2023_nvidia,
+            "region": self._region,
+            "gpu_node_group_name": stack.gpu_node_group_name(self._cluster),
+            "system_node_group_name": stack.system_node_group_name(self._cluster),
+            "vpc_id": ids.vpc_id,
+        }
+
+    def destroy(self) -> None:
+        """Uninstall the operator; the world's process itself is the lifecycle's to stop."""
+        release = self._installed_release()
+        if release is not None:
+            self._uninstall(release)
+
+    # ---- changes ----------------------------------------------------------------------
+
+    def _changes(self, variables: Mapping[str, Any]) -> list[tuple[str, Any]]:
+        ids = self._ids()
+        group = self._gpu_group()
+        wanted = self._checked(variables, ids, group)
+        ec2 = self._aws("ec2")
+        changes: list[tuple[str, Any]] = []
+        release = self._installed_release()
+        version = wanted[stack.GPU_OPERATOR_CHART_VERSION]
+        namespace = wanted[stack.GPU_OPERATOR_NAMESPACE]
+        if wanted[stack.ENABLE_GPU_OPERATOR]:
+            if release is None:
+                changes.append(
+                    (f"+ {HELM_RELEASE} (create)", lambda: self._install(namespace, version))
+                )
+            elif release != (namespace, version):
+                changes.append(
+                    (
+                        f"~ {HELM_RELEASE} (update in-place)",
+                        lambda: (self._uninstall(release), self._install(namespace, version)),
+                    )
+                )
+        elif release is not None:
+            changes.append((f"- {HELM_RELEASE} (destroy)", lambda: self._uninstall(release)))
+        changes += self._rule_changes(
+            ec2,
+            ids.auxiliary_node_sg_id,
+            [AUX_VPC_ALLOW_RULE],
+            wanted[stack.ENABLE_AUX_SG_VPC_ALLOW],
+            ids.cluster_security_group_id,
+            lambda rule: AUX_RULE_ADDRESS,
+        )
+        changes += self._rule_changes(
+            ec2,
+            ids.node_security_group_id,
+            list(NODE_SG_RECOMMENDED_RULES),
+            wanted[stack.NODE_SG_ENABLE_RECOMMENDED_RULES],
+            ids.cluster_security_group_id,
+            _node_sg_address,
+        )
+        scaling = group["scalingConfig"]
+        if scaling["maxSize"] != wanted[stack.GPU_MAX_SIZE]:
+            new = dict(scaling, maxSize=wanted[stack.GPU_MAX_SIZE])
+            changes.append(
+                (
+                    f"~ {GPU_NODE_GROUP_ADDRESS} (update in-place)",
+                    lambda: self._aws("eks").update_nodegroup_config(
+                        clusterName=self._cluster,
+                        nodegroupName=group["nodegroupName"],
+                        scalingConfig=new,
+                    ),
+                )
+            )
+        return changes
+
+    def _rule_changes(
+        self,
+        ec2: Any,
+        group_id: str,
+        rules: list[SgRule],
+        enabled: bool,
+        cluster_sg: str,
+        address: Any,
+    ) -> list[tuple[str, Any]]:
+        changes = []
+        for rule in rules:
+            present = bool(rule_ids(ec2, group_id, rule))
+            if enabled and not present:
+                changes.append(
+                    (
+                        f"+ {address(rule)} (create)",
+                        lambda rule=rule: add_rule(ec2, group_id, rule, cluster_sg),
+                    )
+                )
+            elif present and not enabled:
+                changes.append(
+                    (
+                        f"- {address(rule)} (destroy)",
+                        lambda rule=rule: remove_rule(ec2, group_id, rule),
+                    )
+                )
+        return changes
+
+    def _checked(self, variables: Mapping[str, Any], ids: StackIds, group: dict) -> dict[str, Any]:
+        missing = stack.ORCHESTRATOR_VARIABLES - set(variables)
+        if missing:
+            raise InfraError(f"variables missing: {sorted(missing)}; pass the lab's full set")
+        wanted = dict(variables)
+        fixed = {
+            stack.CLUSTER_BASE_NAME: self._cluster,
+            stack.TARGET_REGION: self._region,
+            stack.AVAILABILITY_ZONES: [self._region + suffix for suffix in AZ_SUFFIXES],
+            stack.GPU_INSTANCE_TYPE: group["instanceTypes"][0],
+            stack.GPU_AZ_INDEX: ids.private_subnet_ids.index(ids.gpu_subnet_id),
+        }
+        for name, actual in fixed.items():
+            if _plain(wanted[name]) != actual:
+                raise InfraError(
+                    f"{name}={wanted[name]!r} differs from the running rehearsal world "
+                    f"({actual!r}); restart the world with that setting (lab.down --destroy)"
+                )
+        if not wanted[stack.GPU_DESIRED_SIZE] <= wanted[stack.GPU_MAX_SIZE]:
+            raise InfraError(
+                f"gpu_desired_size ({wanted[stack.GPU_DESIRED_SIZE]}) must not exceed "
+                f"gpu_max_size ({wanted[stack.GPU_MAX_SIZE]})"
+            )
+        return wanted
+
+    # ---- AWS side ---------------------------------------------------------------------
+
+    def _ids(self) -> StackIds:
+        try:
+            return find_stack(self._aws, self._cluster, self._region)
+        except Exception as error:
+            raise InfraError(
+                f"cannot read the rehearsal stack at {self._endpoints['aws_endpoint_url']}: "
+                f"{error}; is the world running (lab.up --sim)?"
+            ) from error
+
+    def _gpu_group(self) -> dict:
+        return self._aws("eks").describe_nodegroup(
+            clusterName=self._cluster, nodegroupName=stack.gpu_node_group_name(self._cluster)
+        )["nodegroup"]
+
+    # ---- the helm release -------------------------------------------------------------
+
+    def _api(self) -> Any:
+        if self._kube is None:
+            from kubernetes import client
+
+            configuration = client.Configuration()
+            configuration.host = self._endpoints["kube_url"]
+            configuration.api_key = {"authorization": "Bearer rehearsal"}
+            self._kube = client.ApiClient(configuration)
+        return self._kube
+
+    def _installed_release(self) -> tuple[str, str] | None:
+        from kubernetes import client
+
+        found = (
+            client.AppsV1Api(self._api())
+            .list_deployment_for_all_namespaces(
+                field_selector=f"metadata.name={OPERATOR}",
+                label_selector="app.kubernetes.io/managed-by=Helm",
+            )
+            .items
+        )
+        if not found:
+            return None
+        meta = found[0].metadata
+        return meta.namespace, meta.labels.get("app.kubernetes.io/version", "")
+
+    def _install(self, namespace: str, version: str) -> None:
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        core, apps = client.CoreV1Api(self._api()), client.AppsV1Api(self._api())
+        custom = client.CustomObjectsApi(self._api())
+        labels = _chart_labels(version)
+        try:
+            core.create_namespace({"metadata": {"name": namespace}})
+        except ApiException as error:
+            if error.status != 409:
+                raise
+        nfd = daemonset_manifest(
+            NFD_WORKER,
+            {"app.kubernetes.io/name": "node-feature-discovery", "role": "worker"},
+            "registry.k8s.io/nfd/node-feature-discovery:v0.18.2",
+            node_selector={},
+            tolerations=[{"operator": "Exists"}],
+        )
+        nfd["metadata"]["labels"] |= labels
+        apps.create_namespaced_daemon_set(namespace, nfd)
+        apps.create_namespaced_deployment(namespace, _operator_deployment(version, labels))
+        custom.create_cluster_custom_object(
+            "nvidia.com",
+            "v1",
+            "clusterpolicies",
+            {
+                "apiVersion": "nvidia.com/v1",
+                "kind": "ClusterPolicy",
+                "metadata": {"name": CLUSTER_POLICY_NAME, "labels": labels},
+                "spec": cluster_policy_spec(load_values()),
+            },
+        )
+
+    def _uninstall(self, release: tuple[str, str]) -> None:
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        namespace, _ = release
+        apps = client.AppsV1Api(self._api())
+        custom = client.CustomObjectsApi(self._api())
+        for delete in (
+            lambda: custom.delete_cluster_custom_object(
+                "nvidia.com", "v1", "clusterpolicies", CLUSTER_POLICY_NAME
+            ),
+            lambda: apps.delete_namespaced_deployment(OPERATOR, namespace),
+            lambda: apps.delete_namespaced_daemon_set(NFD_WORKER, namespace),
+        ):
+            try:
+                delete()
+            except ApiException as error:
+                if error.status != 404:
+                    raise
+
+
+def _plain(value: Any) -> Any:
+    """Sequences compare as lists (settings may hold a tuple where terraform has a list)."""
+    return list(value) if isinstance(value, tuple) else value
+
+
+def load_values(path: Path = VALUES_FILE) -> dict[str, Any]:
+    """The helm values the stack passes to the chart (one source for both backends)."""
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except FileNotFoundError:
+        raise InfraError(
+            f"{path} is missing: the rehearsal renders the ClusterPolicy from the stack's values"
+        ) from None
+
+
+def cluster_policy_spec(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Chart defaults overlaid with `values`, for the ClusterPolicy sections they share."""
+    spec = yaml.safe_load(yaml.safe_dump(CHART_DEFAULTS))
+    for key, section in values.items():
+        if key in spec and isinstance(section, dict):
+            spec[key] = _merge(spec[key], section)
+    return spec
+
+
+def _merge(base: dict, overlay: Mapping[str, Any]) -> dict:
+    merged = dict(base)
+    for key, value in overlay.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _chart_labels(version: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/managed-by": "Helm",
+        "app.kubernetes.io/instance": OPERATOR,
+        "app.kubernetes.io/version": version,
+        "helm.sh/chart": f"gpu-operator-{version}",
+    }
+
+
+def _operator_deployment(version: str, labels: dict[str, str]) -> dict:
+    selector = {"app": OPERATOR}
+    return {
+        "metadata": {"name": OPERATOR, "labels": labels | selector},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {
+                    "labels": selector | {"app.kubernetes.io/component": OPERATOR},
+                    "annotations": {STARTUP_ANNOTATION: str(REAL_WORLD_SECONDS["operator_start"])},
+                },
+                "spec": {
+                    "priorityClassName": "system-node-critical",
+                    "serviceAccountName": OPERATOR,
+                    "tolerations": [
+                        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+                    ],
+                    "containers": [
+                        {
+                            "name": OPERATOR,
+                            "image": f"nvcr.io/nvidia/gpu-operator:{version}",
+                            "command": ["gpu-operator"],
+                            "resources": {"requests": {"cpu": "200m", "memory": "100Mi"}},
+                        }
+                    ],
+                },
+            },
+        },
+    }

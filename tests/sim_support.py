@@ -1,0 +1,85 @@
+"""Helpers for the rehearsal-world tests: bounded waits, the lab's variables, the probe pod."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from labs import stack
+from labs.sim.world import World, start_world
+
+T = TypeVar("T")
+# Tests are not about timing: a fast world, and generous bounds on every wait.
+TEST_SPEED = 600.0
+WAIT_SECONDS = 30.0
+PROBE_COMMAND = (
+    "nvidia-smi -L && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv"
+)
+
+
+def wait_for(check: Callable[[], T], timeout: float = WAIT_SECONDS, what: str = "") -> T:
+    """Poll `check` until it returns something truthy; fail the test after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"gave up after {timeout}s waiting for {what or check}: last {value!r}")
+        time.sleep(0.02)
+
+
+def lab_variables(**overrides: Any) -> dict[str, Any]:
+    """The orchestrator's full variable set with the stack's defaults."""
+    variables = {
+        stack.CLUSTER_BASE_NAME: "myeks",
+        stack.TARGET_REGION: "ap-northeast-2",
+        stack.AVAILABILITY_ZONES: ["ap-northeast-2a", "ap-northeast-2b", "ap-northeast-2c"],
+        stack.GPU_INSTANCE_TYPE: "g5.xlarge",
+        stack.GPU_MAX_SIZE: 2,
+        stack.GPU_DESIRED_SIZE: 0,
+        stack.GPU_AZ_INDEX: 0,
+        stack.ENABLE_GPU_OPERATOR: False,
+        stack.GPU_OPERATOR_NAMESPACE: "gpu-operator",
+        stack.GPU_OPERATOR_CHART_VERSION: "v26.3.1",
+        stack.ENABLE_AUX_SG_VPC_ALLOW: True,
+        stack.NODE_SG_ENABLE_RECOMMENDED_RULES: True,
+    }
+    variables.update(overrides)
+    return variables
+
+
+def probe_pod(name: str = "gpu-probe") -> dict:
+    """The reference scenario's gpu-probe: one GPU, tolerates the GPU taint, runs nvidia-smi."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app": "gpu-probe"}},
+        "spec": {
+            "restartPolicy": "Never",
+            "tolerations": [
+                {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+            ],
+            "containers": [
+                {
+                    "name": "cuda",
+                    "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+                    "command": ["sh", "-c", PROBE_COMMAND],
+                    "resources": {"limits": {"nvidia.com/gpu": "1"}},
+                }
+            ],
+        },
+    }
+
+
+def running_world(tmp_path: Path) -> Iterator[World]:
+    """For a fixture: a fresh world at test speed, stopped (threads joined) afterwards."""
+    running = start_world(tmp_path / "sim", speed=TEST_SPEED)
+    try:
+        yield running
+    finally:
+        running.stop()

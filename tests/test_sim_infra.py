@@ -1,0 +1,94 @@
+"""SimInfra: the stack's variables applied to a running world, and the stack's outputs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import hcl2
+import pytest
+from hcl2 import SerializationOptions
+from sim_support import lab_variables, running_world
+
+from labs.infra import InfraError
+from labs.sim.aws_seed import moto_clients
+from labs.sim.infra import SimInfra, cluster_policy_spec, load_values
+from labs.sim.world import World
+from labs.stack import STACK_OUTPUTS
+
+OUTPUTS_TF = Path(__file__).resolve().parents[1] / "terraform" / "outputs.tf"
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    yield from running_world(tmp_path)
+
+
+def ingress_rules(world: World, group_id: str) -> list[dict]:
+    ec2 = moto_clients(world.endpoints["aws_endpoint_url"], "ap-northeast-2")("ec2")
+    rules = ec2.describe_security_group_rules(Filters=[{"Name": "group-id", "Values": [group_id]}])[
+        "SecurityGroupRules"
+    ]
+    return [r for r in rules if not r["IsEgress"]]
+
+
+def test_outputs_are_the_stack_outputs_with_world_values(world: World) -> None:
+    outputs = SimInfra(world.endpoints).outputs()
+    assert set(outputs) == STACK_OUTPUTS
+    if OUTPUTS_TF.exists():
+        options = SerializationOptions(strip_string_quotes=True, explicit_blocks=False)
+        with OUTPUTS_TF.open() as handle:
+            blocks = hcl2.load(handle, serialization_options=options)["output"]
+        declared = {name for block in blocks for name in block}
+        assert set(outputs) == declared
+    assert outputs["cluster_endpoint"] == world.endpoints["kube_url"]
+    assert outputs["gpu_subnet_az"] == "ap-northeast-2a"
+    assert outputs["vpc_id"].startswith("vpc-")
+    assert outputs["gpu_node_group_name"] == "myeks-ng-gpu"
+
+
+def test_plan_then_apply_toggles_rules_and_operator_idempotently(world: World) -> None:
+    infra = SimInfra(world.endpoints)
+    outputs = infra.outputs()
+    assert infra.plan(lab_variables()) == []
+    blocked = lab_variables(
+        enable_gpu_operator=True,
+        enable_aux_sg_vpc_allow=False,
+        node_sg_enable_recommended_rules=False,
+    )
+    plan = infra.plan(blocked)
+    assert plan[0] == "+ helm_release.gpu_operator[0] (create)"
+    assert "- aws_vpc_security_group_ingress_rule.node_aux_from_vpc[0] (destroy)" in plan
+    assert '- module.eks.aws_security_group_rule.node["ingress_nodes_ephemeral"] (destroy)' in plan
+    infra.apply(blocked)
+    assert infra.plan(blocked) == []
+    assert ingress_rules(world, outputs["auxiliary_node_sg_id"]) == []
+    node_ports = {
+        (r["FromPort"], r["ToPort"])
+        for r in ingress_rules(world, outputs["node_security_group_id"])
+    }
+    assert (1025, 65535) not in node_ports and (443, 443) in node_ports
+
+    infra.apply(lab_variables())
+    assert infra.plan(lab_variables()) == []
+    assert len(ingress_rules(world, outputs["auxiliary_node_sg_id"])) == 1
+
+
+def test_variables_the_world_cannot_honour_are_refused_by_name(world: World) -> None:
+    infra = SimInfra(world.endpoints)
+    with pytest.raises(InfraError, match="gpu_instance_type='p4d.24xlarge'"):
+        infra.plan(lab_variables(gpu_instance_type="p4d.24xlarge"))
+    with pytest.raises(InfraError, match="gpu_desired_size"):
+        infra.apply(lab_variables(gpu_desired_size=3))
+    with pytest.raises(InfraError, match="variables missing"):
+        infra.apply({"ClusterBaseName": "myeks"})
+
+
+def test_cluster_policy_spec_follows_the_stack_values() -> None:
+    spec = cluster_policy_spec(load_values())
+    assert spec["driver"]["enabled"] is False
+    assert spec["toolkit"]["enabled"] is False
+    assert spec["devicePlugin"]["enabled"] is True
+    assert spec["validator"]["plugin"]["env"] == [{"name": "WITH_WORKLOAD", "value": "true"}]
+    required = {"daemonsets", "dcgm", "dcgmExporter", "devicePlugin", "driver", "gfd"}
+    assert required | {"nodeStatusExporter", "operator", "toolkit"} <= set(spec)

@@ -1,0 +1,254 @@
+"""The rehearsal world end to end, driven only through boto3 (moto) and the kubernetes client."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from sim_support import lab_variables, probe_pod, running_world, wait_for
+
+from labs.sim.aws_seed import moto_clients
+from labs.sim.infra import SimInfra
+from labs.sim.world import World, start_world
+
+AWS_CLI = Path("/work/main/.venv/bin/aws")
+GPU_LABEL = "node.kubernetes.io/instance-type=g5.xlarge"
+NOT_AVAILABLE = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[World]:
+    yield from running_world(tmp_path)
+
+
+def kube(world: World) -> client.ApiClient:
+    return config.new_client_from_config(config_file=str(world.kubeconfig_path))
+
+
+def scale_gpu(world: World, desired: int) -> None:
+    eks = moto_clients(world.endpoints["aws_endpoint_url"], world.endpoints["region"])("eks")
+    eks.update_nodegroup_config(
+        clusterName="myeks",
+        nodegroupName="myeks-ng-gpu",
+        scalingConfig={"minSize": 0, "maxSize": 2, "desiredSize": desired},
+    )
+
+
+def gpu_allocatable(core: client.CoreV1Api) -> list:
+    nodes = core.list_node(label_selector=GPU_LABEL).items
+    return [(n.status.allocatable or {}).get("nvidia.com/gpu") for n in nodes]
+
+
+def test_fresh_world_looks_like_a_new_stack(world: World) -> None:
+    core = client.CoreV1Api(kube(world))
+    nodes = core.list_node().items
+    assert [n.metadata.labels["node.kubernetes.io/instance-type"] for n in nodes] == [
+        "t3.medium",
+        "t3.medium",
+    ]
+    for node in nodes:
+        assert node.metadata.name.endswith(".ap-northeast-2.compute.internal")
+        assert node.metadata.labels["eks.amazonaws.com/nodegroup"] == "myeks-ng-1"
+        assert node.status.allocatable["pods"] == "50"
+        assert "nvidia.com/gpu" not in node.status.allocatable
+    namespaces = {n.metadata.name for n in core.list_namespace().items}
+    assert {"default", "kube-system", "kube-public"} <= namespaces
+    daemonsets = client.AppsV1Api(kube(world)).list_namespaced_daemon_set("kube-system").items
+    assert sorted(d.metadata.name for d in daemonsets) == ["aws-node", "kube-proxy"]
+    eks = moto_clients(world.endpoints["aws_endpoint_url"], "ap-northeast-2")("eks")
+    assert eks.describe_cluster(name="myeks")["cluster"]["endpoint"] == world.endpoints["kube_url"]
+
+
+def test_gpu_nodes_follow_the_node_group(world: World) -> None:
+    SimInfra(world.endpoints).apply(lab_variables(enable_gpu_operator=True))
+    core = client.CoreV1Api(kube(world))
+    scale_gpu(world, 2)
+    assert wait_for(lambda: gpu_allocatable(core) == ["1", "1"], what="2 GPU nodes with 1 GPU")
+    for node in core.list_node(label_selector=GPU_LABEL).items:
+        assert node.metadata.labels["tier"] == "gpu"
+        assert node.metadata.labels["nvidia.com/gpu.present"] == "true"
+        assert node.metadata.labels["topology.kubernetes.io/zone"] == "ap-northeast-2a"
+        assert [(t.key, t.value, t.effect) for t in node.spec.taints] == [
+            ("nvidia.com/gpu", "true", "NoSchedule")
+        ]
+    scale_gpu(world, 0)
+    wait_for(lambda: not core.list_node(label_selector=GPU_LABEL).items, what="GPU nodes gone")
+    ec2 = moto_clients(world.endpoints["aws_endpoint_url"], "ap-northeast-2")("ec2")
+    running = ec2.describe_instances(
+        Filters=[
+            {"Name": "instance-type", "Values": ["g5.xlarge"]},
+            {"Name": "instance-state-name", "Values": ["pending", "running"]},
+        ]
+    )["Reservations"]
+    assert running == []
+
+
+def test_device_plugin_off_reference_scenario(world: World) -> None:
+    SimInfra(world.endpoints).apply(lab_variables(enable_gpu_operator=True))
+    api = kube(world)
+    core, apps, custom = client.CoreV1Api(api), client.AppsV1Api(api), client.CustomObjectsApi(api)
+    scale_gpu(world, 2)
+    wait_for(lambda: gpu_allocatable(core) == ["1", "1"], what="baseline allocatable")
+    baseline_uid = apps.read_namespaced_daemon_set(
+        "nvidia-device-plugin-daemonset", "gpu-operator"
+    ).metadata.uid
+
+    custom.patch_cluster_custom_object(
+        "nvidia.com",
+        "v1",
+        "clusterpolicies",
+        "cluster-policy",
+        {"spec": {"devicePlugin": {"enabled": False}}},
+    )
+
+    def daemonset_gone() -> bool:
+        try:
+            apps.read_namespaced_daemon_set("nvidia-device-plugin-daemonset", "gpu-operator")
+        except ApiException as error:
+            return error.status == 404
+        return False
+
+    wait_for(daemonset_gone, what="device-plugin DaemonSet deleted")
+    assert wait_for(lambda: gpu_allocatable(core) == ["0", "0"], what="allocatable 0")
+    policy = custom.get_cluster_custom_object(
+        "nvidia.com", "v1", "clusterpolicies", "cluster-policy"
+    )
+    assert policy["status"]["state"] == "ready"
+    operator_pod = core.list_namespaced_pod("gpu-operator", label_selector="app=gpu-operator")
+    log = core.read_namespaced_pod_log(operator_pod.items[0].metadata.name, "gpu-operator")
+    assert '"state:":"state-device-plugin","status":"disabled"' in log
+
+    core.create_namespaced_pod("default", probe_pod())
+
+    def failed_scheduling() -> list:
+        events = core.list_namespaced_event(
+            "default", field_selector="involvedObject.name=gpu-probe,reason=FailedScheduling"
+        ).items
+        return events
+
+    event = wait_for(failed_scheduling, what="FailedScheduling event")[0]
+    assert event.type == "Warning"
+    assert event.source.component == "default-scheduler"
+    assert event.message.startswith(NOT_AVAILABLE)
+    assert core.read_namespaced_pod("gpu-probe", "default").status.phase == "Pending"
+
+    custom.patch_cluster_custom_object(
+        "nvidia.com",
+        "v1",
+        "clusterpolicies",
+        "cluster-policy",
+        {"spec": {"devicePlugin": {"enabled": True}}},
+    )
+    wait_for(
+        lambda: core.read_namespaced_pod("gpu-probe", "default").status.phase == "Succeeded",
+        what="probe Succeeded",
+    )
+    recreated = apps.read_namespaced_daemon_set("nvidia-device-plugin-daemonset", "gpu-operator")
+    assert recreated.metadata.uid != baseline_uid
+    log = core.read_namespaced_pod_log("gpu-probe", "default")
+    assert log.splitlines()[0].startswith("GPU 0: NVIDIA A10G (UUID: GPU-")
+    assert log.splitlines()[-1] == "NVIDIA A10G, 580.126.09, 23028 MiB"
+    story = {
+        e.reason: e
+        for e in core.list_namespaced_event(
+            "default", field_selector="involvedObject.name=gpu-probe"
+        ).items
+    }
+    assert {"FailedScheduling", "Scheduled", "Pulled", "Created", "Started"} <= set(story)
+    assert story["FailedScheduling"].first_timestamp <= story["Scheduled"].first_timestamp
+
+
+@pytest.mark.skipif(not AWS_CLI.exists(), reason="aws CLI not installed in the venv")
+def test_aws_cli_scales_the_world(world: World) -> None:
+    environment = dict(
+        os.environ,
+        AWS_ENDPOINT_URL=world.endpoints["aws_endpoint_url"],
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_DEFAULT_REGION="ap-northeast-2",
+    )
+    subprocess.run(
+        [
+            str(AWS_CLI),
+            "eks",
+            "update-nodegroup-config",
+            "--cluster-name",
+            "myeks",
+            "--nodegroup-name",
+            "myeks-ng-gpu",
+            "--scaling-config",
+            "minSize=0,maxSize=2,desiredSize=2",
+        ],
+        env=environment,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    core = client.CoreV1Api(kube(world))
+    wait_for(lambda: len(core.list_node(label_selector=GPU_LABEL).items) == 2, what="2 GPU nodes")
+
+
+def test_cross_node_traffic_follows_security_groups(world: World) -> None:
+    infra = SimInfra(world.endpoints)
+    core = client.CoreV1Api(kube(world))
+    scale_gpu(world, 2)
+    gpu_nodes = wait_for(
+        lambda: (
+            [n.metadata.name for n in core.list_node(label_selector=GPU_LABEL).items]
+            if len(core.list_node(label_selector=GPU_LABEL).items) == 2
+            else None
+        ),
+        what="2 GPU nodes",
+    )
+    tolerate = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+
+    def pod(name: str, node: str, restart: str, annotations: dict | None = None) -> dict:
+        return {
+            "metadata": {"name": name, "annotations": annotations or {}},
+            "spec": {
+                "restartPolicy": restart,
+                "nodeSelector": {"kubernetes.io/hostname": node},
+                "tolerations": tolerate,
+                "containers": [{"name": "c", "image": "nccl-tests"}],
+            },
+        }
+
+    def outcome(name: str) -> tuple[str, str] | None:
+        phase = core.read_namespaced_pod(name, "default").status.phase
+        if phase in ("Succeeded", "Failed"):
+            return phase, core.read_namespaced_pod_log(name, "default")
+        return None
+
+    core.create_namespaced_pod("default", pod("server", gpu_nodes[0], "Always"))
+    wait_for(lambda: core.read_namespaced_pod("server", "default").status.pod_ip, what="server IP")
+    connect = {"sim.eks-gpu-lab/connect-to": "server:29500"}
+    core.create_namespaced_pod("default", pod("open", gpu_nodes[1], "Never", connect))
+    phase, log = wait_for(lambda: outcome("open"), what="open connection result")
+    assert phase == "Succeeded" and log.startswith("connected to 192.168.")
+
+    infra.apply(
+        lab_variables(enable_aux_sg_vpc_allow=False, node_sg_enable_recommended_rules=False)
+    )
+    core.create_namespaced_pod("default", pod("blocked", gpu_nodes[1], "Never", connect))
+    phase, log = wait_for(lambda: outcome("blocked"), what="blocked connection result")
+    assert phase == "Failed" and "Connection timed out" in log
+    core.create_namespaced_pod("default", pod("local", gpu_nodes[0], "Never", connect))
+    phase, _ = wait_for(lambda: outcome("local"), what="same-node connection result")
+    assert phase == "Succeeded"
+
+
+def test_stop_joins_every_thread_and_frees_the_process_for_another_world(tmp_path: Path) -> None:
+    before = set(threading.enumerate())
+    first = start_world(tmp_path / "one", speed=600)
+    with pytest.raises(RuntimeError, match="already running in this process"):
+        start_world(tmp_path / "two", speed=600)
+    first.stop()
+    assert set(threading.enumerate()) - before == set()
+    second = start_world(tmp_path / "two", speed=600)
+    second.stop()
