@@ -16,6 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from labs import stack  # noqa: E402
+from labs.settings import LabSettings  # noqa: E402
 from labs.sim.aws_seed import moto_clients  # noqa: E402
 from labs.sim.infra import SimInfra  # noqa: E402
 from labs.sim.store import CLUSTER_POLICY, NODES  # noqa: E402
@@ -56,20 +57,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--speed", type=float, default=DEFAULT_SPEED)
     args = parser.parse_args()
-    variables = {
-        stack.CLUSTER_BASE_NAME: "myeks",
-        stack.TARGET_REGION: "ap-northeast-2",
-        stack.AVAILABILITY_ZONES: ["ap-northeast-2a", "ap-northeast-2b", "ap-northeast-2c"],
-        stack.GPU_INSTANCE_TYPE: "g5.xlarge",
-        stack.GPU_MAX_SIZE: 2,
-        stack.GPU_DESIRED_SIZE: 0,
-        stack.GPU_AZ_INDEX: 0,
-        stack.ENABLE_GPU_OPERATOR: True,
-        stack.GPU_OPERATOR_NAMESPACE: "gpu-operator",
-        stack.GPU_OPERATOR_CHART_VERSION: "v26.3.1",
-        stack.ENABLE_AUX_SG_VPC_ALLOW: True,
-        stack.NODE_SG_ENABLE_RECOMMENDED_RULES: True,
-    }
+    variables = LabSettings().stack_variables(operator_enabled=True)
     with tempfile.TemporaryDirectory() as state:
         started = time.monotonic()
         world = start_world(Path(state), speed=args.speed)

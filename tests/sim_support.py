@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from labs import stack
+from labs.settings import LabSettings
 from labs.sim.world import World, start_world
 
 T = TypeVar("T")
@@ -34,23 +34,8 @@ def wait_for(check: Callable[[], T], timeout: float = WAIT_SECONDS, what: str = 
 
 
 def lab_variables(**overrides: Any) -> dict[str, Any]:
-    """The orchestrator's full variable set with the stack's defaults."""
-    variables = {
-        stack.CLUSTER_BASE_NAME: "myeks",
-        stack.TARGET_REGION: "ap-northeast-2",
-        stack.AVAILABILITY_ZONES: ["ap-northeast-2a", "ap-northeast-2b", "ap-northeast-2c"],
-        stack.GPU_INSTANCE_TYPE: "g5.xlarge",
-        stack.GPU_MAX_SIZE: 2,
-        stack.GPU_DESIRED_SIZE: 0,
-        stack.GPU_AZ_INDEX: 0,
-        stack.ENABLE_GPU_OPERATOR: False,
-        stack.GPU_OPERATOR_NAMESPACE: "gpu-operator",
-        stack.GPU_OPERATOR_CHART_VERSION: "v26.3.1",
-        stack.ENABLE_AUX_SG_VPC_ALLOW: True,
-        stack.NODE_SG_ENABLE_RECOMMENDED_RULES: True,
-    }
-    variables.update(overrides)
-    return variables
+    """The orchestrator's full variable set with the stack's defaults (operator off)."""
+    return {**LabSettings().stack_variables(operator_enabled=False), **overrides}
 
 
 def probe_pod(name: str = "gpu-probe") -> dict:
