@@ -83,30 +83,32 @@ def up(settings: LabSettings, sim: bool, dry_run: bool, console: Console) -> Lab
 
 
 def _print_up_plan(lab: Lab, new: bool, console: Console) -> None:
+    """What lab.up would do: read-only checks, the infra plan and the API calls."""
     s = lab.settings
     console.say(f"Dry run for lab {lab.name!r} on the {lab.backend} backend: nothing is changed.")
+    wanted = _variables(lab, **{stack.ENABLE_GPU_OPERATOR: s.operator})
+    if lab.backend == AWS:
+        _check_aws(lab, console)
     if new and lab.backend == SIM:
         console.say(
             f"  would start the rehearsal backend (speed x{s.speed:g}) in {lab.paths.sim_dir}"
         )
-    variables = _variables(lab)
-    operator_vars = _variables(lab, **{stack.ENABLE_GPU_OPERATOR: True})
-    if not new or lab.backend == AWS:
-        for title, wanted in (("base infrastructure", variables), ("GPU Operator", operator_vars)):
-            lines = lab.infra().plan(wanted) if not new or lab.backend == AWS else []
-            console.say(f"  {title}: " + ("no changes" if not lines else f"{len(lines)} change(s)"))
-            for line in lines:
-                console.say(f"    {line}")
-            if not s.operator:
-                break
-    console.say("  variables: " + ", ".join(f"{k}={v}" for k, v in sorted(operator_vars.items())))
+    else:
+        lines = lab.infra().plan(wanted)
+        console.say(
+            "  infrastructure plan: " + (f"{len(lines)} change(s)" if lines else "no changes")
+        )
+        for line in lines:
+            console.say(f"    {line}")
+    console.say("  variables: " + ", ".join(f"{k}={v}" for k, v in sorted(wanted.items())))
     cluster = lab.outputs.get("cluster_name") or lab.name
     console.say(
         f"  would call eks.update_nodegroup_config(clusterName={cluster!r}, nodegroupName="
         f"{stack.gpu_node_group_name(cluster)!r}, scalingConfig={{'minSize': 0, 'maxSize': "
         f"{s.gpu_max}, 'desiredSize': {s.gpus}}})"
     )
-    console.say(f"  would wait for {s.gpus} Ready GPU node(s) with allocatable nvidia.com/gpu 1")
+    gpus = "with allocatable nvidia.com/gpu 1" if s.operator else "(no operator)"
+    console.say(f"  would wait for {s.gpus} Ready GPU node(s) {gpus}")
 
 
 def _preflight(lab: Lab, console: Console) -> None:
@@ -120,6 +122,11 @@ def _preflight(lab: Lab, console: Console) -> None:
         )
         lab.update(account_id=endpoints.get("account_id"))
         return
+    lab.update(account_id=_check_aws(lab, console))
+
+
+def _check_aws(lab: Lab, console: Console) -> str:
+    """Read-only preflight for the AWS backend; returns the account id the credentials reach."""
     from labs.cloud import aws_session, preflight
 
     report = preflight(
@@ -144,7 +151,7 @@ def _preflight(lab: Lab, console: Console) -> None:
             f"refusing to touch lab {lab.name!r}: it lives in account {lab.record['account_id']} "
             f"but these credentials are for {report.account_id}. Nothing was changed."
         )
-    lab.update(account_id=report.account_id)
+    return report.account_id
 
 
 def _apply(lab: Lab, variables: dict[str, Any], title: str, console: Console) -> None:

@@ -104,6 +104,20 @@ def _tfvars(settings) -> dict:
     return json.loads((settings.paths.terraform_dir / "terraform.tfvars.json").read_text())
 
 
+def test_aws_dry_run_prints_the_plan_and_the_calls_and_changes_nothing(aws_world):
+    world, settings = aws_world
+    console, out = _console()
+    lifecycle.up(settings, sim=False, dry_run=True, console=console)
+    text = out.getvalue()
+    assert "nothing is changed" in text
+    assert "account   123456789012" in text, "the read-only preflight runs in a dry run"
+    assert "+ create terraform_data.gpu_operator[0]" in text
+    assert "'minSize': 0, 'maxSize': 2, 'desiredSize': 2" in text
+    assert _scaling(world)["desiredSize"] == 0
+    assert not settings.paths.state_file.exists()
+    assert not (settings.paths.terraform_dir / "terraform.tfstate").exists()
+
+
 def test_aws_lab_up_applies_with_terraform_then_scales_through_the_eks_api(aws_world):
     world, settings = aws_world
     console, out = _console()

@@ -117,3 +117,11 @@ def test_lab_down_destroy_stops_the_backend_and_is_safe_twice(tmp_path: Path):
     assert "does not exist" in second.stdout
     status = run_invoke("lab.status", "--lab", "t2", env=env)
     assert status.returncode == 1 and "no lab named 't2'" in status.stderr
+
+
+def test_lab_up_dry_run_on_a_new_rehearsal_lab_creates_nothing(tmp_path: Path):
+    result = run_invoke("lab.up", "--sim", "--lab", "d1", "--dry-run", env=invoke_env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert "would start the rehearsal backend" in result.stdout
+    assert "'desiredSize': 2" in result.stdout
+    assert not (tmp_path / "d1").exists()
