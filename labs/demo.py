@@ -25,7 +25,6 @@ def run_demo(settings: LabSettings, console: Console) -> int:
     try:
         lab = lifecycle.up(settings, sim=True, dry_run=False, console=console)
         result = run_scenario(lab, DEMO_SCENARIO, out=console.say)
-        console.say(f"report: {result.report_dir / 'report.md'}")
     finally:
         lifecycle.down(
             settings,

@@ -1,0 +1,454 @@
+"""Run a scenario end to end: guard, baseline, inject, watch, diagnose, revert, prove, report.
+
+The engine owns the order and the safety net; scenarios own only their facts. The
+journal entry is written before the mutation, so a crash at any later point leaves
+a record that `revert_scenarios` can act on; any exception or Ctrl-C after the
+injection reverts first and reports afterwards.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from labs import gpu_facts
+from labs.checks import CheckResult, Context, Needs, watch_checks
+from labs.errors import LabError
+from labs.guard import check_lab_target
+from labs.journal import INJECTED, KEPT, REVERTED
+from labs.nodes import gpu_nodes, is_ready
+from labs.report import SIM_BACKEND, RunRecord, write_report
+from labs.timeline import Timeline
+
+if TYPE_CHECKING:
+    from labs.cluster import ClusterView
+    from labs.lab import Lab
+
+Out = Callable[[str], None]
+
+EXIT_OK = 0
+EXIT_CHECK_FAILED = 1
+EXIT_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+
+class ScenarioError(LabError):
+    """The scenario cannot run (or could not be reverted); the message says what to do."""
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How a run ended: exit code 0 only when every symptom and recovery check held."""
+
+    exit_code: int
+    failed_checks: list[str]
+    report_dir: Path | None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == EXIT_OK
+
+
+@dataclass(frozen=True)
+class ScenarioInfo:
+    name: str
+    summary: str
+    risk: str
+    duration: str
+    needs: Needs
+
+
+# --- looking scenarios up ---------------------------------------------------------------------
+
+
+def _scenario(name: str) -> Any:
+    import scenarios
+
+    return scenarios.get(name)
+
+
+def list_scenarios() -> list[ScenarioInfo]:
+    """Every registered scenario, by name."""
+    import scenarios
+
+    return [
+        ScenarioInfo(s.name, s.summary, s.risk, s.duration, s.needs)
+        for s in scenarios.all_scenarios().values()
+    ]
+
+
+def _doc(function: Any) -> str:
+    return inspect.getdoc(function) or ""
+
+
+def _first_line(function: Any) -> str:
+    return _doc(function).split("\n", 1)[0]
+
+
+def describe_scenario(name: str) -> str:
+    """The runbook of one scenario: what it does, what to expect, the traps, how it is undone."""
+    scenario = _scenario(name)
+    lines = [f"{scenario.name}: {scenario.summary}", ""]
+    if inspect.ismodule(scenario) and scenario.__doc__:
+        lines += [inspect.cleandoc(scenario.__doc__), ""]
+    lines += [
+        f"needs:    {scenario.needs}",
+        f"risk:     {scenario.risk}",
+        f"duration: {scenario.duration}",
+        "",
+        f"baseline: {_doc(scenario.baseline)}",
+        f"inject:   {_doc(scenario.inject)}",
+        "",
+        "symptoms to expect (real-cluster time limits):",
+        *(f"  - {c.name} (within {c.timeout:g} s)" for c in scenario.symptoms),
+        "",
+        f"debugging path: {_doc(scenario.diagnose)}",
+        "",
+        "traps:",
+        *(
+            f"  - {t.name}: expected {t.expected}; actually {t.actual}. {t.why}"
+            for t in scenario.traps
+        ),
+        "",
+        f"revert:   {_doc(scenario.revert)}",
+        "recovery to expect:",
+        *(f"  - {c.name} (within {c.timeout:g} s)" for c in scenario.recovery),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# --- before anything changes -------------------------------------------------------------------
+
+
+def _list_json(call: Callable[..., Any], **kwargs: Any) -> list[dict[str, Any]]:
+    import json
+
+    return list(json.loads(call(**kwargs, _preload_content=False).data).get("items", []))
+
+
+def check_prerequisites(lab: Lab, needs: Needs) -> None:
+    """Raise ScenarioError, naming the command that fixes it, when the lab lacks what is needed."""
+    from kubernetes import client as k8s
+
+    fix_up = f"run `invoke lab.up --lab {lab.name}` and try again. Nothing was changed."
+    if needs.gpu_nodes:
+        nodes = _list_json(k8s.CoreV1Api(lab.kube).list_node)
+        ready = [n for n in gpu_nodes(nodes) if is_ready(n)]
+        if len(ready) < needs.gpu_nodes:
+            raise ScenarioError(
+                f"lab {lab.name!r} has {len(ready)} Ready GPU node(s) and this scenario needs "
+                f"{needs.gpu_nodes}: run `invoke lab.scale {needs.gpu_nodes} --lab {lab.name}` "
+                "and try again. Nothing was changed."
+            )
+    if needs.operator:
+        policies = []
+        try:
+            policies = _list_json(
+                k8s.CustomObjectsApi(lab.kube).list_cluster_custom_object,
+                group="nvidia.com",
+                version="v1",
+                plural="clusterpolicies",
+            )
+        except k8s.ApiException as error:
+            if error.status != 404:
+                raise
+        if not any(p["metadata"]["name"] == gpu_facts.CLUSTER_POLICY_NAME for p in policies):
+            raise ScenarioError(
+                f"the GPU Operator is not installed in lab {lab.name!r} (no ClusterPolicy "
+                f"{gpu_facts.CLUSTER_POLICY_NAME!r}): {fix_up}"
+            )
+        deployments = _list_json(
+            k8s.AppsV1Api(lab.kube).list_namespaced_deployment, namespace=lab.operator_namespace
+        )
+        operator = next(
+            (d for d in deployments if d["metadata"]["name"] == gpu_facts.OPERATOR_DEPLOYMENT), None
+        )
+        if operator is None or not (operator.get("status") or {}).get("availableReplicas"):
+            raise ScenarioError(
+                f"the GPU Operator controller of lab {lab.name!r} is not running (deployment "
+                f"{lab.operator_namespace}/{gpu_facts.OPERATOR_DEPLOYMENT}: "
+                f"{gpu_facts.describe_deployment(operator)}): {fix_up}"
+            )
+
+
+def time_scale(lab: Lab) -> float:
+    """How much faster than a real cluster the lab's world runs (1 on AWS)."""
+    return float(lab.settings.speed) if lab.backend == SIM_BACKEND else 1.0
+
+
+def _open_view(lab: Lab, scenario: Any) -> ClusterView:
+    from labs.cluster import ClusterView
+
+    watch = getattr(scenario, "watch", None)
+    return ClusterView(watch(lab)) if watch else lab.view()
+
+
+def _state(scenario: Any, ctx: Context) -> dict[str, str]:
+    state = getattr(scenario, "state", None)
+    return dict(state(ctx)) if state else {}
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def _new_run_dir(lab: Lab, name: str) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    base = lab.paths.runs_dir / f"{stamp}-{name}"
+    candidate, n = base, 1
+    while candidate.exists():
+        n += 1
+        candidate = base.with_name(f"{base.name}-{n}")
+    candidate.mkdir(parents=True)
+    return candidate
+
+
+def _differences(before: Mapping[str, str], after: Mapping[str, str]) -> list[str]:
+    return [
+        f"{key}: baseline {before[key]!r}, recovered {after.get(key)!r}"
+        for key in before
+        if after.get(key) != before[key]
+    ]
+
+
+# --- telling the story ------------------------------------------------------------------------
+
+
+class _Story:
+    """The live terminal lines of a run (and the check marks on its timeline)."""
+
+    def __init__(self, out: Out, scale: float, timeline: Timeline) -> None:
+        self.out = out
+        self.scale = scale
+        self.timeline = timeline
+
+    def check_reporter(self, started: float) -> Callable[[CheckResult], None]:
+        def report(result: CheckResult) -> None:
+            if result.held and result.t is not None:
+                self.timeline.mark(result.name, "check", at=started + result.t)
+                real = f" (~{result.t * self.scale:.0f} s real)" if self.scale != 1 else ""
+                self.out(f"  T+{result.t:6.2f}s{real}  {result.phase}: {result.name}")
+                self.out(f"             {result.seen}")
+            else:
+                self.out(f"  NOT SEEN   {result.phase}: {result.name}")
+                self.out(f"             last seen: {result.seen}")
+
+        return report
+
+    def findings(self, run: RunRecord) -> None:
+        self.out("diagnose (top-down):")
+        for finding in run.findings:
+            tag = " [real cluster only]" if finding.real_cluster_only else ""
+            trap = f" [trap: {finding.trap}]" if finding.trap else ""
+            self.out(f"  {finding.step}{tag}{trap}: {finding.look}")
+            self.out(f"     saw:   {finding.saw}")
+            self.out(f"     means: {finding.means}")
+
+
+# --- the run ------------------------------------------------------------------------------------
+
+
+def _revert_or_explain(lab: Lab, scenario: Any, entry: str, out: Out) -> str | None:
+    """Revert after an error; on failure return what the user must do (journal unchanged)."""
+    try:
+        out(f"reverting first: {_first_line(scenario.revert)}")
+        scenario.revert(lab)
+        lab.journal.mark(entry, REVERTED)
+        return None
+    except BaseException as error:  # a failed revert must be reported, not lost
+        return (
+            f"the revert failed too ({type(error).__name__}: {error}); the fault may still be in "
+            f"the lab: run `invoke scenario.revert {scenario.name} --lab {lab.name}`"
+        )
+
+
+def run_scenario(lab: Lab, name: str, keep_fault: bool = False, out: Out = print) -> RunResult:
+    """Run scenario `name` on `lab` from baseline to proven recovery and write its report.
+
+    With `keep_fault` the fault is left in place after the diagnosis (journal "kept").
+    Raises ScenarioError/GuardError before anything changes when the lab is not ready.
+    """
+    scenario = _scenario(name)
+    check_lab_target(lab, cluster=True, account=False)
+    check_prerequisites(lab, scenario.needs)
+    scale = time_scale(lab)
+    run = RunRecord(
+        scenario=name,
+        summary=scenario.summary,
+        lab=lab.name,
+        backend=lab.backend,
+        speed=scale,
+        started_at=_now(),
+        traps=list(scenario.traps),
+    )
+    timeline = Timeline(getattr(scenario, "gauges", {}))
+    story = _Story(out, scale, timeline)
+    backend = f"rehearsal, {scale:g}x speed" if lab.backend == SIM_BACKEND else "AWS"
+    out(f"{name} on lab {lab.name} ({backend}): {scenario.summary}")
+    with _open_view(lab, scenario) as view:
+        view.on_change(timeline.sample)
+        timeline.sample(view)
+        ctx = Context(lab, view)
+        out(f"baseline: {_first_line(scenario.baseline)}")
+        try:
+            ctx.baseline = run.baseline = dict(scenario.baseline(lab, view))
+        except Exception as error:
+            raise ScenarioError(
+                f"the baseline of {name} failed, so the lab is not healthy and nothing was "
+                f"injected: {error}. Check it with `invoke lab.status --lab {lab.name}`."
+            ) from error
+        run.states["baseline"] = _state(scenario, ctx)
+        for key, value in run.states["baseline"].items():
+            out(f"  {key}: {value}")
+        run_dir = _new_run_dir(lab, name)
+        entry = run.journal_id = lab.journal.record_injecting(name, str(run_dir))
+        injected_at = timeline.origin = time.monotonic()
+        try:
+            _inject_observe_revert(lab, scenario, ctx, run, story, entry, keep_fault, injected_at)
+        except BaseException as error:
+            interrupted = isinstance(error, KeyboardInterrupt)
+            run.error = (
+                "interrupted (Ctrl-C)" if interrupted else f"{type(error).__name__}: {error}"
+            )
+            run.exit_code = EXIT_INTERRUPTED if interrupted else EXIT_ERROR
+            out(f"run stopped: {run.error}")
+            if run.reverted_at is None:
+                problem = _revert_or_explain(lab, scenario, entry, out)
+                if problem:
+                    run.error += f"; {problem}"
+                    out(problem)
+        run.timeline = timeline.to_dict()
+    run.finished_at = _now()
+    if not run.exit_code and run.failed_checks:
+        run.exit_code = EXIT_CHECK_FAILED
+    report = write_report(run, run_dir)
+    verdict = "OK" if run.exit_code == EXIT_OK else f"FAILED (exit {run.exit_code})"
+    out(f"result: {verdict}" + (f": {'; '.join(run.failed_checks)}" if run.failed_checks else ""))
+    out(f"report: {report}")
+    return RunResult(run.exit_code, run.failed_checks, run_dir, run.error)
+
+
+def _inject_observe_revert(
+    lab: Lab,
+    scenario: Any,
+    ctx: Context,
+    run: RunRecord,
+    story: _Story,
+    entry: str,
+    keep_fault: bool,
+    injected_at: float,
+) -> None:
+    """The part of a run that happens with the fault in the lab (T+0 is `injected_at`)."""
+    out = story.out
+    scale = story.scale
+    out(f"inject: {_first_line(scenario.inject)} (journal entry {entry})")
+    story.timeline.mark("inject", at=injected_at)
+    scenario.inject(lab)
+    lab.journal.mark(entry, INJECTED)
+    report = story.check_reporter(injected_at)
+    run.checks += watch_checks(ctx, scenario.symptoms, "symptom", injected_at, scale, report)
+    run.states["fault"] = _state(scenario, ctx)
+    run.findings = list(scenario.diagnose(lab, ctx.view))
+    story.findings(run)
+    if keep_fault:
+        lab.journal.mark(entry, KEPT)
+        run.kept = True
+        out(f"fault kept: undo it with `invoke scenario.revert {scenario.name} --lab {lab.name}`")
+        return
+    out(f"revert: {_first_line(scenario.revert)}")
+    reverted_at = time.monotonic()
+    story.timeline.mark("revert", at=reverted_at)
+    scenario.revert(lab)
+    lab.journal.mark(entry, REVERTED)
+    run.reverted_at = reverted_at - injected_at  # from here on an error needs no second revert
+    report = story.check_reporter(reverted_at)
+    run.checks += watch_checks(ctx, scenario.recovery, "recovery", reverted_at, scale, report)
+    run.states["recovered"] = _state(scenario, ctx)
+    run.differences = _differences(run.states["baseline"], run.states["recovered"])
+    if run.differences:
+        out("recovered state differs from the baseline: " + "; ".join(run.differences))
+    else:
+        out("recovered state equals the baseline")
+
+
+# --- practice and clean-up ----------------------------------------------------------------------
+
+
+def inject_scenario(lab: Lab, name: str, out: Out = print) -> str:
+    """Inject scenario `name` and leave it for a learner to debug by hand; returns the entry id.
+
+    The symptoms are watched (and printed) so the fault is fully in place before this
+    returns; an error after the injection reverts it.
+    """
+    scenario = _scenario(name)
+    check_lab_target(lab, cluster=True, account=False)
+    check_prerequisites(lab, scenario.needs)
+    scale = time_scale(lab)
+    story = _Story(out, scale, Timeline({}))
+    with _open_view(lab, scenario) as view:
+        ctx = Context(lab, view)
+        out(f"baseline: {_first_line(scenario.baseline)}")
+        ctx.baseline = dict(scenario.baseline(lab, view))
+        entry = lab.journal.record_injecting(name, None)
+        try:
+            out(f"inject: {_first_line(scenario.inject)} (journal entry {entry})")
+            injected_at = time.monotonic()
+            scenario.inject(lab)
+            lab.journal.mark(entry, KEPT)
+            report = story.check_reporter(injected_at)
+            watch_checks(ctx, scenario.symptoms, "symptom", injected_at, scale, report)
+        except BaseException:
+            problem = _revert_or_explain(lab, scenario, entry, out)
+            if problem:
+                out(problem)
+            raise
+    out(
+        f"the fault is in place. Debug it by hand (kubectl --kubeconfig {lab.paths.kubeconfig}); "
+        f"when done: `invoke scenario.revert {name} --lab {lab.name}`"
+    )
+    return entry
+
+
+def revert_scenarios(lab: Lab, names: list[str] | None = None, out: Out = print) -> list[str]:
+    """Undo faults; None means every fault the journal says may still be in the lab.
+
+    Needs only the journal and each scenario's idempotent `revert`, so it works after a
+    crash. Named scenarios are reverted even without a journal entry (a hand-made fault).
+    Returns the names reverted; raises ScenarioError naming any revert that failed.
+    """
+    outstanding = lab.journal.outstanding()
+    if names is None:
+        # Undo in reverse order of injection, each scenario once.
+        targets = list(dict.fromkeys(e["scenario"] for e in reversed(outstanding)))
+    else:
+        targets = [_scenario(n).name for n in names]
+    if not targets:
+        out(f"nothing to revert: the journal of lab {lab.name} records no injected fault")
+        return []
+    check_lab_target(lab, cluster=True, account=False)
+    reverted: list[str] = []
+    failures: list[str] = []
+    for target in targets:
+        try:
+            scenario = _scenario(target)
+            out(f"revert {target}: {_first_line(scenario.revert)}")
+            scenario.revert(lab)
+        except Exception as error:  # try every fault, then report all failures
+            failures.append(f"{target}: {type(error).__name__}: {error}")
+            continue
+        for entry in outstanding:
+            if entry["scenario"] == target:
+                lab.journal.mark(entry["id"], REVERTED)
+        reverted.append(target)
+    if failures:
+        raise ScenarioError(
+            "could not revert " + "; ".join(failures) + ". The journal still lists them; fix the "
+            f"cause and run `invoke scenario.revert --all --lab {lab.name}` again."
+        )
+    return reverted

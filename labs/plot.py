@@ -1,0 +1,91 @@
+"""Draw a run's timeline as a PNG: one step curve per gauge, inject/revert as vertical lines.
+
+Numeric gauges (GPUs advertised, pods ready) share the usual y axis, with "absent"
+drawn below zero (a DaemonSet that is NotFound is not the same as one with 0 ready);
+text gauges (a pod phase) get one y level per value, in order of appearance.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+ABSENT_LEVEL = -1
+
+
+def _is_numeric(values: list[Any]) -> bool:
+    return all(
+        v is None or (isinstance(v, int | float) and not isinstance(v, bool)) for v in values
+    )
+
+
+def _levels(values: list[Any]) -> tuple[list[float], list[float], list[str]]:
+    """y values plus tick positions and labels for one gauge."""
+    if _is_numeric(values):
+        ys = [ABSENT_LEVEL if v is None else float(v) for v in values]
+        top = int(max([0.0, *ys]))
+        ticks = [float(t) for t in range(0, top + 1)]
+        labels = [str(t) for t in range(0, top + 1)]
+        if ABSENT_LEVEL in ys:
+            ticks.insert(0, ABSENT_LEVEL)
+            labels.insert(0, "absent")
+        return ys, ticks, labels
+    order = list(dict.fromkeys(str(v) for v in values))
+    return (
+        [float(order.index(str(v))) for v in values],
+        [float(i) for i in range(len(order))],
+        order,
+    )
+
+
+def plot_timeline(timeline: dict[str, Any], path: Path, title: str, speed: float = 1.0) -> bool:
+    """Write the PNG; False (and no file) when there is nothing to draw.
+
+    `speed` is the rehearsal's speed-up; the x axis says how to read it as real time.
+    """
+    gauges = timeline.get("gauges") or []
+    samples = timeline.get("samples") or []
+    if not gauges or not samples:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    marks = timeline.get("marks") or []
+    times = [s["t"] for s in samples]
+    end = max([*times, *(m["t"] for m in marks)]) + 0.05 * (max(times) - min(times) or 1.0)
+    figure, axes = plt.subplots(
+        len(gauges), 1, sharex=True, figsize=(10, 2.0 * len(gauges) + 1), squeeze=False
+    )
+    for axis, gauge in zip(axes[:, 0], gauges, strict=True):
+        ys, ticks, labels = _levels([s.get(gauge) for s in samples])
+        axis.step([*times, end], [*ys, ys[-1]], where="post", linewidth=2)
+        axis.set_yticks(ticks, labels)
+        axis.set_ylim(min(ticks) - 0.4, max(ticks) + 0.4)
+        axis.set_title(gauge, loc="left", fontsize=9)
+        axis.grid(axis="x", alpha=0.3)
+        for mark in marks:
+            style = {"phase": ("tab:red", "--", 1.5), "check": ("tab:gray", ":", 0.8)}
+            color, line, width = style.get(mark["kind"], style["check"])
+            axis.axvline(mark["t"], color=color, linestyle=line, linewidth=width)
+    top = axes[0, 0]
+    for mark in marks:
+        if mark["kind"] == "phase":
+            top.annotate(
+                mark["label"],
+                (mark["t"], 1.0),
+                xycoords=("data", "axes fraction"),
+                xytext=(3, 3),
+                textcoords="offset points",
+                color="tab:red",
+                fontsize=9,
+            )
+    scale = f" (rehearsal at {speed:g}x: x{speed:g} for real-cluster seconds)" if speed != 1 else ""
+    axes[-1, 0].set_xlabel(f"seconds since injection{scale}")
+    figure.suptitle(f"{title}: timeline", fontsize=11)
+    figure.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return True

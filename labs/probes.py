@@ -1,0 +1,156 @@
+"""The GPU probe pod: apply it, wait for it to finish, read what it printed, remove it.
+
+The probe (`scenarios/gpu-probe.yaml`) asks for one GPU and prints the GPU's name,
+driver and memory. The same manifest proves a fresh lab works (`lab.up`), gives a
+scenario its baseline, and shows the fault (Pending) and the recovery (same output).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from labs.cluster import ClusterView, WatchedKind
+from labs.errors import LabError
+
+if TYPE_CHECKING:
+    from labs.lab import Lab
+
+PROBE_MANIFEST = Path(__file__).resolve().parent.parent / "scenarios" / "gpu-probe.yaml"
+FINISHED_PHASES = ("Succeeded", "Failed")
+
+
+class ProbeError(LabError):
+    """The probe did not run to success; the message says what it showed instead."""
+
+
+@dataclass(frozen=True)
+class ProbeRun:
+    """One finished probe: where it ran and what it printed."""
+
+    name: str
+    uid: str
+    node: str
+    phase: str
+    log: str
+
+    @property
+    def gpu_line(self) -> str:
+        return gpu_summary(self.log)
+
+
+def load_probe(manifest: Path = PROBE_MANIFEST) -> dict[str, Any]:
+    """The probe Pod manifest as a dict (a fresh copy each time)."""
+    return yaml.safe_load(manifest.read_text(encoding="utf-8"))
+
+
+def probe_name(manifest: Path = PROBE_MANIFEST) -> str:
+    return str(load_probe(manifest)["metadata"]["name"])
+
+
+def gpu_summary(log: str) -> str:
+    """The `name, driver_version, memory.total` data line(s) of the probe's output.
+
+    The `nvidia-smi -L` line carries the GPU's UUID, which differs from node to node,
+    so outputs are compared on this part: `NVIDIA A10G, 580.126.09, 23028 MiB`.
+    """
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    try:
+        header = next(i for i, line in enumerate(lines) if line.startswith("name,"))
+    except StopIteration:
+        return ""
+    return "\n".join(lines[header + 1 :])
+
+
+def _core(lab: Lab) -> Any:
+    from kubernetes import client as k8s
+
+    return k8s.CoreV1Api(lab.kube)
+
+
+def _pod_view(lab: Lab, name: str, namespace: str) -> ClusterView:
+    """A watched view of just this one pod."""
+    core = _core(lab)
+    kwargs = {"namespace": namespace, "field_selector": f"metadata.name={name}"}
+    return ClusterView([WatchedKind("pods", core.list_namespaced_pod, kwargs)])
+
+
+def delete_probe(lab: Lab, timeout: float, manifest: Path = PROBE_MANIFEST) -> None:
+    """Delete the probe if it exists and wait until it is gone (so its name is free)."""
+    from kubernetes.client.exceptions import ApiException
+
+    from labs.lab import WORKLOAD_NAMESPACE
+
+    name = probe_name(manifest)
+    with _pod_view(lab, name, WORKLOAD_NAMESPACE) as view:
+        if view.find("pods", name) is None:
+            return
+        try:
+            _core(lab).delete_namespaced_pod(name, WORKLOAD_NAMESPACE, grace_period_seconds=0)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+        view.wait_for(
+            lambda v: v.find("pods", name) is None, timeout, what=f"pod {name} to be deleted"
+        )
+
+
+def create_probe(lab: Lab, manifest: Path = PROBE_MANIFEST) -> dict[str, Any]:
+    """Create the probe pod (like `kubectl apply -f gpu-probe.yaml` on a free name)."""
+    from labs.lab import WORKLOAD_NAMESPACE
+
+    core = _core(lab)
+    created = core.create_namespaced_pod(WORKLOAD_NAMESPACE, load_probe(manifest))
+    return core.api_client.sanitize_for_serialization(created)
+
+
+def recreate_probe(lab: Lab, timeout: float, manifest: Path = PROBE_MANIFEST) -> None:
+    """Delete any old probe, then create a fresh one."""
+    delete_probe(lab, timeout, manifest)
+    create_probe(lab, manifest)
+
+
+def read_probe_log(lab: Lab, name: str) -> str:
+    from labs.lab import WORKLOAD_NAMESPACE
+
+    return str(_core(lab).read_namespaced_pod_log(name, WORKLOAD_NAMESPACE))
+
+
+def run_probe(
+    lab: Lab, view: ClusterView, timeout: float, manifest: Path = PROBE_MANIFEST
+) -> ProbeRun:
+    """Run the probe afresh and return its output; ProbeError when it does not succeed.
+
+    `view` must watch the workload namespace's pods and events (the lab's standard view).
+    """
+    from labs.gpu_facts import pod_story, scheduling_failure
+
+    name = probe_name(manifest)
+    recreate_probe(lab, timeout, manifest)
+
+    def finished(v: ClusterView) -> dict[str, Any] | None:
+        found = v.find("pods", name)
+        phase = (found or {}).get("status", {}).get("phase")
+        return found if phase in FINISHED_PHASES else None
+
+    def describe(v: ClusterView) -> str:
+        phase, events = pod_story(v, name)
+        failure = scheduling_failure(events)
+        reasons = ", ".join(str(e.get("reason")) for e in events)
+        return f"phase {phase}" + (f", {failure}" if failure else "") + f", events: {reasons}"
+
+    done = view.wait_for(finished, timeout, what=f"probe pod {name} to finish", describe=describe)
+    log = read_probe_log(lab, name)
+    run = ProbeRun(
+        name=name,
+        uid=str(done["metadata"]["uid"]),
+        node=str(done.get("spec", {}).get("nodeName", "")),
+        phase=str(done["status"]["phase"]),
+        log=log,
+    )
+    if run.phase != "Succeeded" or not run.gpu_line:
+        raise ProbeError(f"probe pod {name} ended {run.phase} on {run.node or 'no node'}: {log!r}")
+    return run

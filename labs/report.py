@@ -1,0 +1,259 @@
+"""The record of one scenario run, written as report.md, report.json and timeline.png.
+
+A report must stand on its own a week later: what was injected into which lab on
+which backend, what the cluster looked like before, during and after, when each
+symptom and recovery step showed up, the debugging path with its evidence, the
+traps, and what the run does and does not prove.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from labs.checks import CheckResult, Finding, Trap
+from labs.state import atomic_write_json, atomic_write_text
+
+SIM_BACKEND = "sim"
+STATE_COLUMNS = ("baseline", "fault", "recovered")
+
+
+@dataclass
+class RunRecord:
+    """Everything a run observed; the engine fills it in as the run goes."""
+
+    scenario: str
+    summary: str
+    lab: str
+    backend: str
+    speed: float
+    started_at: str
+    finished_at: str = ""
+    journal_id: str | None = None
+    kept: bool = False
+    baseline: dict[str, Any] = field(default_factory=dict)
+    states: dict[str, dict[str, str]] = field(default_factory=dict)
+    checks: list[CheckResult] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    traps: list[Trap] = field(default_factory=list)
+    differences: list[str] = field(default_factory=list)
+    timeline: dict[str, Any] = field(default_factory=dict)
+    reverted_at: float | None = None
+    error: str | None = None
+    exit_code: int = 0
+
+    @property
+    def failed_checks(self) -> list[str]:
+        failed = [f"{c.phase}: {c.name}" for c in self.checks if not c.held]
+        if self.differences:
+            failed.append("recovered state equals baseline")
+        return failed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scenario": self.scenario,
+            "summary": self.summary,
+            "lab": self.lab,
+            "backend": self.backend,
+            "speed": self.speed,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "journal_id": self.journal_id,
+            "result": {
+                "ok": self.exit_code == 0,
+                "exit_code": self.exit_code,
+                "failed_checks": self.failed_checks,
+                "error": self.error,
+                "fault_kept": self.kept,
+            },
+            "baseline": self.baseline,
+            "states": self.states,
+            "checks": [c.to_dict() for c in self.checks],
+            "reverted_at": None if self.reverted_at is None else round(self.reverted_at, 3),
+            "comparison": {"equal": not self.differences, "differences": self.differences},
+            "findings": [f.to_dict() for f in self.findings],
+            "traps": [trap_record(t, self.findings) for t in self.traps],
+            "proof": proof(self.backend),
+            "timeline": self.timeline,
+        }
+
+
+def trap_record(trap: Trap, findings: list[Finding]) -> dict[str, Any]:
+    """A trap with the debugging step that exposed it in this run (if one did)."""
+    shown = [f for f in findings if f.trap == trap.name]
+    return {
+        **trap.to_dict(),
+        "step": shown[0].step if shown else None,
+        "observed": any(not f.real_cluster_only for f in shown),
+    }
+
+
+def proof(backend: str) -> dict[str, list[str]]:
+    """What a run on this backend shows, and what it cannot."""
+    if backend == SIM_BACKEND:
+        return {
+            "proves": [
+                "the orchestration: guard, prerequisites, baseline, journal entry before the "
+                "mutation, inject, watch-based detection, revert, recovery checks and the "
+                "comparison with the baseline",
+                "the debugging path: every finding was read from cluster objects through the "
+                "official client, the way a person reads them, with the real message formats",
+            ],
+            "does_not_prove": [
+                "anything about AWS or EKS: instances, the NVIDIA AMI, the real GPU Operator, "
+                "device plugin, kubelet and scheduler are played by the rehearsal world",
+                "real timings: T+ values are the rehearsal's; the 'real-time' column only "
+                "scales them by the speed factor",
+                "the steps marked 'real cluster only' (node internals)",
+            ],
+        }
+    return {
+        "proves": [
+            "the fault, its symptoms and the recovery on this EKS cluster, with the timings "
+            "measured here, and that the revert restored the baseline",
+        ],
+        "does_not_prove": [
+            "other GPU Operator versions, AMIs or instance types",
+            "the steps marked 'real cluster only': the tool does not open node shells; run "
+            "them yourself",
+        ],
+    }
+
+
+# --- Markdown ----------------------------------------------------------------------------
+
+
+def _cell(value: Any) -> str:
+    text = "" if value is None else str(value)
+    return text.replace("|", "\\|").replace("\n", "<br>")
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_cell(v) for v in row) + " |" for row in rows]
+    return lines + [""]
+
+
+def _seconds(t: float | None) -> str:
+    return "-" if t is None else f"{t:.2f}"
+
+
+def _result_line(run: RunRecord) -> str:
+    if run.error:
+        return f"**FAILED** (exit {run.exit_code}): {run.error}"
+    if run.exit_code:
+        return f"**FAILED** (exit {run.exit_code}): {'; '.join(run.failed_checks)}"
+    if run.kept:
+        return "**OK, fault kept**: symptoms confirmed; the fault is still in the lab"
+    return "**OK**: every symptom and every recovery check held"
+
+
+def _summary_section(run: RunRecord) -> list[str]:
+    columns = [c for c in STATE_COLUMNS if c in run.states]
+    if not columns:
+        return []
+    keys = list(dict.fromkeys(k for c in columns for k in run.states[c]))
+    rows = [[key, *(run.states[c].get(key, "") for c in columns)] for key in keys]
+    return ["## Summary", "", *_table(["fact", *columns], rows)]
+
+
+def _timeline_section(run: RunRecord) -> list[str]:
+    scaled = run.backend == SIM_BACKEND and run.speed != 1
+    header = ["phase", "T+ (s)", *(["real-time (s)"] if scaled else []), "check", "held", "seen"]
+    rows = []
+    phases = list(dict.fromkeys(c.phase for c in run.checks))
+    in_order = sorted(
+        run.checks,
+        key=lambda c: (phases.index(c.phase), c.t is None, c.t or 0.0),
+    )
+    for check in in_order:
+        real = [_seconds(None if check.t is None else check.t * run.speed)] if scaled else []
+        rows.append(
+            [check.phase, _seconds(check.t), *real, check.name, "yes" if check.held else "NO",
+             check.seen]
+        )  # fmt: skip
+    origin = "Symptom times count from the injection"
+    if run.reverted_at is not None:
+        origin += f", recovery times from the revert (T+{run.reverted_at:.2f} s after injection)"
+    return ["## Timeline", "", f"{origin}.", "", *_table(header, rows)]
+
+
+def _findings_section(run: RunRecord) -> list[str]:
+    if not run.findings:
+        return []
+    lines = ["## Debugging path", ""]
+    for finding in run.findings:
+        tags = []
+        if finding.real_cluster_only:
+            tags.append("real cluster only: not observed by this run")
+        if finding.trap:
+            tags.append(f"trap: {finding.trap}")
+        suffix = f" _({'; '.join(tags)})_" if tags else ""
+        lines += [
+            f"- **{finding.step}**{suffix}",
+            f"   - look: `{finding.look}`",
+            f"   - saw: {finding.saw}",
+            f"   - means: {finding.means}",
+        ]
+    return lines + [""]
+
+
+def _traps_section(run: RunRecord) -> list[str]:
+    if not run.traps:
+        return []
+    rows = []
+    for trap in run.traps:
+        record = trap_record(trap, run.findings)
+        where = "not reached"
+        if record["step"]:
+            where = record["step"] if record["observed"] else f"{record['step']} (real cluster)"
+        rows.append([trap.name, trap.expected, trap.actual, trap.why, where])
+    header = ["trap", "you would expect", "what happens", "why it matters", "shown at"]
+    return ["## Traps", "", *_table(header, rows)]
+
+
+def render_markdown(run: RunRecord, plot_name: str | None = "timeline.png") -> str:
+    """The human report."""
+    backend = (
+        f"rehearsal (local sim, speed {run.speed:g}x)" if run.backend == SIM_BACKEND else "AWS EKS"
+    )
+    lines = [
+        f"# Scenario run: {run.scenario}",
+        "",
+        run.summary,
+        "",
+        f"- result: {_result_line(run)}",
+        f"- lab: `{run.lab}`, backend: {backend}",
+        f"- started {run.started_at}, finished {run.finished_at}",
+        f"- journal entry: `{run.journal_id or 'none (nothing injected)'}`",
+        "",
+    ]
+    lines += _summary_section(run)
+    if run.differences:
+        lines += ["Recovered state differs from the baseline:", ""]
+        lines += [f"- {d}" for d in run.differences] + [""]
+    lines += _timeline_section(run)
+    if plot_name:
+        lines += [f"![timeline]({plot_name})", ""]
+    lines += _findings_section(run)
+    lines += _traps_section(run)
+    if run.baseline:
+        lines += ["## Baseline facts", "", "```json", json.dumps(run.baseline, indent=2), "```", ""]
+    claims = proof(run.backend)
+    lines += ["## What this run proves", ""] + [f"- {p}" for p in claims["proves"]] + [""]
+    lines += ["## What it does not prove", ""] + [f"- {p}" for p in claims["does_not_prove"]]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(run: RunRecord, run_dir: Path) -> Path:
+    """Write report.md, report.json and timeline.png into `run_dir`; return report.md's path."""
+    from labs.plot import plot_timeline
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    plotted = plot_timeline(run.timeline, run_dir / "timeline.png", run.scenario, run.speed)
+    atomic_write_json(run_dir / "report.json", run.to_dict())
+    report = run_dir / "report.md"
+    atomic_write_text(report, render_markdown(run, "timeline.png" if plotted else None))
+    return report

@@ -1,0 +1,227 @@
+"""Switch the device plugin off in the ClusterPolicy and watch GPU scheduling stop.
+
+One field, `spec.devicePlugin.enabled`, makes the GPU Operator delete the device-plugin
+DaemonSet outright (not scale it to 0); kubelet then advertises `nvidia.com/gpu: 0` on
+every GPU node (the key stays), and a new GPU pod stays Pending with
+`0/4 nodes are available: 4 Insufficient nvidia.com/gpu.` while the ClusterPolicy still
+says `ready`. Reverting the field brings a new DaemonSet, the GPUs come back, and the
+same Pending pod runs with the baseline's output.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from labs import gpu_facts as gpu
+from labs import probes
+from labs.checks import Check, Context, Finding, Needs, Trap, Verdict
+from labs.gpu_debug import NVML_TRAP, node_internals
+
+name = "device-plugin-off"
+summary = "ClusterPolicy devicePlugin.enabled=false: GPU nodes advertise 0 GPUs, GPU pods Pending"
+needs = Needs(gpu_nodes=2, operator=True)
+risk = "low: one reversible ClusterPolicy field; running GPU pods keep their GPU, new ones wait"
+duration = "about 2 minutes on EKS (reconcile < 10 s, full recovery < 40 s)"
+PROBE = probes.probe_name()
+gauges = gpu.gpu_gauges(PROBE)
+traps = [
+    Trap("status.state stays ready", "notReady once a component is off", "`ready`",
+         "a deliberate disable is a successful reconcile: watch DaemonSets and allocatable"),
+    Trap("allocatable key kept at 0", "the nvidia.com/gpu key disappears", 'key kept, value "0"',
+         "absent()-based alerts never fire; alert on == 0 joined with nvidia.com/gpu.present"),
+    NVML_TRAP,
+]  # fmt: skip
+
+
+def baseline(lab: Any, view: Any) -> dict[str, Any]:
+    """Run gpu-probe on the healthy lab; keep its output, the GPU nodes and the DaemonSet uid."""
+    run = probes.run_probe(lab, view, lab.settings.probe_timeout)
+    plugin = gpu.daemonset(view)
+    return {
+        "probe_output": run.gpu_line,
+        "probe_node": run.node,
+        "gpu_nodes": [gpu.name_of(n) for n in gpu.gpu_nodes(view)],
+        "daemonset_uid": plugin["metadata"]["uid"] if plugin else None,
+    }
+
+
+def inject(lab: Any) -> None:
+    """Delete the baseline probe, then merge-patch ClusterPolicy spec.devicePlugin.enabled=false.
+
+    The probe goes first: a pod holding a GPU across a device-plugin restart can confuse
+    kubelet's device checkpoint, and the name must be free for the probe that follows.
+    """
+    probes.delete_probe(lab, lab.settings.probe_timeout)
+    gpu.patch_cluster_policy(lab, {"spec": {"devicePlugin": {"enabled": False}}})
+
+
+def revert(lab: Any) -> None:
+    """Merge-patch ClusterPolicy spec.devicePlugin.enabled=true (safe to repeat)."""
+    gpu.patch_cluster_policy(lab, {"spec": {"devicePlugin": {"enabled": True}}})
+
+
+def state(ctx: Context) -> dict[str, str]:
+    """The summary rows, compared between baseline, fault and recovery."""
+    policy = gpu.cluster_policy(ctx.view) or {}
+    return {
+        "ClusterPolicy spec.devicePlugin.enabled":
+            str(gpu.component_enabled(policy, "devicePlugin")).lower(),
+        "ClusterPolicy status.state": gpu.policy_state(policy),
+        "device-plugin DaemonSet": gpu.describe_daemonset(ctx.view),
+        "allocatable nvidia.com/gpu": gpu.describe_allocatable(ctx.view),
+        PROBE: gpu.pod_phase(ctx.view, PROBE),
+    }  # fmt: skip
+
+
+def _allocatable_everywhere(ctx: Context, value: str) -> Verdict:
+    values = gpu.allocatable_by_node(ctx.view)
+    held = all(values.get(n) == value for n in ctx.baseline["gpu_nodes"])
+    return held, gpu.describe_allocatable(ctx.view)
+
+
+# --- symptoms (T+ from the injection) --------------------------------------------------------
+
+
+def ds_deleted(ctx: Context) -> Verdict:
+    seen = gpu.describe_daemonset(ctx.view)
+    return seen == "NotFound", f'daemonsets.apps "{gpu.DEVICE_PLUGIN_DAEMONSET}": {seen}'
+
+
+def probe_again(ctx: Context) -> None:
+    probes.recreate_probe(ctx.lab, ctx.lab.settings.probe_timeout)
+
+
+def probe_unschedulable(ctx: Context) -> Verdict:
+    phase, events = gpu.pod_story(ctx.view, PROBE)
+    message = gpu.scheduling_failure(events) or ""
+    held = phase == "Pending" and "Insufficient nvidia.com/gpu" in message
+    return held, f"{PROBE} {phase}: {message or 'no FailedScheduling event yet'}"
+
+
+def state_still_ready(ctx: Context) -> Verdict:
+    state = gpu.policy_state(gpu.cluster_policy(ctx.view))
+    reconciled = gpu.daemonset(ctx.view) is None  # the operator has acted on the patch
+    return reconciled and state == "ready", f"status.state {state!r} with the DaemonSet gone"
+
+
+def operator_logged_disabled(ctx: Context) -> Verdict:
+    if gpu.daemonset(ctx.view) is not None:
+        return False, "the operator has not reconciled the patch yet"
+    line = gpu.operator_step(ctx.lab, ctx.view, "state-device-plugin", "disabled")
+    return line is not None, line or "no state-device-plugin/disabled line in the operator log"
+
+
+symptoms = [
+    Check("device-plugin DaemonSet deleted (NotFound, not scaled to 0)", ds_deleted, 60),
+    Check('allocatable nvidia.com/gpu is "0" on every GPU node (key kept)',
+          lambda ctx: _allocatable_everywhere(ctx, "0"), 60, then=probe_again),
+    Check("gpu-probe Pending: FailedScheduling, Insufficient nvidia.com/gpu",
+          probe_unschedulable, 90),
+    Check("ClusterPolicy status.state stays ready (trap)", state_still_ready, 60),
+    Check("operator log: state-device-plugin disabled", operator_logged_disabled, 60),
+]  # fmt: skip
+
+
+# --- diagnosis: Pod -> Node -> DaemonSet -> ClusterPolicy/operator -> node internals -------
+
+
+def diagnose(lab: Any, view: Any) -> list[Finding]:
+    """Pod events -> node allocatable -> DaemonSet and its node label -> ClusterPolicy spec,
+    status and operator log -> node internals (socket dir, driver from a device-mounted pod)."""
+    phase, events = gpu.pod_story(view, PROBE)
+    policy = gpu.cluster_policy(view) or {}
+    ns = lab.operator_namespace
+    policy_get = "kubectl get clusterpolicy cluster-policy -o jsonpath="
+    return [
+        Finding("1. Pod: why Pending?", f"kubectl describe pod {PROBE}",
+                f"{phase}: {gpu.scheduling_failure(events)}",
+                "Insufficient nvidia.com/gpu on every node, system nodes included: no node "
+                "offers a free GPU. Next: node allocatable against the pod's request"),
+        Finding("2. Node: are GPUs advertised?", "kubectl get nodes -o json | jq '.items[] | "
+                '{name: .metadata.name, alloc: .status.allocatable["nvidia.com/gpu"], '
+                'cap: .status.capacity["nvidia.com/gpu"]}\'', gpu.describe_advertised(view),
+                "GPU nodes advertise 0 with the key kept (system nodes have none): the "
+                "advertising stopped. Next: the advertiser, the device plugin",
+                trap="allocatable key kept at 0"),
+        Finding("3. DaemonSet: is the advertiser alive?", f"kubectl get ds -n {ns}",
+                f"present: {', '.join(gpu.daemonset_names(view)) or 'none'}",
+                f"{gpu.DEVICE_PLUGIN_DAEMONSET} is gone while the other operands run"),
+        Finding("3b. DaemonSet: selector or deletion?",
+                f"kubectl get nodes -L {gpu.DEVICE_PLUGIN_DEPLOY_LABEL}",
+                gpu.describe_gpu_node_label(view, gpu.DEVICE_PLUGIN_DEPLOY_LABEL),
+                "the nodeSelector label is still true: the DaemonSet itself was deleted. "
+                "Next: whoever deletes it, the operator reconciling the ClusterPolicy"),
+        Finding("4. ClusterPolicy spec", policy_get + "'{.spec.devicePlugin}'",
+                json.dumps(policy.get("spec", {}).get("devicePlugin")),
+                "enabled: false is the smoking gun: the operator deleted the DaemonSet as told"),
+        Finding("4b. ClusterPolicy status", policy_get + "'{.status.state}'",
+                gpu.policy_state(policy),
+                "ready although the GPUs are gone: a deliberate disable reconciles successfully",
+                trap="status.state stays ready"),
+        Finding("4c. Operator health", f"kubectl -n {ns} get deploy gpu-operator",
+                gpu.describe_deployment(gpu.operator_deployment(view)),
+                "the controller runs and reconciles: the deletion was intended, not a crash"),
+        Finding("4d. Operator log", f"kubectl logs -n {ns} deploy/gpu-operator --tail=120 "
+                "| grep -i device-plugin",
+                gpu.operator_step(lab, view, "state-device-plugin", "disabled") or "no such line",
+                "the operator recorded the state-device-plugin step as disabled"),
+        *node_internals(view, ns, "only kubelet.sock and kubelet_internal_checkpoint"),
+    ]  # fmt: skip
+
+
+# --- recovery (T+ from the revert) ------------------------------------------------------------
+
+
+def ds_recreated(ctx: Context) -> Verdict:
+    plugin = gpu.daemonset(ctx.view)
+    uid = plugin["metadata"]["uid"] if plugin else None
+    held = uid is not None and uid != ctx.baseline["daemonset_uid"]
+    return held, f"uid {uid} (baseline {ctx.baseline['daemonset_uid']})"
+
+
+def plugins_ready(on_nodes: int | None) -> Any:
+    """Device-plugin pods ready on `on_nodes` nodes (None: desired/current/ready all N)."""
+
+    def condition(ctx: Context) -> Verdict:
+        plugin = gpu.daemonset(ctx.view)
+        counts = gpu.daemonset_counts(plugin) if plugin else (0, 0, 0)
+        every = (len(ctx.baseline["gpu_nodes"]),) * 3
+        return (counts[2] >= on_nodes if on_nodes else counts == every), gpu.describe_daemonset(
+            ctx.view
+        )
+
+    return condition
+
+
+def policy_ready_again(ctx: Context) -> Verdict:
+    state = gpu.policy_state(gpu.cluster_policy(ctx.view))
+    plugin_back = plugins_ready(None)(ctx)[0]  # not the stale "ready" of the fault
+    return plugin_back and state == "ready", f"status.state {state!r}"
+
+
+def probe_ran_after_waiting(ctx: Context) -> Verdict:
+    phase, events = gpu.pod_story(ctx.view, PROBE)
+    held = phase == "Succeeded" and gpu.waited_then_scheduled(events)
+    return held, f"{PROBE} {phase}; events: {', '.join(gpu.event_reasons(events))}"
+
+
+def probe_output_as_baseline(ctx: Context) -> Verdict:
+    phase, expected = gpu.pod_phase(ctx.view, PROBE), ctx.baseline["probe_output"]
+    if phase != "Succeeded":
+        return False, f"{PROBE} {phase}"
+    output = probes.gpu_summary(probes.read_probe_log(ctx.lab, PROBE))
+    return output == expected, f"{output!r} (baseline {expected!r})"
+
+
+recovery = [
+    Check("device-plugin DaemonSet re-created with a new uid", ds_recreated, 60),
+    Check("device-plugin ready on 1 node", plugins_ready(1), 60),
+    Check("allocatable nvidia.com/gpu back to 1 on every GPU node",
+          lambda ctx: _allocatable_everywhere(ctx, "1"), 120),
+    Check("device-plugin DaemonSet N/N/N ready", plugins_ready(None), 120),
+    Check("ClusterPolicy status.state ready with the device plugin back", policy_ready_again, 120),
+    Check("the pending gpu-probe ran: FailedScheduling, then Scheduled, Succeeded",
+          probe_ran_after_waiting, 420),
+    Check("gpu-probe output identical to baseline", probe_output_as_baseline, 420),
+]  # fmt: skip

@@ -1,0 +1,71 @@
+"""The GPU facts and probe helpers the reference scenario reads its evidence with."""
+
+from __future__ import annotations
+
+import pytest
+
+from labs import gpu_facts
+from labs.probes import gpu_summary, load_probe
+
+PROBE_LOG = """GPU 0: NVIDIA A10G (UUID: GPU-1a2b3c4d-0000-1111-2222-333344445555)
+name, driver_version, memory.total [MiB]
+NVIDIA A10G, 580.126.09, 23028 MiB
+"""
+
+
+def test_the_scenario_patches_fit_the_cluster_policy_schema():
+    for enabled in (False, True):
+        gpu_facts.validate_policy_patch({"spec": {"devicePlugin": {"enabled": enabled}}})
+
+
+@pytest.mark.parametrize(
+    ("patch", "message"),
+    [
+        ({"spec": {"devicePlugins": {"enabled": False}}}, "'spec.devicePlugins'"),
+        ({"spec": {"devicePlugin": {"enabled": "false"}}}, "must be bool, got 'false'"),
+        ({"spec": {"devicePlugin": False}}, "'spec.devicePlugin' must be an object"),
+        ({"status": {"state": "ready"}}, "no patchable field 'status'"),
+    ],
+)
+def test_a_patch_outside_the_schema_is_refused(patch, message):
+    with pytest.raises(ValueError, match=message):
+        gpu_facts.validate_policy_patch(patch)
+
+
+def test_probe_output_is_compared_without_the_per_gpu_uuid():
+    assert gpu_summary(PROBE_LOG) == "NVIDIA A10G, 580.126.09, 23028 MiB"
+    assert gpu_summary("Failed to initialize NVML: Unknown Error") == ""
+
+
+def test_the_probe_manifest_asks_for_one_gpu_and_tolerates_the_taint():
+    probe = load_probe()
+    spec = probe["spec"]
+    assert probe["metadata"]["name"] == "gpu-probe" and spec["restartPolicy"] == "Never"
+    assert spec["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in (
+        spec["tolerations"]
+    )
+
+
+def test_the_operator_step_line_is_found_among_other_log_lines():
+    wanted = (
+        '{"level":"info","logger":"controllers.ClusterPolicy","msg":"ClusterPolicy step '
+        'completed","state:":"state-device-plugin","status":"disabled"}'
+    )
+    lines = [
+        "not json at all",
+        '{"msg":"ClusterPolicy step completed","state:":"state-device-plugin","status":"ready"}',
+        wanted,
+        '{"msg":"ClusterPolicy step completed","state:":"state-dcgm","status":"disabled"}',
+    ]
+    assert gpu_facts.operator_step_line(lines, "state-device-plugin", "disabled") == wanted
+    assert gpu_facts.operator_step_line(lines[:2], "state-device-plugin", "disabled") is None
+
+
+def test_event_story_order_and_repeats():
+    failed = {"reason": "FailedScheduling", "count": 3}
+    scheduled = {"reason": "Scheduled", "count": 1}
+    assert gpu_facts.waited_then_scheduled([failed, scheduled])
+    assert not gpu_facts.waited_then_scheduled([scheduled, failed])
+    assert not gpu_facts.waited_then_scheduled([scheduled])
+    assert gpu_facts.event_reasons([failed, scheduled]) == ["FailedScheduling (x3)", "Scheduled"]

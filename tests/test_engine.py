@@ -1,0 +1,310 @@
+"""The scenario engine against the API emulator alone, with a tiny scenario written as one module.
+
+The scenario flips a ConfigMap's `mode` from "on" to "off" (inject) and back (revert). It
+lives in a file the test writes and registers at run time, which is all a new scenario
+needs. The lab runs at speed 1, so the checks' time limits are the ones declared.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+
+import scenarios
+from labs.checks import Check
+from labs.engine import (
+    EXIT_CHECK_FAILED,
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    ScenarioError,
+    describe_scenario,
+    inject_scenario,
+    list_scenarios,
+    revert_scenarios,
+    run_scenario,
+)
+from labs.guard import GuardError
+from labs.journal import INJECTED, KEPT, REVERTED
+from labs.lab import SIM, Lab
+from labs.settings import load_settings
+
+TOGGLE_SCENARIO = '''
+"""Flip the lab-toggle ConfigMap off and on again."""
+
+from kubernetes import client
+
+from labs.cluster import WatchedKind
+from labs.checks import Check, Finding, Needs, Trap
+
+name = "configmap-toggle"
+summary = "ConfigMap lab-toggle mode=off"
+needs = Needs()
+risk = "none"
+duration = "seconds"
+traps = [Trap("looks harmless", "nothing changes", "mode is off", "read the data")]
+
+
+def _mode(view):
+    found = view.find("configmaps", "lab-toggle")
+    return (found or {}).get("data", {}).get("mode", "absent")
+
+
+def _set(lab, mode):
+    client.CoreV1Api(lab.kube).patch_namespaced_config_map(
+        "lab-toggle", "default", {"data": {"mode": mode}}
+    )
+
+
+def watch(lab):
+    core = client.CoreV1Api(lab.kube)
+    return [WatchedKind("configmaps", core.list_namespaced_config_map, {"namespace": "default"})]
+
+
+gauges = {"mode": _mode}
+
+
+def state(ctx):
+    return {"mode": _mode(ctx.view)}
+
+
+def baseline(lab, view):
+    """Read the mode."""
+    return {"mode": _mode(view)}
+
+
+def inject(lab):
+    """Set mode=off."""
+    _set(lab, "off")
+
+
+def revert(lab):
+    """Set mode=on."""
+    _set(lab, "on")
+
+
+def diagnose(lab, view):
+    """Read the ConfigMap."""
+    return [Finding("1. ConfigMap", "kubectl get cm lab-toggle", _mode(view), "it is off",
+                    trap="looks harmless")]
+
+
+symptoms = [Check("mode is off", lambda ctx: (_mode(ctx.view) == "off", _mode(ctx.view)), 30)]
+recovery = [Check("mode is back as baseline",
+                  lambda ctx: (_mode(ctx.view) == ctx.baseline["mode"], _mode(ctx.view)), 30)]
+'''
+NAME = "configmap-toggle"
+
+
+def load_module(path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location("configmap_toggle", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def toggle(tmp_path: Path) -> Iterator[ModuleType]:
+    """The tiny scenario, written as a module file and registered at run time."""
+    path = tmp_path / "configmap_toggle.py"
+    path.write_text(TOGGLE_SCENARIO)
+    module = scenarios.register(load_module(path))
+    yield module
+    scenarios.unregister(NAME)
+
+
+def variant(module: ModuleType, **changes: Any) -> SimpleNamespace:
+    """The same scenario with some parts replaced, registered under the same name."""
+    fields = {k: getattr(module, k) for k in dir(module) if not k.startswith("__")}
+    return scenarios.register(SimpleNamespace(**{**fields, **changes}))
+
+
+@pytest.fixture
+def lab(emulator, tmp_path: Path) -> Lab:
+    """A lab record pointing at the emulator (real-time speed), with lab-toggle mode=on."""
+    flags = {"lab": "tiny", "state_dir": str(tmp_path / "state"), "speed": 1}
+    settings = load_settings(None, flags)
+    lab = Lab.create(settings, SIM)
+    lab.update(outputs={"cluster_endpoint": emulator.url})
+    shutil.copyfile(emulator.kubeconfig_path, lab.paths.kubeconfig)
+    emulator.store.create(
+        "configmaps", {"metadata": {"name": "lab-toggle"}, "data": {"mode": "on"}}, "default"
+    )
+    return lab
+
+
+def mode(emulator) -> str:
+    return emulator.store.get("configmaps", "lab-toggle", "default")["data"]["mode"]
+
+
+def journal_states(lab: Lab) -> list[str]:
+    return [entry["state"] for entry in lab.journal.entries()]
+
+
+def test_a_scenario_written_as_one_module_runs_end_to_end(toggle, lab, emulator):
+    lines: list[str] = []
+    result = run_scenario(lab, NAME, out=lines.append)
+
+    assert result.ok and result.exit_code == 0 and result.failed_checks == []
+    assert mode(emulator) == "on"
+    assert journal_states(lab) == [REVERTED]
+    assert any("symptom: mode is off" in line and "T+" in line for line in lines)
+    report = json.loads((result.report_dir / "report.json").read_text())
+    assert report["states"] == {
+        "baseline": {"mode": "on"},
+        "fault": {"mode": "off"},
+        "recovered": {"mode": "on"},
+    }
+    assert [c["name"] for c in report["checks"] if c["held"]] == [
+        "mode is off",
+        "mode is back as baseline",
+    ]
+    assert report["traps"][0]["name"] == "looks harmless" and report["traps"][0]["observed"]
+    assert (result.report_dir / "report.md").read_text().startswith("# Scenario run: " + NAME)
+    assert result.report_dir.parent == lab.paths.runs_dir
+
+
+def test_recovery_that_never_comes_fails_and_names_the_check(toggle, lab, emulator):
+    never = Check("mode reads 'restored'", lambda ctx: (False, "mode on, no 'restored'"), 0.5)
+    variant(toggle, recovery=[never])
+
+    result = run_scenario(lab, NAME, out=lambda _line: None)
+
+    assert result.exit_code == EXIT_CHECK_FAILED
+    assert result.failed_checks == ["recovery: mode reads 'restored'"]
+    # The revert itself was applied, and the journal says exactly that.
+    assert mode(emulator) == "on" and journal_states(lab) == [REVERTED]
+    report = (result.report_dir / "report.md").read_text()
+    assert "FAILED" in report and "mode reads 'restored'" in report
+
+
+def test_an_error_after_injection_reverts_first_then_reports(toggle, lab, emulator):
+    def broken(_ctx: Any) -> tuple[bool, str]:
+        raise RuntimeError("the check itself broke")
+
+    variant(toggle, symptoms=[Check("mode is off", broken, 30)])
+
+    result = run_scenario(lab, NAME, out=lambda _line: None)
+
+    assert result.exit_code == EXIT_ERROR
+    assert "the check itself broke" in (result.error or "")
+    assert mode(emulator) == "on" and journal_states(lab) == [REVERTED]
+    report = json.loads((result.report_dir / "report.json").read_text())
+    assert report["result"]["error"] == result.error
+
+
+def test_ctrl_c_after_injection_reverts(toggle, lab, emulator):
+    def interrupted(_ctx: Any) -> tuple[bool, str]:
+        raise KeyboardInterrupt
+
+    variant(toggle, symptoms=[Check("mode is off", interrupted, 30)])
+
+    result = run_scenario(lab, NAME, out=lambda _line: None)
+
+    assert result.exit_code == EXIT_INTERRUPTED
+    assert mode(emulator) == "on" and journal_states(lab) == [REVERTED]
+
+
+def test_a_failed_revert_leaves_the_journal_saying_injected(toggle, lab, emulator):
+    def stuck(_lab: Any) -> None:
+        raise ConnectionError("API unreachable")
+
+    never = Check("never", lambda ctx: (False, "-"), 0.2)
+    variant(toggle, revert=stuck, symptoms=[never])
+
+    result = run_scenario(lab, NAME, out=lambda _line: None)
+
+    assert result.exit_code == EXIT_ERROR
+    assert f"invoke scenario.revert {NAME} --lab tiny" in (result.error or "")
+    assert mode(emulator) == "off" and journal_states(lab) == [INJECTED]
+
+
+def test_keep_fault_leaves_it_and_revert_undoes_it_later(toggle, lab, emulator):
+    result = run_scenario(lab, NAME, keep_fault=True, out=lambda _line: None)
+
+    assert result.ok
+    assert mode(emulator) == "off" and journal_states(lab) == [KEPT]
+    assert revert_scenarios(lab, None, out=lambda _line: None) == [NAME]
+    assert mode(emulator) == "on" and journal_states(lab) == [REVERTED]
+
+
+def test_revert_after_a_crash_needs_only_the_journal(toggle, lab, emulator):
+    # What a run killed right after the injection leaves behind.
+    entry = lab.journal.record_injecting(NAME, None)
+    toggle.inject(lab)
+    lab.journal.mark(entry, INJECTED)
+
+    assert revert_scenarios(lab, None, out=lambda _line: None) == [NAME]
+    assert mode(emulator) == "on" and journal_states(lab) == [REVERTED]
+    # Idempotent: nothing is left to do.
+    lines: list[str] = []
+    assert revert_scenarios(lab, None, out=lines.append) == []
+    assert "nothing to revert" in lines[0]
+
+
+def test_inject_for_practice_leaves_the_fault_kept(toggle, lab, emulator):
+    lines: list[str] = []
+    entry = inject_scenario(lab, NAME, out=lines.append)
+
+    assert mode(emulator) == "off"
+    assert lab.journal.entries()[0]["id"] == entry and journal_states(lab) == [KEPT]
+    assert any(f"invoke scenario.revert {NAME} --lab tiny" in line for line in lines)
+
+
+def test_nothing_is_injected_when_the_guard_refuses(toggle, lab, emulator):
+    lab.update(outputs={"cluster_endpoint": "https://ABCDEF.gr7.ap-northeast-2.eks.amazonaws.com"})
+
+    with pytest.raises(GuardError, match="refusing"):
+        run_scenario(lab, NAME, out=lambda _line: None)
+
+    assert mode(emulator) == "on" and lab.journal.entries() == []
+
+
+def test_missing_gpu_nodes_name_the_scale_command(toggle, lab):
+    variant(toggle, needs=toggle.Needs(gpu_nodes=2))
+
+    expected = r"has 0 Ready GPU node\(s\).*invoke lab\.scale 2 --lab tiny"
+    with pytest.raises(ScenarioError, match=expected):
+        run_scenario(lab, NAME, out=lambda _line: None)
+    assert lab.journal.entries() == []
+
+
+def test_missing_operator_names_lab_up(toggle, lab):
+    variant(toggle, needs=toggle.Needs(operator=True))
+
+    expected = r"GPU Operator is not installed.*invoke lab\.up --lab tiny"
+    with pytest.raises(ScenarioError, match=expected):
+        run_scenario(lab, NAME, out=lambda _line: None)
+
+
+def test_unknown_scenario_lists_the_known_ones(lab):
+    with pytest.raises(scenarios.UnknownScenario, match="known scenarios: .*device-plugin-off"):
+        run_scenario(lab, "no-such-fault", out=lambda _line: None)
+    with pytest.raises(scenarios.UnknownScenario, match="device-plugin-off"):
+        revert_scenarios(lab, ["no-such-fault"], out=lambda _line: None)
+
+
+def test_a_scenario_missing_parts_is_refused_at_registration():
+    with pytest.raises(scenarios.InvalidScenario, match="does not declare: .*revert"):
+        scenarios.register(SimpleNamespace(name="half-done", summary="x"))
+    with pytest.raises(scenarios.InvalidScenario, match="dashed lower case"):
+        fields = {attribute: None for attribute in scenarios.REQUIRED}
+        scenarios.register(SimpleNamespace(**{**fields, "name": "Not_Dashed"}))
+
+
+def test_list_and_describe_show_the_reference_scenario():
+    names = [info.name for info in list_scenarios()]
+    assert "device-plugin-off" in names
+
+    runbook = describe_scenario("device-plugin-off")
+    assert "2 Ready GPU node(s), the GPU Operator installed and running" in runbook
+    assert "spec.devicePlugin.enabled=false" in runbook
+    assert "status.state stays ready" in runbook
+    assert "gpu-probe output identical to baseline" in runbook
