@@ -52,6 +52,19 @@ def _confirm(question: str) -> bool:
     return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
 
 
+def _known_scenario(name: str, task_name: str) -> str:
+    """Check a scenario name before touching any lab (and catch `--help` typed after a task)."""
+    import scenarios
+    from labs.settings import SettingsError
+
+    if name.startswith("-"):
+        raise SettingsError(
+            f"{name!r} is not a scenario name; for help run: invoke --help {task_name}"
+        )
+    scenarios.get(name)
+    return name
+
+
 def _reverter() -> Callable[..., list[str]]:
     from labs.engine import revert_scenarios
 
@@ -155,7 +168,7 @@ def show(c, name):
     """Show a scenario's runbook: what it does, what to expect, how to debug it."""
     from labs.engine import describe_scenario
 
-    print(describe_scenario(name))
+    print(describe_scenario(_known_scenario(name, "scenario.show")))
 
 
 @task(
@@ -171,6 +184,7 @@ def run(c, name, lab=None, keep_fault=False):
     from labs.engine import run_scenario
     from labs.lab import Lab
 
+    name = _known_scenario(name, "scenario.run")
     result = run_scenario(Lab.open(_settings(c, lab=lab)), name, keep_fault=keep_fault)
     if not result.ok:
         raise Exit(f"scenario {name} failed: {', '.join(result.failed_checks)}", code=1)
@@ -183,7 +197,7 @@ def inject(c, name, lab=None):
     from labs.engine import inject_scenario
     from labs.lab import Lab
 
-    inject_scenario(Lab.open(_settings(c, lab=lab)), name)
+    inject_scenario(Lab.open(_settings(c, lab=lab)), _known_scenario(name, "scenario.inject"))
 
 
 @task(
@@ -202,6 +216,8 @@ def revert(c, name=None, lab=None, all=False):  # noqa: A002 - the flag users ty
 
     if bool(name) == bool(all):
         raise SettingsError("name one scenario to revert, or pass --all (not both)")
+    if name:
+        _known_scenario(name, "scenario.revert")
     reverted = revert_scenarios(Lab.open(_settings(c, lab=lab)), None if all else [name])
     print("reverted: " + (", ".join(reverted) if reverted else "nothing was injected"))
 

@@ -15,7 +15,7 @@ INVOKE = str(Path(sys.executable).parent / "invoke")
 def invoke_env(state_dir: Path, **extra: str) -> dict[str, str]:
     """The environment of a user whose labs live in `state_dir` (fast rehearsal speed)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("INVOKE_", "AWS_"))}
-    env.update(INVOKE_LAB_STATE_DIR=str(state_dir), INVOKE_LAB_SPEED="300", **extra)
+    env.update({"INVOKE_LAB_STATE_DIR": str(state_dir), "INVOKE_LAB_SPEED": "300", **extra})
     return env
 
 

@@ -1,0 +1,152 @@
+"""The scenario tasks and `invoke demo` through the real command line, on the rehearsal backend."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from kubernetes import client as k8s
+from kubernetes import config
+from lab_support import INVOKE, ROOT, invoke_env, run_invoke
+
+LAB = "sc1"
+DEVICE_PLUGIN = "nvidia-device-plugin-daemonset"
+
+
+def _journal(state_dir: Path, lab: str) -> list[dict]:
+    path = state_dir / lab / "journal.json"
+    return json.loads(path.read_text())["entries"] if path.exists() else []
+
+
+def _until(check, timeout: float = 60.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"gave up waiting for {what}")
+
+
+def test_demo_runs_the_whole_story_and_leaves_a_report(tmp_path: Path):
+    result = run_invoke("demo", env=invoke_env(tmp_path, INVOKE_LAB_SPEED="120"), timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr
+    assert "report:" in result.stdout and "lab 'demo' is gone" in result.stdout
+    [report] = (tmp_path / "demo" / "runs").glob("*-device-plugin-off/report.json")
+    data = json.loads(report.read_text())
+    fault = data["states"]["fault"]
+    assert fault["device-plugin DaemonSet"] == "NotFound"
+    assert fault["allocatable nvidia.com/gpu"].count(": 0") == 2
+    seen = " ".join(check["seen"] for check in data["checks"])
+    assert "0/4 nodes are available: 4 Insufficient nvidia.com/gpu." in seen
+    traps = {trap["name"]: trap for trap in data["traps"]}
+    assert traps["status.state stays ready"]["observed"] is True
+    held = {check["name"]: check["held"] for check in data["checks"]}
+    assert held["device-plugin DaemonSet re-created with a new uid"] is True
+    assert held["gpu-probe output identical to baseline"] is True
+    assert data["comparison"]["equal"] is True
+    assert (report.parent / "report.md").exists() and (report.parent / "timeline.png").exists()
+    assert not (tmp_path / "demo" / "state.json").exists(), "the demo lab was not torn down"
+
+
+def test_scenario_list_show_and_unknown_names(tmp_path: Path):
+    env = invoke_env(tmp_path)
+    listing = run_invoke("scenario.list", env=env)
+    assert listing.returncode == 0 and "device-plugin-off" in listing.stdout
+    assert "needs:" in listing.stdout and "risk:" in listing.stdout
+    show = run_invoke("scenario.show", "device-plugin-off", env=env)
+    assert show.returncode == 0 and "devicePlugin" in show.stdout
+    unknown = run_invoke("scenario.run", "no-such-fault", "--lab", LAB, env=env)
+    assert unknown.returncode == 1
+    assert "no scenario named 'no-such-fault'" in unknown.stderr
+    assert "device-plugin-off" in unknown.stderr
+
+
+@pytest.fixture(scope="module")
+def sim_lab(tmp_path_factory: pytest.TempPathFactory):
+    state_dir = tmp_path_factory.mktemp("labs")
+    env = invoke_env(state_dir, INVOKE_LAB_SPEED="120")
+    up = run_invoke("lab.up", "--sim", "--lab", LAB, env=env)
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        yield state_dir, env
+    finally:
+        run_invoke("lab.down", "--lab", LAB, "--destroy", "--yes", env=env)
+
+
+def _device_plugin_enabled(state_dir: Path) -> bool:
+    api = config.new_client_from_config(config_file=str(state_dir / LAB / "kubeconfig"))
+    policy = k8s.CustomObjectsApi(api).get_cluster_custom_object(
+        "nvidia.com", "v1", "clusterpolicies", "cluster-policy"
+    )
+    return bool(policy["spec"]["devicePlugin"]["enabled"])
+
+
+def _device_plugin_ready(state_dir: Path) -> bool:
+    api = config.new_client_from_config(config_file=str(state_dir / LAB / "kubeconfig"))
+    names = [
+        ds.metadata.name
+        for ds in k8s.AppsV1Api(api).list_namespaced_daemon_set("gpu-operator").items
+        if (ds.status.number_ready or 0) == 2
+    ]
+    return DEVICE_PLUGIN in names
+
+
+def test_inject_shows_in_status_and_revert_all_undoes_it(sim_lab):
+    state_dir, env = sim_lab
+    inject = run_invoke("scenario.inject", "device-plugin-off", "--lab", LAB, env=env)
+    assert inject.returncode == 0, inject.stdout + inject.stderr
+    assert not _device_plugin_enabled(state_dir)
+    status = run_invoke("lab.status", "--lab", LAB, env=env)
+    assert "injected faults: device-plugin-off" in status.stdout
+    revert = run_invoke("scenario.revert", "--all", "--lab", LAB, env=env)
+    assert revert.returncode == 0, revert.stdout + revert.stderr
+    assert "reverted: device-plugin-off" in revert.stdout
+    assert _device_plugin_enabled(state_dir)
+    assert [e["state"] for e in _journal(state_dir, LAB)][-1] == "reverted"
+    again = run_invoke("scenario.revert", "--all", "--lab", LAB, env=env)
+    assert again.returncode == 0 and "nothing was injected" in again.stdout
+    _until(lambda: _device_plugin_ready(state_dir), what="the device plugin to be back")
+
+
+def test_a_killed_run_is_reverted_from_the_journal(sim_lab):
+    state_dir, env = sim_lab
+    before = len(_journal(state_dir, LAB))
+    run = subprocess.Popen(
+        [INVOKE, "scenario.run", "device-plugin-off", "--lab", LAB],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        _until(
+            lambda: any(e["state"] == "injected" for e in _journal(state_dir, LAB)[before:]),
+            what="the run to record its injection",
+        )
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait(timeout=10)
+    finally:
+        if run.poll() is None:
+            os.killpg(run.pid, signal.SIGKILL)
+    assert run.returncode == -signal.SIGKILL
+    _until(lambda: not _device_plugin_enabled(state_dir), what="the fault to be in place")
+    revert = run_invoke("scenario.revert", "--all", "--lab", LAB, env=env)
+    assert revert.returncode == 0, revert.stdout + revert.stderr
+    assert _device_plugin_enabled(state_dir)
+    assert _journal(state_dir, LAB)[-1]["state"] == "reverted"
+    _until(lambda: _device_plugin_ready(state_dir), what="the world to recover")
+
+
+def test_lab_down_reverts_a_fault_left_for_practice(sim_lab):
+    state_dir, env = sim_lab
+    inject = run_invoke("scenario.inject", "device-plugin-off", "--lab", LAB, env=env)
+    assert inject.returncode == 0, inject.stdout + inject.stderr
+    down = run_invoke("lab.down", "--lab", LAB, env=env)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert "revert injected faults (journal)" in down.stdout
+    assert _device_plugin_enabled(state_dir)
+    assert _journal(state_dir, LAB)[-1]["state"] == "reverted"
