@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from labs import gpu_facts
 from labs.checks import CheckResult, Context, Needs, watch_checks
+from labs.cluster import list_objects
 from labs.errors import LabError
 from labs.guard import check_lab_target
 from labs.journal import INJECTED, KEPT, REVERTED
@@ -126,19 +127,13 @@ def describe_scenario(name: str) -> str:
 # --- before anything changes -------------------------------------------------------------------
 
 
-def _list_json(call: Callable[..., Any], **kwargs: Any) -> list[dict[str, Any]]:
-    import json
-
-    return list(json.loads(call(**kwargs, _preload_content=False).data).get("items", []))
-
-
 def check_prerequisites(lab: Lab, needs: Needs) -> None:
     """Raise ScenarioError, naming the command that fixes it, when the lab lacks what is needed."""
     from kubernetes import client as k8s
 
     fix_up = f"run `invoke lab.up --lab {lab.name}` and try again. Nothing was changed."
     if needs.gpu_nodes:
-        nodes = _list_json(k8s.CoreV1Api(lab.kube).list_node)
+        nodes = list_objects(k8s.CoreV1Api(lab.kube).list_node)
         ready = [n for n in gpu_nodes(nodes) if is_ready(n)]
         if len(ready) < needs.gpu_nodes:
             raise ScenarioError(
@@ -149,7 +144,7 @@ def check_prerequisites(lab: Lab, needs: Needs) -> None:
     if needs.operator:
         policies = []
         try:
-            policies = _list_json(
+            policies = list_objects(
                 k8s.CustomObjectsApi(lab.kube).list_cluster_custom_object,
                 group="nvidia.com",
                 version="v1",
@@ -163,7 +158,7 @@ def check_prerequisites(lab: Lab, needs: Needs) -> None:
                 f"the GPU Operator is not installed in lab {lab.name!r} (no ClusterPolicy "
                 f"{gpu_facts.CLUSTER_POLICY_NAME!r}): {fix_up}"
             )
-        deployments = _list_json(
+        deployments = list_objects(
             k8s.AppsV1Api(lab.kube).list_namespaced_deployment, namespace=lab.operator_namespace
         )
         operator = next(
