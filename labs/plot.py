@@ -2,7 +2,9 @@
 
 Numeric gauges (GPUs advertised, pods ready) share the usual y axis, with "absent"
 drawn below zero (a DaemonSet that is NotFound is not the same as one with 0 ready);
-text gauges (a pod phase) get one y level per value, in order of appearance.
+text gauges (a pod phase) get one y level per value: pod phases in their lifecycle
+order, anything else in order of appearance. The x axis is in real-cluster seconds, so
+a rehearsal's curve reads like the write-up's timings (< 10 s, ~40 s).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 ABSENT_LEVEL = -1
+# Pod phases bottom-up in the order a pod lives them.
+LIFECYCLE_ORDER = ("absent", "Pending", "Running", "Succeeded", "Failed")
 
 
 def _is_numeric(values: list[Any]) -> bool:
@@ -30,7 +34,10 @@ def _levels(values: list[Any]) -> tuple[list[float], list[float], list[str]]:
             ticks.insert(0, ABSENT_LEVEL)
             labels.insert(0, "absent")
         return ys, ticks, labels
-    order = list(dict.fromkeys(str(v) for v in values))
+    seen = list(dict.fromkeys(str(v) for v in values))
+    order = [v for v in LIFECYCLE_ORDER if v in seen] + [
+        v for v in seen if v not in LIFECYCLE_ORDER
+    ]
     return (
         [float(order.index(str(v))) for v in values],
         [float(i) for i in range(len(order))],
@@ -52,8 +59,8 @@ def plot_timeline(timeline: dict[str, Any], path: Path, title: str, speed: float
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    marks = timeline.get("marks") or []
-    times = [s["t"] for s in samples]
+    marks = [{**m, "t": m["t"] * speed} for m in timeline.get("marks") or []]
+    times = [s["t"] * speed for s in samples]
     end = max([*times, *(m["t"] for m in marks)]) + 0.05 * (max(times) - min(times) or 1.0)
     figure, axes = plt.subplots(
         len(gauges), 1, sharex=True, figsize=(10, 2.0 * len(gauges) + 1), squeeze=False
@@ -76,13 +83,13 @@ def plot_timeline(timeline: dict[str, Any], path: Path, title: str, speed: float
                 mark["label"],
                 (mark["t"], 1.0),
                 xycoords=("data", "axes fraction"),
-                xytext=(3, 3),
+                xytext=(3, -12),
                 textcoords="offset points",
                 color="tab:red",
                 fontsize=9,
             )
-    scale = f" (rehearsal at {speed:g}x: x{speed:g} for real-cluster seconds)" if speed != 1 else ""
-    axes[-1, 0].set_xlabel(f"seconds since injection{scale}")
+    scale = f" (the rehearsal ran {speed:g}x faster)" if speed != 1 else ""
+    axes[-1, 0].set_xlabel(f"real-cluster seconds since injection{scale}")
     figure.suptitle(f"{title}: timeline", fontsize=11)
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
