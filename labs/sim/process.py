@@ -98,11 +98,20 @@ def start(sim_dir: Path, speed: float, cluster_name: str, region: str) -> dict[s
     )
 
 
+def _is_rehearsal(pid: int, sim_dir: Path) -> bool:
+    """The pid runs `labs.sim serve` for this state dir (not a process that reused the pid)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"labs.sim" in argv and str(sim_dir).encode() in argv
+
+
 def stop(sim_dir: Path) -> bool:
     """Stop this lab's rehearsal process (SIGTERM, then SIGKILL); True if one was running."""
     endpoints = read_json(sim_dir / "endpoints.json") or {}
     pid = int(endpoints.get("pid", 0))
-    if not pid or not _alive(pid):
+    if not pid or not _alive(pid) or not _is_rehearsal(pid, sim_dir):
         return False
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT
