@@ -9,12 +9,16 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from invoke import Collection, Exit, task
+from invoke import Collection, Context, Exit, task
 
 from labs.errors import LabError
 from labs.settings import config_defaults, flag_help
+
+if TYPE_CHECKING:
+    from labs.console import Console
+    from labs.settings import LabSettings
 
 LAB_HELP = {"lab": flag_help()["lab"]}
 
@@ -30,17 +34,33 @@ def _friendly(body: Callable[..., Any]) -> Callable[..., Any]:
             raise Exit(f"error: {exc}", code=1) from None
         except KeyboardInterrupt:
             raise Exit("interrupted", code=130) from None
+        except Exception as exc:
+            if not _unreachable(exc):
+                raise
+            raise Exit(
+                f"error: cannot reach the lab ({type(exc).__name__}: {exc}). Is it up? "
+                "`invoke lab.status` shows it; `invoke lab.up` starts a stopped rehearsal backend.",
+                code=1,
+            ) from None
 
     return run
 
 
-def _settings(c: Any, **flags: Any) -> Any:
+def _unreachable(error: Exception) -> bool:
+    """The lab's API server or AWS endpoint did not answer (a stopped rehearsal, a dead VPN)."""
+    from botocore.exceptions import EndpointConnectionError
+    from urllib3.exceptions import MaxRetryError
+
+    return isinstance(error, EndpointConnectionError | MaxRetryError | ConnectionError)
+
+
+def _settings(c: Context, **flags: Any) -> LabSettings:
     from labs.settings import load_settings
 
     return load_settings(dict(c.config.get("lab", {})), flags)
 
 
-def _console() -> Any:
+def _console() -> Console:
     from labs.console import Console
 
     return Console()
@@ -84,7 +104,14 @@ def _reverter() -> Callable[..., list[str]]:
     }
 )
 @_friendly
-def up(c, lab=None, gpus=None, no_operator=False, sim=False, dry_run=False):
+def up(
+    c: Context,
+    lab: str | None = None,
+    gpus: str | None = None,
+    no_operator: bool = False,
+    sim: bool = False,
+    dry_run: bool = False,
+) -> None:
     """Bring up the lab: infra, kubeconfig, GPU Operator, GPU nodes, GPU probe."""
     from labs import lifecycle
 
@@ -94,7 +121,7 @@ def up(c, lab=None, gpus=None, no_operator=False, sim=False, dry_run=False):
 
 @task(help={**LAB_HELP, "count": "GPU nodes to scale to (0 to the node group's max)"})
 @_friendly
-def scale(c, count, lab=None):
+def scale(c: Context, count: str, lab: str | None = None) -> None:
     """Scale the GPU node group through the EKS API and wait until the nodes are there (or gone)."""
     from labs import lifecycle
     from labs.lab import Lab
@@ -109,7 +136,7 @@ def scale(c, count, lab=None):
 
 @task(help=LAB_HELP)
 @_friendly
-def status(c, lab=None):
+def status(c: Context, lab: str | None = None) -> None:
     """Show backend, node groups, nodes and GPUs, operator components, faults, cost per hour."""
     from labs import status as lab_status
     from labs.lab import Lab
@@ -119,7 +146,7 @@ def status(c, lab=None):
 
 @task(help=LAB_HELP)
 @_friendly
-def env(c, lab=None):
+def env(c: Context, lab: str | None = None) -> None:
     """Print shell exports for kubectl/aws by hand: eval "$(invoke lab.env)"."""
     from labs.lab import Lab
     from labs.status import env_exports
@@ -135,7 +162,7 @@ def env(c, lab=None):
     }
 )
 @_friendly
-def down(c, lab=None, destroy=False, yes=False):
+def down(c: Context, lab: str | None = None, destroy: bool = False, yes: bool = False) -> None:
     """Cost guard: revert injected faults, GPU nodes to 0 and wait; --destroy ends the week."""
     from labs import lifecycle
 
@@ -153,7 +180,7 @@ def down(c, lab=None, destroy=False, yes=False):
 
 @task(name="list")
 @_friendly
-def list_(c):
+def list_(c: Context) -> None:
     """List the scenarios: name, summary, needs, duration, risk."""
     from labs.engine import list_scenarios
 
@@ -164,7 +191,7 @@ def list_(c):
 
 @task(help={"name": "scenario name (see scenario.list)"})
 @_friendly
-def show(c, name):
+def show(c: Context, name: str) -> None:
     """Show a scenario's runbook: what it does, what to expect, how to debug it."""
     from labs.engine import describe_scenario
 
@@ -179,7 +206,7 @@ def show(c, name):
     }
 )
 @_friendly
-def run(c, name, lab=None, keep_fault=False):
+def run(c: Context, name: str, lab: str | None = None, keep_fault: bool = False) -> None:
     """Inject one fault, record symptoms, diagnose, revert, prove recovery, write a report."""
     from labs.engine import run_scenario
     from labs.lab import Lab
@@ -187,12 +214,13 @@ def run(c, name, lab=None, keep_fault=False):
     name = _known_scenario(name, "scenario.run")
     result = run_scenario(Lab.open(_settings(c, lab=lab)), name, keep_fault=keep_fault)
     if not result.ok:
-        raise Exit(f"scenario {name} failed: {', '.join(result.failed_checks)}", code=1)
+        why = result.error or ", ".join(result.failed_checks)
+        raise Exit(f"scenario {name} failed: {why}", code=result.exit_code)
 
 
 @task(help={**LAB_HELP, "name": "scenario name (see scenario.list)"})
 @_friendly
-def inject(c, name, lab=None):
+def inject(c: Context, name: str, lab: str | None = None) -> None:
     """Inject a fault and leave it, for hands-on debugging (undo: scenario.revert)."""
     from labs.engine import inject_scenario
     from labs.lab import Lab
@@ -203,12 +231,17 @@ def inject(c, name, lab=None):
 @task(
     help={
         **LAB_HELP,
-        "name": "scenario to revert",
+        "name": "scenario to revert (invoke takes it as --name NAME)",
         "all": "revert every fault the journal says is injected",
     }
 )
 @_friendly
-def revert(c, name=None, lab=None, all=False):  # noqa: A002 - the flag users type is --all
+def revert(
+    c: Context,
+    name: str | None = None,
+    lab: str | None = None,
+    all: bool = False,  # noqa: A002 - the flag users type is --all
+) -> None:
     """Undo injected faults from the journal (works after a crash); safe to repeat."""
     from labs.engine import revert_scenarios
     from labs.lab import Lab
@@ -227,7 +260,7 @@ def revert(c, name=None, lab=None, all=False):  # noqa: A002 - the flag users ty
 
 @task(help={"lab": "rehearsal lab name (default demo)"})
 @_friendly
-def demo(c, lab="demo"):
+def demo(c: Context, lab: str = "demo") -> None:
     """The whole story on the local rehearsal backend: up, device-plugin-off, report, down."""
     from labs.demo import run_demo
 

@@ -117,6 +117,8 @@ class Trap:
     expected: str
     actual: str
     why: str
+    # The symptom check whose holding shows the trap in a run ("" when no backend check can).
+    shown_by: str = ""
 
     def to_dict(self) -> dict[str, str]:
         return {

@@ -237,7 +237,7 @@ def preflight(
                 f"gpu_max {gpu_max} x {instance_type} needs "
                 f"{gpu_max * INSTANCE_VCPUS[instance_type]} vCPUs but {note} allows "
                 f"{vcpus:g} in {aws.region}; request an increase in Service Quotas "
-                f"or lower --gpu-max to {fits}"
+                f"or lower gpu_max to {fits} (INVOKE_LAB_GPU_MAX, or lab.gpu_max in invoke.yaml)"
             )
     return PreflightReport(
         account_id=identity.account_id,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from labs.console import Console
+from labs.errors import LabError
 from labs.settings import LabSettings
 
 DEMO_SCENARIO = "device-plugin-off"
@@ -21,6 +22,12 @@ def run_demo(settings: LabSettings, console: Console) -> int:
     from labs.engine import revert_scenarios, run_scenario
 
     settings = replace(settings, gpus=max(settings.gpus, 2), operator=True)
+    if settings.paths.exists():
+        raise LabError(
+            f"lab {settings.lab!r} already exists; the demo only tears down a rehearsal lab it "
+            f"created itself: run `invoke demo --lab <new name>`, or remove it first with "
+            f"`invoke lab.down --lab {settings.lab} --destroy`"
+        )
     console.say(f"eks-gpu-lab demo: rehearsal lab {settings.lab!r} (no AWS, nothing billed)")
     try:
         lab = lifecycle.up(settings, sim=True, dry_run=False, console=console)

@@ -22,8 +22,10 @@ from labs.cluster import list_objects
 from labs.errors import LabError
 from labs.guard import check_lab_target
 from labs.journal import INJECTED, KEPT, REVERTED
+from labs.lab import SIM
 from labs.nodes import gpu_nodes, is_ready
-from labs.report import SIM_BACKEND, RunRecord, write_report
+from labs.report import RunRecord, write_report
+from labs.state import utc_now
 from labs.timeline import Timeline
 
 if TYPE_CHECKING:
@@ -172,9 +174,21 @@ def check_prerequisites(lab: Lab, needs: Needs) -> None:
             )
 
 
+def check_ready(lab: Lab, scenario: Any) -> None:
+    """Before any change: the lab is the lab's own, holds no other fault, and has what it needs."""
+    check_lab_target(lab, cluster=True, account=False)
+    outstanding = [entry["scenario"] for entry in lab.journal.outstanding()]
+    if outstanding:
+        raise ScenarioError(
+            f"lab {lab.name!r} still has {', '.join(outstanding)} injected (journal); one fault at "
+            f"a time: undo it with `invoke scenario.revert --all --lab {lab.name}` first"
+        )
+    check_prerequisites(lab, scenario.needs)
+
+
 def time_scale(lab: Lab) -> float:
     """How much faster than a real cluster the lab's world runs (1 on AWS)."""
-    return float(lab.settings.speed) if lab.backend == SIM_BACKEND else 1.0
+    return lab.speed
 
 
 def _open_view(lab: Lab, scenario: Any) -> ClusterView:
@@ -187,10 +201,6 @@ def _open_view(lab: Lab, scenario: Any) -> ClusterView:
 def _state(scenario: Any, ctx: Context) -> dict[str, str]:
     state = getattr(scenario, "state", None)
     return dict(state(ctx)) if state else {}
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def _new_run_dir(lab: Lab, name: str) -> Path:
@@ -259,7 +269,7 @@ def _revert_or_explain(lab: Lab, scenario: Any, entry: str, out: Out) -> str | N
     except BaseException as error:  # a failed revert must be reported, not lost
         return (
             f"the revert failed too ({type(error).__name__}: {error}); the fault may still be in "
-            f"the lab: run `invoke scenario.revert {scenario.name} --lab {lab.name}`"
+            f"the lab: run `invoke scenario.revert --name {scenario.name} --lab {lab.name}`"
         )
 
 
@@ -270,8 +280,7 @@ def run_scenario(lab: Lab, name: str, keep_fault: bool = False, out: Out = print
     Raises ScenarioError/GuardError before anything changes when the lab is not ready.
     """
     scenario = _scenario(name)
-    check_lab_target(lab, cluster=True, account=False)
-    check_prerequisites(lab, scenario.needs)
+    check_ready(lab, scenario)
     scale = time_scale(lab)
     run = RunRecord(
         scenario=name,
@@ -279,12 +288,12 @@ def run_scenario(lab: Lab, name: str, keep_fault: bool = False, out: Out = print
         lab=lab.name,
         backend=lab.backend,
         speed=scale,
-        started_at=_now(),
+        started_at=utc_now(),
         traps=list(scenario.traps),
     )
     timeline = Timeline(getattr(scenario, "gauges", {}))
     story = _Story(out, scale, timeline)
-    backend = f"rehearsal, {scale:g}x speed" if lab.backend == SIM_BACKEND else "AWS"
+    backend = f"rehearsal, {scale:g}x speed" if lab.backend == SIM else "AWS"
     out(f"{name} on lab {lab.name} ({backend}): {scenario.summary}")
     with _open_view(lab, scenario) as view:
         view.on_change(timeline.sample)
@@ -319,7 +328,7 @@ def run_scenario(lab: Lab, name: str, keep_fault: bool = False, out: Out = print
                     run.error += f"; {problem}"
                     out(problem)
         run.timeline = timeline.to_dict()
-    run.finished_at = _now()
+    run.finished_at = utc_now()
     if not run.exit_code and run.failed_checks:
         run.exit_code = EXIT_CHECK_FAILED
     report = write_report(run, run_dir)
@@ -354,7 +363,8 @@ def _inject_observe_revert(
     if keep_fault:
         lab.journal.mark(entry, KEPT)
         run.kept = True
-        out(f"fault kept: undo it with `invoke scenario.revert {scenario.name} --lab {lab.name}`")
+        undo = f"invoke scenario.revert --name {scenario.name} --lab {lab.name}"
+        out(f"fault kept: undo it with `{undo}`")
         return
     out(f"revert: {_first_line(scenario.revert)}")
     reverted_at = time.monotonic()
@@ -382,8 +392,7 @@ def inject_scenario(lab: Lab, name: str, out: Out = print) -> str:
     returns; an error after the injection reverts it.
     """
     scenario = _scenario(name)
-    check_lab_target(lab, cluster=True, account=False)
-    check_prerequisites(lab, scenario.needs)
+    check_ready(lab, scenario)
     scale = time_scale(lab)
     story = _Story(out, scale, Timeline({}))
     with _open_view(lab, scenario) as view:
@@ -405,7 +414,7 @@ def inject_scenario(lab: Lab, name: str, out: Out = print) -> str:
             raise
     out(
         f"the fault is in place. Debug it by hand (kubectl --kubeconfig {lab.paths.kubeconfig}); "
-        f"when done: `invoke scenario.revert {name} --lab {lab.name}`"
+        f"when done: `invoke scenario.revert --name {name} --lab {lab.name}`"
     )
     return entry
 

@@ -43,26 +43,35 @@ def check_cluster(lab: Lab) -> None:
 
 
 def check_account(lab: Lab) -> None:
-    """AWS credentials must reach the lab's account and region, and its cluster's endpoint."""
+    """Credentials must reach the lab's account; its cluster, the lab's region and endpoint."""
+    from botocore.exceptions import ClientError
+
+    from labs.cloud import caller_identity
+
     expected_account = lab.record.get("account_id")
-    identity = lab.aws_client("sts").get_caller_identity()
-    if expected_account and identity["Account"] != expected_account:
+    account = caller_identity(lab.aws).account_id
+    if expected_account and account != expected_account:
         raise GuardError(
-            f"refusing to change AWS account {identity['Account']}: lab {lab.name!r} lives in "
-            f"account {expected_account}. Switch AWS_PROFILE to that account. Nothing was changed."
+            f"refusing to change AWS account {account}: lab {lab.name!r} lives in account "
+            f"{expected_account}. Switch AWS_PROFILE to that account. Nothing was changed."
         )
-    cluster_name = lab.outputs.get("cluster_name") or lab.name
-    eks = lab.aws_client("eks")
-    if eks.meta.region_name != lab.region:
+    try:
+        cluster = lab.aws_client("eks").describe_cluster(name=lab.cluster_name)["cluster"]
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") == "ResourceNotFoundException":
+            return  # no cluster of that name here: nothing of anyone else's can be hit
+        raise
+    arn_region = cluster.get("arn", "").split(":")[3:4]
+    if arn_region and arn_region[0] != lab.region:
         raise GuardError(
-            f"refusing to act in region {eks.meta.region_name}: lab {lab.name!r} is in "
-            f"{lab.region}. Nothing was changed."
+            f"refusing to act on cluster {cluster['arn']}: lab {lab.name!r} is in {lab.region}. "
+            "Nothing was changed."
         )
-    endpoint = eks.describe_cluster(name=cluster_name)["cluster"].get("endpoint", "")
     expected = str(lab.outputs.get("cluster_endpoint") or "")
+    endpoint = str(cluster.get("endpoint") or "")
     if expected and not _same_url(endpoint, expected):
         raise GuardError(
-            f"refusing to change EKS cluster {cluster_name!r} at {endpoint}: lab {lab.name!r} "
+            f"refusing to change EKS cluster {lab.cluster_name!r} at {endpoint}: lab {lab.name!r} "
             f"recorded {expected}. Nothing was changed."
         )
 

@@ -14,11 +14,10 @@ import os
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from labs.state import atomic_write_json, read_json
+from labs.state import atomic_write_json, read_json, utc_now
 
 INJECTING = "injecting"
 INJECTED = "injected"
@@ -26,9 +25,6 @@ KEPT = "kept"
 REVERTED = "reverted"
 OUTSTANDING_STATES = frozenset({INJECTING, INJECTED, KEPT})
 
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 class Journal:
@@ -65,7 +61,7 @@ class Journal:
                     "state": INJECTING,
                     "pid": os.getpid(),
                     "run_dir": run_dir,
-                    "injecting_at": _now(),
+                    "injecting_at": utc_now(),
                 }
             )
         return entry_id
@@ -78,6 +74,6 @@ class Journal:
             for entry in entries:
                 if entry["id"] == entry_id:
                     entry["state"] = state
-                    entry[f"{state}_at"] = _now()
+                    entry[f"{state}_at"] = utc_now()
                     return
         raise KeyError(f"no journal entry {entry_id!r} in {self.path}")

@@ -10,15 +10,15 @@ this record, so it talks to the same backend and the same cluster.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from labs.errors import LabError
 from labs.journal import Journal
-from labs.state import LabPaths, atomic_write_json, read_json
+from labs.state import LabPaths, atomic_write_json, read_json, utc_now
 
 if TYPE_CHECKING:
+    from labs.cloud import AwsSession
     from labs.cluster import ClusterView
     from labs.infra import Infra
     from labs.settings import LabSettings
@@ -43,9 +43,6 @@ def known_labs(settings: LabSettings) -> list[str]:
         return []
     return sorted(p.name for p in root.iterdir() if (p / "state.json").exists())
 
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 @dataclass
@@ -78,7 +75,7 @@ class Lab:
             "lab": settings.lab,
             "backend": backend,
             "region": settings.region,
-            "created_at": _now(),
+            "created_at": utc_now(),
             "variables": {},
             "outputs": {},
             "phases": {},
@@ -104,6 +101,18 @@ class Lab:
         return str(self.record.get("region") or self.settings.region)
 
     @property
+    def speed(self) -> float:
+        """How much faster than a real cluster the lab's world runs (1 on AWS)."""
+        if self.backend != SIM:
+            return 1.0
+        return float(self.record.get("speed") or self.settings.speed)
+
+    @property
+    def cluster_name(self) -> str:
+        """The EKS cluster's name: the stack's output, or the lab name before the first apply."""
+        return str(self.outputs.get("cluster_name") or self.name)
+
+    @property
     def outputs(self) -> dict[str, Any]:
         return dict(self.record.get("outputs") or {})
 
@@ -119,7 +128,7 @@ class Lab:
         return bool(self.record.get("phases", {}).get(phase))
 
     def mark_phase(self, phase: str, done: bool = True) -> None:
-        self.record.setdefault("phases", {})[phase] = _now() if done else None
+        self.record.setdefault("phases", {})[phase] = utc_now() if done else None
         self.save()
 
     def update(self, **fields: Any) -> None:
@@ -132,26 +141,37 @@ class Lab:
     # --- clients -------------------------------------------------------------------
 
     def sim_endpoints(self) -> dict[str, Any]:
-        """The rehearsal process's endpoints ({} when it is not running or not a sim lab)."""
+        """The rehearsal process's endpoints file ({} when there is none or not a sim lab)."""
         if self.backend != SIM:
             return {}
         return read_json(self.paths.sim_dir / "endpoints.json", {}) or {}
 
-    def aws_client(self, service: str) -> Any:
-        """A boto3 client in the lab's region (moto's endpoint for a rehearsal lab)."""
+    def running_sim(self) -> dict[str, Any]:
+        """The live rehearsal process's endpoints, or a LabError saying how to start it again."""
+        from labs.sim import process
+
+        endpoints = process.running_endpoints(self.paths.sim_dir)
+        if endpoints is None:
+            raise LabError(
+                f"the rehearsal backend of lab {self.name!r} is not running; start it again with "
+                f"`invoke lab.up --lab {self.name}`, or remove the lab with "
+                f"`invoke lab.down --lab {self.name} --destroy`"
+            )
+        return endpoints
+
+    @cached_property
+    def aws(self) -> AwsSession:
+        """The lab's AWS session: its region, and moto's endpoint for a rehearsal lab."""
         from labs.cloud import aws_session
 
         if self.backend == SIM:
-            endpoint = self.sim_endpoints().get("aws_endpoint_url")
-            if not endpoint:
-                raise RuntimeError(
-                    f"the rehearsal backend of lab {self.name!r} is not running; "
-                    f"run `invoke lab.up --lab {self.name}` to start it"
-                )
-            session = aws_session(self.region, endpoint_url=endpoint, credentials=SIM_CREDENTIALS)
-        else:
-            session = aws_session(self.region)
-        return session.client(service)
+            endpoint = self.running_sim()["aws_endpoint_url"]
+            return aws_session(self.region, endpoint_url=endpoint, credentials=SIM_CREDENTIALS)
+        return aws_session(self.region)
+
+    def aws_client(self, service: str) -> Any:
+        """A boto3 client of the lab's session."""
+        return self.aws.client(service)
 
     @cached_property
     def kube(self) -> Any:
@@ -177,7 +197,7 @@ class Lab:
         if self.backend == SIM:
             from labs.sim.infra import SimInfra
 
-            return SimInfra(self.sim_endpoints())
+            return SimInfra(self.running_sim())
         from labs.terraform import TerraformInfra
 
         return TerraformInfra(

@@ -20,6 +20,7 @@ from labs import stack
 from labs.console import Console
 from labs.errors import LabError
 from labs.guard import check_lab_target
+from labs.journal import REVERTED
 from labs.lab import AWS, SIM, Lab, LabNotFound
 from labs.nodes import describe_gpu_nodes, gpu_nodes, is_ready, schedulable_gpu_nodes
 from labs.settings import LabSettings, SettingsError
@@ -101,7 +102,7 @@ def _print_up_plan(lab: Lab, new: bool, console: Console) -> None:
         for line in lines:
             console.say(f"    {line}")
     console.say("  variables: " + ", ".join(f"{k}={v}" for k, v in sorted(wanted.items())))
-    cluster = lab.outputs.get("cluster_name") or lab.name
+    cluster = lab.cluster_name
     console.say(
         f"  would call eks.update_nodegroup_config(clusterName={cluster!r}, nodegroupName="
         f"{stack.gpu_node_group_name(cluster)!r}, scalingConfig={{'minSize': 0, 'maxSize': "
@@ -120,9 +121,28 @@ def _preflight(lab: Lab, console: Console) -> None:
             f"    rehearsal backend: kube {endpoints['kube_url']}, aws "
             f"{endpoints['aws_endpoint_url']} (pid {endpoints['pid']})"
         )
-        lab.update(account_id=endpoints.get("account_id"))
+        if lab.record.get("sim_kube_url") not in (None, endpoints["kube_url"]):
+            _forget_old_world(lab, console)
+        lab.update(
+            account_id=endpoints.get("account_id"),
+            sim_kube_url=endpoints["kube_url"],
+            speed=lab.settings.speed if lab.record.get("speed") is None else lab.record["speed"],
+        )
         return
     lab.update(account_id=_check_aws(lab, console))
+
+
+def _forget_old_world(lab: Lab, console: Console) -> None:
+    """A restarted rehearsal process holds an empty world: rebuild the lab from scratch.
+
+    Faults in the journal were injected into the world that is gone, so they are closed.
+    """
+    console.say("    the rehearsal backend restarted with an empty world: rebuilding the lab")
+    for entry in lab.journal.outstanding():
+        lab.journal.mark(entry["id"], REVERTED)
+        console.say(f"    {entry['scenario']}: its world is gone; journal entry closed")
+    lab.record.update(phases={}, outputs={}, variables={}, speed=None, gpu_scaled_at=None)
+    lab.save()
 
 
 def _check_aws(lab: Lab, console: Console) -> str:
@@ -139,11 +159,6 @@ def _check_aws(lab: Lab, console: Console) -> str:
         console.say(f"    {line}")
     if not report.ok:
         raise LifecycleError("preflight found problems (above); nothing was created")
-    if report.max_gpus_by_quota is not None and lab.settings.gpus > report.max_gpus_by_quota:
-        raise LifecycleError(
-            f"--gpus {lab.settings.gpus} needs more G/VT vCPUs than the quota allows "
-            f"(room for {report.max_gpus_by_quota}); ask for fewer GPU nodes"
-        )
     if lab.record.get("account_id") not in (None, report.account_id):
         from labs.guard import GuardError
 
@@ -192,7 +207,7 @@ def _write_kubeconfig(lab: Lab, console: Console) -> None:
     else:
         from labs.kubeconfig import write_eks_kubeconfig
 
-        name = lab.outputs.get("cluster_name") or lab.name
+        name = lab.cluster_name
         cluster = lab.aws_client("eks").describe_cluster(name=name)["cluster"]
         write_eks_kubeconfig(
             lab.paths.kubeconfig, name, lab.region, cluster["endpoint"],
@@ -233,7 +248,7 @@ def _wait_operator_ready(lab: Lab, console: Console) -> None:
 
 
 def _gpu_nodegroup(lab: Lab) -> tuple[str, str]:
-    cluster = str(lab.outputs.get("cluster_name") or lab.name)
+    cluster = lab.cluster_name
     return cluster, str(
         lab.outputs.get("gpu_node_group_name") or stack.gpu_node_group_name(cluster)
     )
@@ -344,17 +359,17 @@ def down(
         )
         return
     running = lab.backend != SIM or _sim_running(lab)
-    if running and lab.journal.outstanding():
-        with console.phase("revert injected faults (journal)"):
-            for name in revert(lab, console):
-                console.say(f"    reverted {name}")
+    unreverted = _revert_journal(lab, revert, console) if running else []
     if running and lab.phase_done("infra"):
         scale(lab, 0, console)
     if not destroy:
-        console.say(
-            f"GPU node group of lab {lab.name!r} is at 0: no GPU bills. "
-            "The control plane and NAT still bill hourly; add --destroy to end the week."
-        )
+        _say_what_still_bills(lab, running, console)
+        if unreverted:
+            raise LifecycleError(
+                f"GPU nodes are at 0, but these faults could not be reverted: "
+                f"{', '.join(unreverted)}; fix the cause above and run "
+                f"`invoke scenario.revert --all --lab {lab.name}`"
+            )
         return
     question = f"Destroy lab {lab.name!r} ({lab.backend}) and everything in it?"
     if not confirm(question):
@@ -362,9 +377,11 @@ def down(
             "not destroyed: confirmation refused (pass --yes to skip the question)"
         )
     with console.phase(f"destroy lab {lab.name!r}"):
-        if running and lab.phase_done("infra"):
+        if lab.backend == AWS:
+            # Always: a first apply that failed half-way leaves resources in the state.
+            check_lab_target(lab, cluster=False, account=True)
             lab.infra().destroy()
-        if lab.backend == SIM:
+        else:
             from labs.sim import process
 
             if process.stop(lab.paths.sim_dir):
@@ -372,6 +389,32 @@ def down(
         _remove_state_keeping_reports(lab)
     kept = f"; its reports stay in {lab.paths.runs_dir}" if lab.paths.runs_dir.exists() else ""
     console.say(f"lab {lab.name!r} is gone{kept}")
+
+
+def _revert_journal(lab: Lab, revert: Reverter, console: Console) -> list[str]:
+    """Revert what the journal lists; return the faults still in (the cost guard goes on)."""
+    if not lab.journal.outstanding():
+        return []
+    with console.phase("revert injected faults (journal)"):
+        try:
+            for name in revert(lab, console):
+                console.say(f"    reverted {name}")
+        except LabError as error:
+            console.say(f"    could not revert: {error}")
+    return [entry["scenario"] for entry in lab.journal.outstanding()]
+
+
+def _say_what_still_bills(lab: Lab, running: bool, console: Console) -> None:
+    if lab.backend == SIM:
+        state = "is at 0" if running else "is not running (nothing to scale)"
+        console.say(
+            f"Rehearsal lab {lab.name!r} {state}; nothing bills. `lab.down --destroy` removes it."
+        )
+        return
+    console.say(
+        f"GPU node group of lab {lab.name!r} is at 0: no GPU bills. "
+        "The control plane and NAT still bill hourly; add --destroy to end the week."
+    )
 
 
 def _remove_state_keeping_reports(lab: Lab) -> None:

@@ -107,10 +107,10 @@ def create_probe(lab: Lab, manifest: Path = PROBE_MANIFEST) -> dict[str, Any]:
     return core.api_client.sanitize_for_serialization(created)
 
 
-def recreate_probe(lab: Lab, timeout: float, manifest: Path = PROBE_MANIFEST) -> None:
-    """Delete any old probe, then create a fresh one."""
+def recreate_probe(lab: Lab, timeout: float, manifest: Path = PROBE_MANIFEST) -> str:
+    """Delete any old probe, then create a fresh one; returns the new pod's uid."""
     delete_probe(lab, timeout, manifest)
-    create_probe(lab, manifest)
+    return str(create_probe(lab, manifest)["metadata"]["uid"])
 
 
 def read_probe_log(lab: Lab, name: str) -> str:
@@ -129,12 +129,13 @@ def run_probe(
     from labs.gpu_facts import pod_story, scheduling_failure
 
     name = probe_name(manifest)
-    recreate_probe(lab, timeout, manifest)
+    uid = recreate_probe(lab, timeout, manifest)
 
     def finished(v: ClusterView) -> dict[str, Any] | None:
-        found = v.find("pods", name)
-        phase = (found or {}).get("status", {}).get("phase")
-        return found if phase in FINISHED_PHASES else None
+        found = v.find("pods", name) or {}
+        if found.get("metadata", {}).get("uid") != uid:
+            return None  # the view may still hold the previous probe
+        return found if found.get("status", {}).get("phase") in FINISHED_PHASES else None
 
     def describe(v: ClusterView) -> str:
         phase, events = pod_story(v, name)

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from labs.checks import CheckResult, Finding, Trap
+from labs.lab import SIM
 from labs.state import atomic_write_json, atomic_write_text
 
-SIM_BACKEND = "sim"
 STATE_COLUMNS = ("baseline", "fault", "recovered")
 
 
@@ -74,25 +74,25 @@ class RunRecord:
             "reverted_at": None if self.reverted_at is None else round(self.reverted_at, 3),
             "comparison": {"equal": not self.differences, "differences": self.differences},
             "findings": [f.to_dict() for f in self.findings],
-            "traps": [trap_record(t, self.findings) for t in self.traps],
+            "traps": [trap_record(t, self.findings, self.checks) for t in self.traps],
             "proof": proof(self.backend),
             "timeline": self.timeline,
         }
 
 
-def trap_record(trap: Trap, findings: list[Finding]) -> dict[str, Any]:
-    """A trap with the debugging step that exposed it in this run (if one did)."""
+def trap_record(trap: Trap, findings: list[Finding], checks: list[CheckResult]) -> dict[str, Any]:
+    """A trap with its debugging step, and whether this run's checks actually showed it."""
     shown = [f for f in findings if f.trap == trap.name]
     return {
         **trap.to_dict(),
         "step": shown[0].step if shown else None,
-        "observed": any(not f.real_cluster_only for f in shown),
+        "observed": any(c.name == trap.shown_by and c.held for c in checks),
     }
 
 
 def proof(backend: str) -> dict[str, list[str]]:
     """What a run on this backend shows, and what it cannot."""
-    if backend == SIM_BACKEND:
+    if backend == SIM:
         return {
             "proves": [
                 "the orchestration: guard, prerequisites, baseline, journal entry before the "
@@ -160,7 +160,7 @@ def _summary_section(run: RunRecord) -> list[str]:
 
 
 def _timeline_section(run: RunRecord) -> list[str]:
-    scaled = run.backend == SIM_BACKEND and run.speed != 1
+    scaled = run.backend == SIM and run.speed != 1
     header = ["phase", "T+ (s)", *(["real-time (s)"] if scaled else []), "check", "held", "seen"]
     rows = []
     phases = list(dict.fromkeys(c.phase for c in run.checks))
@@ -205,7 +205,7 @@ def _traps_section(run: RunRecord) -> list[str]:
         return []
     rows = []
     for trap in run.traps:
-        record = trap_record(trap, run.findings)
+        record = trap_record(trap, run.findings, run.checks)
         where = "not reached"
         if record["step"]:
             where = record["step"] if record["observed"] else f"{record['step']} (real cluster)"
@@ -216,9 +216,7 @@ def _traps_section(run: RunRecord) -> list[str]:
 
 def render_markdown(run: RunRecord, plot_name: str | None = "timeline.png") -> str:
     """The human report."""
-    backend = (
-        f"rehearsal (local sim, speed {run.speed:g}x)" if run.backend == SIM_BACKEND else "AWS EKS"
-    )
+    backend = f"rehearsal (local sim, speed {run.speed:g}x)" if run.backend == SIM else "AWS EKS"
     lines = [
         f"# Scenario run: {run.scenario}",
         "",

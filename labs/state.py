@@ -15,8 +15,14 @@ import json
 import os
 import tempfile
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+
+def utc_now() -> str:
+    """The current UTC time as ISO 8601 with a Z, to the second (for records and journals)."""
+    return datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def atomic_write_text(path: Path, text: str) -> None:

@@ -45,23 +45,15 @@ def _read(status: dict[str, Any], what: str, reader: Any) -> Any:
 
 
 def _nodegroups(lab: Lab) -> list[dict[str, Any]]:
-    cluster = str(lab.outputs.get("cluster_name") or lab.name)
+    from labs.cloud import describe_gpu_nodegroup
+
+    cluster = lab.cluster_name
+    names = (
+        lab.outputs.get("system_node_group_name") or stack.system_node_group_name(cluster),
+        lab.outputs.get("gpu_node_group_name") or stack.gpu_node_group_name(cluster),
+    )
     eks = lab.aws_client("eks")
-    groups = []
-    for name in (stack.system_node_group_name(cluster), stack.gpu_node_group_name(cluster)):
-        group = eks.describe_nodegroup(clusterName=cluster, nodegroupName=name)["nodegroup"]
-        scaling = group.get("scalingConfig", {})
-        groups.append(
-            {
-                "name": name,
-                "instance_types": group.get("instanceTypes", []),
-                "min": scaling.get("minSize"),
-                "max": scaling.get("maxSize"),
-                "desired": scaling.get("desiredSize"),
-                "status": group.get("status"),
-            }
-        )
-    return groups
+    return [describe_gpu_nodegroup(eks, cluster, str(name)) for name in names]
 
 
 def _nodes(lab: Lab) -> list[dict[str, Any]]:
@@ -132,17 +124,18 @@ def _cluster_policy(lab: Lab) -> dict[str, Any] | None:
 def _cost(lab: Lab, status: dict[str, Any]) -> dict[str, Any]:
     from labs.pricing import estimate_hourly_cost
 
-    groups = {g["name"]: g for g in status.get("nodegroups") or []}
-    cluster = str(lab.outputs.get("cluster_name") or lab.name)
-    gpu = groups.get(stack.gpu_node_group_name(cluster), {}).get("desired") or 0
-    system = groups.get(stack.system_node_group_name(cluster), {}).get("desired") or 0
+    system_group, gpu_group = status.get("nodegroups") or [{}, {}]
+    gpu = gpu_group.get("desired_size") or 0
+    system = system_group.get("desired_size") or 0
     estimate = estimate_hourly_cost(
         lab.region,
         gpu_nodes=gpu,
         system_nodes=system,
         gpu_instance_type=lab.settings.gpu_instance_type,
-    )
-    return estimate.as_dict()
+    ).as_dict()
+    if lab.backend == SIM:
+        estimate["notes"].insert(0, "rehearsal lab: nothing bills; this is the AWS cost")
+    return estimate
 
 
 def render(status: dict[str, Any]) -> str:
@@ -156,7 +149,8 @@ def render(status: dict[str, Any]) -> str:
         for g in status["nodegroups"]:
             lines.append(
                 f"  {g['name']:<24} {','.join(g['instance_types']):<11} "
-                f"min {g['min']} max {g['max']} desired {g['desired']}  {g['status']}"
+                f"min {g['min_size']} max {g['max_size']} desired {g['desired_size']}  "
+                f"{g['status']}"
             )
     if status.get("nodes") is not None:
         lines.append("nodes:")

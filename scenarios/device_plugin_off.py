@@ -25,11 +25,15 @@ risk = "low: one reversible ClusterPolicy field; running GPU pods keep their GPU
 duration = "about 2 minutes on EKS (reconcile < 10 s, full recovery < 40 s)"
 PROBE = probes.probe_name()
 gauges = gpu.gpu_gauges(PROBE)
+STATE_STAYS_READY = "ClusterPolicy status.state stays ready (trap)"
+ALLOCATABLE_ZERO = 'allocatable nvidia.com/gpu is "0" on every GPU node (key kept)'
 traps = [
     Trap("status.state stays ready", "notReady once a component is off", "`ready`",
-         "a deliberate disable is a successful reconcile: watch DaemonSets and allocatable"),
+         "a deliberate disable is a successful reconcile: watch DaemonSets and allocatable",
+         shown_by=STATE_STAYS_READY),
     Trap("allocatable key kept at 0", "the nvidia.com/gpu key disappears", 'key kept, value "0"',
-         "absent()-based alerts never fire; alert on == 0 joined with nvidia.com/gpu.present"),
+         "absent()-based alerts never fire; alert on == 0 joined with nvidia.com/gpu.present",
+         shown_by=ALLOCATABLE_ZERO),
     NVML_TRAP,
 ]  # fmt: skip
 
@@ -114,11 +118,10 @@ def operator_logged_disabled(ctx: Context) -> Verdict:
 
 symptoms = [
     Check("device-plugin DaemonSet deleted (NotFound, not scaled to 0)", ds_deleted, 60),
-    Check('allocatable nvidia.com/gpu is "0" on every GPU node (key kept)',
-          lambda ctx: _allocatable_everywhere(ctx, "0"), 60, then=probe_again),
+    Check(ALLOCATABLE_ZERO, lambda ctx: _allocatable_everywhere(ctx, "0"), 60, then=probe_again),
     Check("gpu-probe Pending: FailedScheduling, Insufficient nvidia.com/gpu",
           probe_unschedulable, 90),
-    Check("ClusterPolicy status.state stays ready (trap)", state_still_ready, 60),
+    Check(STATE_STAYS_READY, state_still_ready, 60),
     Check("operator log: state-device-plugin disabled", operator_logged_disabled, 60),
 ]  # fmt: skip
 

@@ -189,7 +189,7 @@ def test_a_quota_too_small_for_gpu_max_is_a_problem_with_the_fix(aws):
     assert report.max_gpus_by_quota == 1
     [problem] = report.problems
     assert "gpu_max 2 x g5.xlarge needs 8 vCPUs" in problem
-    assert "lower --gpu-max to 1" in problem
+    assert "lower gpu_max to 1 (INVOKE_LAB_GPU_MAX" in problem
 
 
 def test_an_unchanged_quota_falls_back_to_the_aws_default(aws):

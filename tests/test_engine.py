@@ -48,7 +48,7 @@ summary = "ConfigMap lab-toggle mode=off"
 needs = Needs()
 risk = "none"
 duration = "seconds"
-traps = [Trap("looks harmless", "nothing changes", "mode is off", "read the data")]
+traps = [Trap("looks harmless", "nothing changes", "mode is off", "read the data", "mode is off")]
 
 
 def _mode(view):
@@ -222,7 +222,7 @@ def test_a_failed_revert_leaves_the_journal_saying_injected(toggle, lab, emulato
     result = run_scenario(lab, NAME, out=lambda _line: None)
 
     assert result.exit_code == EXIT_ERROR
-    assert f"invoke scenario.revert {NAME} --lab tiny" in (result.error or "")
+    assert f"invoke scenario.revert --name {NAME} --lab tiny" in (result.error or "")
     assert mode(emulator) == "off" and journal_states(lab) == [INJECTED]
 
 
@@ -255,7 +255,7 @@ def test_inject_for_practice_leaves_the_fault_kept(toggle, lab, emulator):
 
     assert mode(emulator) == "off"
     assert lab.journal.entries()[0]["id"] == entry and journal_states(lab) == [KEPT]
-    assert any(f"invoke scenario.revert {NAME} --lab tiny" in line for line in lines)
+    assert any(f"invoke scenario.revert --name {NAME} --lab tiny" in line for line in lines)
 
 
 def test_nothing_is_injected_when_the_guard_refuses(toggle, lab, emulator):

@@ -21,7 +21,9 @@ import pytest
 
 from labs import lifecycle, stack
 from labs.console import Console
+from labs.infra import InfraError
 from labs.lab import Lab
+from labs.lifecycle import LifecycleError
 from labs.settings import load_settings
 from labs.sim.world import start_world
 
@@ -165,6 +167,27 @@ def test_a_toggle_apply_keeps_the_operator_enabled(aws_world):
     assert _tfvars(settings)[stack.ENABLE_AUX_SG_VPC_ALLOW] is True
 
 
+def test_lab_down_scales_to_zero_even_when_a_revert_fails(aws_world):
+    world, settings = aws_world
+    lab = Lab.open(settings)
+    entry = lab.journal.record_injecting("stuck-fault")
+    lab.journal.mark(entry, "injected")
+
+    def failing_revert(_lab, _console):
+        raise LifecycleError("the cluster API did not answer")
+
+    console, out = _console()
+    with pytest.raises(LifecycleError, match="could not be reverted: stuck-fault"):
+        lifecycle.down(
+            settings, destroy=False, confirm=lambda _q: False, revert=failing_revert,
+            console=console,
+        )  # fmt: skip
+    assert _scaling(world)["desiredSize"] == 0, "the cost guard must scale down regardless"
+    assert "could not revert: the cluster API did not answer" in out.getvalue()
+    assert [e["scenario"] for e in lab.journal.outstanding()] == ["stuck-fault"]
+    lab.journal.mark(entry, "reverted")
+
+
 def test_aws_lab_down_scales_to_zero_and_is_safe_twice(aws_world):
     world, settings = aws_world
     for _ in range(2):
@@ -176,3 +199,53 @@ def test_aws_lab_down_scales_to_zero_and_is_safe_twice(aws_world):
         assert _scaling(world) == {"minSize": 0, "maxSize": 2, "desiredSize": 0}
         assert "no GPU bills" in out.getvalue()
     assert Lab.open(settings).outputs, "lab.down without --destroy keeps the lab"
+
+
+def test_destroy_of_a_half_built_lab_still_runs_terraform_destroy(tmp_path: Path):
+    """A first apply that fails half-way leaves resources; --destroy must not orphan them."""
+    from moto.server import ThreadedMotoServer
+
+    stack_dir = tmp_path / "stack"
+    shutil.copytree(FIXTURE_STACK, stack_dir)
+    marker = tmp_path / "destroyed"
+    (stack_dir / "half_built.tf").write_text(f"""
+resource "terraform_data" "created_first" {{
+  input = "{marker}"
+  provisioner "local-exec" {{
+    when    = destroy
+    command = "touch ${{self.input}}"
+  }}
+}}
+
+resource "terraform_data" "fails" {{
+  depends_on = [terraform_data.created_first]
+  provisioner "local-exec" {{
+    command = "exit 3"
+  }}
+}}
+""")
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    patch = pytest.MonkeyPatch()
+    patch.setenv("AWS_ENDPOINT_URL", f"http://{host}:{port}")
+    patch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    patch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    patch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    settings = load_settings(
+        None, {"lab": "half", "state_dir": str(tmp_path / "labs"), "stack_dir": str(stack_dir)}
+    )
+    try:
+        console, _ = _console()
+        with pytest.raises(InfraError):
+            lifecycle.up(settings, sim=False, dry_run=False, console=console)
+        assert not marker.exists()
+        lifecycle.down(
+            settings, destroy=True, confirm=lambda _q: True, revert=lambda lab, c: [],
+            console=console,
+        )  # fmt: skip
+        assert marker.exists(), "terraform destroy did not run on the half-built lab"
+        assert not settings.paths.state_file.exists()
+    finally:
+        patch.undo()
+        server.stop()

@@ -11,6 +11,8 @@ import yaml
 from lab_support import invoke_env, run_invoke
 from moto.server import ThreadedMotoServer
 
+from labs.lab import Lab
+from labs.settings import load_settings
 from labs.sim.apiserver import ApiServer
 
 
@@ -109,3 +111,33 @@ def test_guard_refuses_a_kubeconfig_that_points_at_another_cluster(tmp_path):
     kubeconfig.write_text(original)
     down = run_invoke("lab.down", "--lab", "g1", "--destroy", "--yes", env=env)
     assert down.returncode == 0, down.stdout + down.stderr
+
+
+def _aws_lab_record(state_dir: Path, lab: str) -> Path:
+    """An AWS lab as lab.up leaves it, written the way the tool writes it."""
+    settings = load_settings(None, {"lab": lab, "state_dir": str(state_dir)})
+    record = Lab.create(settings, "aws")
+    record.update(account_id="123456789012", outputs={"cluster_name": lab})
+    return settings.paths.state_file
+
+
+def test_lab_scale_on_an_aws_lab_without_credentials_is_a_clear_error(tmp_path):
+    state_file = _aws_lab_record(tmp_path, "awsnocreds")
+    env = invoke_env(
+        tmp_path, AWS_CONFIG_FILE=str(tmp_path / "none"),
+        AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"), AWS_EC2_METADATA_DISABLED="true",
+    )  # fmt: skip
+    before = state_file.read_text()
+    result = run_invoke("lab.scale", "1", "--lab", "awsnocreds", env=env)
+    assert result.returncode == 1
+    assert "no AWS credentials found" in result.stderr and "Traceback" not in result.stderr
+    assert state_file.read_text() == before
+
+
+def test_demo_refuses_to_touch_an_existing_lab(tmp_path):
+    state_file = _aws_lab_record(tmp_path, "prod")
+    before = state_file.read_text()
+    result = run_invoke("demo", "--lab", "prod", env=invoke_env(tmp_path))
+    assert result.returncode == 1
+    assert "lab 'prod' already exists" in result.stderr
+    assert state_file.read_text() == before

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -80,6 +82,7 @@ def test_lab_up_twice_does_no_second_apply_or_scale(rehearsal):
     again = run_invoke("lab.up", "--sim", "--lab", LAB, env=env)
     assert again.returncode == 0, again.stdout + again.stderr
     assert again.stdout.count("already applied with these variables; skipping") == 2
+    assert "rebuilding" not in again.stdout
     assert "desiredSize=2 (already so; no API call)" in again.stdout
 
 
@@ -92,10 +95,12 @@ def test_lab_scale_rejects_more_than_the_max_and_changes_nothing(rehearsal):
     assert "min 0 max 2 desired 2" in status.stdout
 
 
-def test_lab_up_with_sim_on_an_existing_lab_keeps_its_backend(rehearsal):
+def test_a_lab_remembers_its_backend_without_sim(rehearsal):
     state_dir, env, _ = rehearsal
-    record = json.loads((state_dir / LAB / "state.json").read_text())
-    assert record["backend"] == "sim"
+    again = run_invoke("lab.up", "--lab", LAB, env=env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "==> preflight (sim backend" in again.stdout
+    assert json.loads((state_dir / LAB / "state.json").read_text())["backend"] == "sim"
     status = run_invoke("lab.status", "--lab", LAB, env=env)
     assert "backend sim" in status.stdout
 
@@ -125,3 +130,21 @@ def test_lab_up_dry_run_on_a_new_rehearsal_lab_creates_nothing(tmp_path: Path):
     assert "would start the rehearsal backend" in result.stdout
     assert "'desiredSize': 2" in result.stdout
     assert not (tmp_path / "d1").exists()
+
+
+def test_a_restarted_rehearsal_backend_is_rebuilt_by_lab_up(tmp_path: Path):
+    env = invoke_env(tmp_path)
+    first = run_invoke("lab.up", "--sim", "--lab", "t3", "--gpus", "1", env=env)
+    assert first.returncode == 0, first.stdout + first.stderr
+    os.kill(sim_pid(tmp_path, "t3"), signal.SIGKILL)
+    try:
+        stopped = run_invoke("lab.scale", "0", "--lab", "t3", env=env)
+        assert stopped.returncode == 1 and "Traceback" not in stopped.stderr
+        assert "not running" in stopped.stderr or "cannot reach the lab" in stopped.stderr
+        again = run_invoke("lab.up", "--lab", "t3", "--gpus", "1", env=env)
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert "restarted with an empty world: rebuilding the lab" in again.stdout
+        assert "NVIDIA A10G, 580.126.09, 23028 MiB" in again.stdout
+    finally:
+        down = run_invoke("lab.down", "--lab", "t3", "--destroy", "--yes", env=env)
+    assert down.returncode == 0, down.stdout + down.stderr

@@ -8,7 +8,10 @@ from pathlib import Path
 from labs.checks import CheckResult, Finding, Trap
 from labs.report import RunRecord, render_markdown, write_report
 
-TRAP = Trap("status.state stays ready", "notReady", "ready", "a disable reconciles fine")
+TRAP = Trap(
+    "status.state stays ready", "notReady", "ready", "a disable reconciles fine",
+    shown_by="status.state stays ready",
+)  # fmt: skip
 
 
 def record(backend: str = "sim", **changes) -> RunRecord:
@@ -29,6 +32,7 @@ def record(backend: str = "sim", **changes) -> RunRecord:
         },
         checks=[
             CheckResult("symptom", "DaemonSet deleted", True, 0.15, "NotFound", 1.0),
+            CheckResult("symptom", "status.state stays ready", True, 0.2, "ready", 1.0),
             CheckResult("recovery", "DaemonSet re-created", True, 0.5, "uid new", 2.0),
         ],
         findings=[
@@ -123,3 +127,14 @@ def test_no_samples_means_no_plot(tmp_path: Path):
 
     assert not (tmp_path / "run" / "timeline.png").exists()
     assert "timeline.png" not in report.read_text()
+
+
+def test_a_trap_counts_as_observed_only_when_its_check_held(tmp_path: Path):
+    unseen = [
+        CheckResult("symptom", "status.state stays ready", False, None, "notReady", 1.0),
+    ]
+    data = json.loads(
+        (write_report(record(checks=unseen), tmp_path / "run").with_suffix(".json")).read_text()
+    )
+    assert data["traps"][0]["observed"] is False
+    assert data["traps"][0]["step"].startswith("4b")

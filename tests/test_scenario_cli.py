@@ -97,14 +97,16 @@ def _device_plugin_ready(state_dir: Path) -> bool:
     return DEVICE_PLUGIN in names
 
 
-def test_inject_shows_in_status_and_revert_all_undoes_it(sim_lab):
+def test_inject_shows_in_status_blocks_a_second_fault_and_revert_undoes_it(sim_lab):
     state_dir, env = sim_lab
     inject = run_invoke("scenario.inject", "device-plugin-off", "--lab", LAB, env=env)
     assert inject.returncode == 0, inject.stdout + inject.stderr
     assert not _device_plugin_enabled(state_dir)
     status = run_invoke("lab.status", "--lab", LAB, env=env)
     assert "injected faults: device-plugin-off" in status.stdout
-    revert = run_invoke("scenario.revert", "--all", "--lab", LAB, env=env)
+    second = run_invoke("scenario.run", "device-plugin-off", "--lab", LAB, env=env)
+    assert second.returncode == 1 and "still has device-plugin-off injected" in second.stderr
+    revert = run_invoke("scenario.revert", "--name", "device-plugin-off", "--lab", LAB, env=env)
     assert revert.returncode == 0, revert.stdout + revert.stderr
     assert "reverted: device-plugin-off" in revert.stdout
     assert _device_plugin_enabled(state_dir)
