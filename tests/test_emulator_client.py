@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -144,3 +145,88 @@ def test_pod_log_with_tail(gpu_cluster, kube_client):
     with pytest.raises(ApiException) as bad:
         core.read_namespaced_pod_log("probe", "default", container="nope")
     assert "container nope is not valid for pod probe" in bad.value.body
+
+
+def test_bad_resource_quantity_is_refused_as_invalid_naming_the_field(emulator, kube_client):
+    core = client.CoreV1Api(kube_client)
+    pod = {
+        "metadata": {"name": "greedy"},
+        "spec": {
+            "containers": [
+                {"name": "main", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+            ]
+        },
+    }
+    core.create_namespaced_pod("default", pod)
+    pod["metadata"]["name"] = "bad"
+    pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "lots"
+    with pytest.raises(ApiException) as refused:
+        core.create_namespaced_pod("default", pod)
+    status = json.loads(refused.value.body)
+    field = "spec.containers[0].resources.limits[nvidia.com/gpu]"
+    assert (refused.value.status, status["reason"]) == (422, "Invalid")
+    assert status["message"].startswith(f'Pod "bad" is invalid: {field}: Invalid value: "lots"')
+    assert [cause["field"] for cause in status["details"]["causes"]] == [field]
+    bad_cpu = {"name": "main", "resources": {"requests": {"cpu": "x"}}}
+    bad_patch = {"spec": {"containers": [bad_cpu]}}
+    with pytest.raises(ApiException) as patched:
+        core.patch_namespaced_pod("greedy", "default", bad_patch)
+    assert patched.value.status == 422
+    assert "spec.containers[0].resources.requests[cpu]" in patched.value.body
+    assert [p.metadata.name for p in core.list_namespaced_pod("default").items] == ["greedy"]
+
+
+def test_create_in_a_namespace_that_does_not_exist_is_404(emulator, kube_client):
+    core = client.CoreV1Api(kube_client)
+    with pytest.raises(ApiException) as missing:
+        core.create_namespaced_config_map("nope", {"metadata": {"name": "c"}})
+    assert missing.value.status == 404
+    assert json.loads(missing.value.body)["message"] == 'namespaces "nope" not found'
+
+
+def test_delete_with_stale_preconditions_is_409_and_keeps_the_object(emulator, kube_client):
+    core = client.CoreV1Api(kube_client)
+    created = core.create_namespaced_config_map("default", {"metadata": {"name": "c"}})
+    for preconditions in (
+        client.V1Preconditions(uid="0000"),
+        client.V1Preconditions(resource_version="1"),
+    ):
+        with pytest.raises(ApiException) as conflict:
+            core.delete_namespaced_config_map(
+                "c", "default", body=client.V1DeleteOptions(preconditions=preconditions)
+            )
+        assert (conflict.value.status, json.loads(conflict.value.body)["reason"]) == (
+            409,
+            "Conflict",
+        )
+    assert core.read_namespaced_config_map("c", "default").metadata.uid == created.metadata.uid
+    matching = client.V1Preconditions(uid=created.metadata.uid)
+    core.delete_namespaced_config_map(
+        "c", "default", body=client.V1DeleteOptions(preconditions=matching)
+    )
+    assert core.list_namespaced_config_map("default").items == []
+
+
+def test_concurrent_get_modify_put_with_retry_on_409_loses_no_update(emulator, kube_client):
+    core = client.CoreV1Api(kube_client)
+    core.create_namespaced_config_map("default", {"metadata": {"name": "n"}, "data": {"n": "0"}})
+    increments = 50
+
+    def increment() -> None:
+        for _ in range(increments):
+            while True:
+                current = core.read_namespaced_config_map("n", "default")
+                current.data["n"] = str(int(current.data["n"]) + 1)
+                try:
+                    core.replace_namespaced_config_map("n", "default", current)
+                    break
+                except ApiException as error:
+                    if error.status != 409:
+                        raise
+
+    threads = [threading.Thread(target=increment) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert core.read_namespaced_config_map("n", "default").data["n"] == str(2 * increments)

@@ -243,3 +243,99 @@ def test_wait_for_jsonpath_sees_a_background_change(gpu_cluster, kubectl):
     finally:
         writer.join()
     assert result.stdout.strip() == "clusterpolicy.nvidia.com/cluster-policy condition met"
+
+
+def test_strategic_patch_replaces_tolerations_and_merges_mounts_by_path(emulator, kubectl):
+    gpu_taint = {"key": "nvidia.com/gpu", "operator": "Exists"}
+    emulator.store.create(
+        "deployments",
+        {
+            "metadata": {"name": "trainer"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "trainer"}},
+                "template": {
+                    "metadata": {"labels": {"app": "trainer"}},
+                    "spec": {
+                        "tolerations": [
+                            gpu_taint | {"effect": "NoSchedule"},
+                            gpu_taint | {"effect": "NoExecute"},
+                        ],
+                        "volumes": [{"name": "data", "emptyDir": {}}],
+                        "containers": [
+                            {
+                                "name": "main",
+                                "image": "cuda",
+                                "volumeMounts": [
+                                    {"name": "data", "mountPath": "/data"},
+                                    {"name": "data", "mountPath": "/cache"},
+                                ],
+                            }
+                        ],
+                    },
+                },
+            },
+        },
+    )
+    patch = {
+        "spec": {
+            "template": {
+                "spec": {
+                    "tolerations": [gpu_taint | {"effect": "NoSchedule"}],
+                    "containers": [
+                        {
+                            "name": "main",
+                            "volumeMounts": [
+                                {"name": "data", "mountPath": "/cache", "readOnly": True}
+                            ],
+                        }
+                    ],
+                }
+            }
+        }
+    }
+    kubectl("patch", "deployment", "trainer", "--type=strategic", "-p", json.dumps(patch))
+    spec = emulator.store.get("deployments", "trainer", "default")["spec"]["template"]["spec"]
+    assert spec["tolerations"] == [gpu_taint | {"effect": "NoSchedule"}]
+    assert spec["containers"][0]["volumeMounts"] == [
+        {"name": "data", "mountPath": "/data"},
+        {"name": "data", "mountPath": "/cache", "readOnly": True},
+    ]
+
+
+def test_scale_a_deployment_through_its_scale_subresource(gpu_cluster, kubectl):
+    gpu_cluster.store.create(
+        "deployments",
+        {
+            "metadata": {"name": "gpu-operator"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "gpu-operator"}},
+                "template": {"metadata": {"labels": {"app": "gpu-operator"}}, "spec": {}},
+            },
+        },
+        OPERATOR_NAMESPACE,
+    )
+    scaled = kubectl("-n", OPERATOR_NAMESPACE, "scale", "deploy", "gpu-operator", "--replicas=0")
+    assert scaled.stdout.strip() == "deployment.apps/gpu-operator scaled"
+    stored = gpu_cluster.store.get("deployments", "gpu-operator", OPERATOR_NAMESPACE)
+    assert (stored["spec"]["replicas"], stored["metadata"]["generation"]) == (0, 2)
+    raw = kubectl("get", "--raw", f"/apis/apps/v1/namespaces/{OPERATOR_NAMESPACE}/"
+                  "deployments/gpu-operator/scale").stdout  # fmt: skip
+    scale = json.loads(raw)
+    assert (scale["kind"], scale["apiVersion"]) == ("Scale", "autoscaling/v1")
+    assert (scale["spec"]["replicas"], scale["status"]["selector"]) == (0, "app=gpu-operator")
+    resources = json.loads(kubectl("get", "--raw", "/apis/apps/v1").stdout)["resources"]
+    (entry,) = [r for r in resources if r["name"] == "deployments/scale"]
+    assert (entry["group"], entry["version"], entry["kind"]) == ("autoscaling", "v1", "Scale")
+
+
+def test_create_into_a_missing_namespace_and_unsupported_field_selector(
+    emulator, kubectl, tmp_path
+):
+    manifest = tmp_path / "cm.yaml"
+    manifest.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n")
+    missing = kubectl("-n", "nope", "create", "-f", str(manifest), check=False)
+    assert missing.stderr.startswith("Error from server (NotFound): error when creating")
+    assert missing.stderr.strip().endswith('namespaces "nope" not found')
+    bad = kubectl("get", "deployments", "--field-selector", "status.phase=Running", check=False)
+    assert bad.returncode == 1 and "field label not supported: status.phase" in bad.stderr

@@ -41,7 +41,12 @@ def test_create_fills_server_fields_and_one_counter_orders_all_writes(store):
     assert int(second["metadata"]["resourceVersion"]) > int(first["metadata"]["resourceVersion"])
 
 
+def namespace(store: ObjectStore, name: str) -> None:
+    store.create("ns", {"metadata": {"name": name}})
+
+
 def test_duplicate_create_is_already_exists_with_kubectl_message(store):
+    namespace(store, "gpu-operator")
     store.create("ds", {"metadata": {"name": "x", "namespace": "gpu-operator"}})
     with pytest.raises(AlreadyExists) as error:
         store.create("daemonsets.apps", {"metadata": {"name": "x", "namespace": "gpu-operator"}})
@@ -140,7 +145,7 @@ def test_concurrent_updates_lose_nothing(store):
     assert store.get("cm", "counter")["data"]["n"] == "400"
 
 
-def test_strategic_merge_keeps_unsent_fields_of_keyed_lists(store):
+def test_strategic_merge_keeps_unsent_fields_of_keyed_lists_and_replaces_the_rest(store):
     store.create(
         "pods",
         {
@@ -165,7 +170,7 @@ def test_strategic_merge_keeps_unsent_fields_of_keyed_lists(store):
     assert patched["spec"]["containers"] == [
         {"name": "a", "image": "v2", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
     ]
-    assert [t["key"] for t in patched["spec"]["tolerations"]] == ["nvidia.com/gpu", "dedicated"]
+    assert patched["spec"]["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
     merged = store.patch("pods", "p", {"spec": {"containers": [{"name": "a"}]}}, "merge")
     assert merged["spec"]["containers"] == [{"name": "a"}]
 
@@ -199,7 +204,30 @@ def test_label_selectors(store, selector, expected):
     assert [item["metadata"]["name"] for item in items] == expected
 
 
+def test_create_into_a_missing_namespace_is_not_found(store):
+    with pytest.raises(NotFound) as error:
+        store.create("pods", pod("p", "nope"))
+    assert (error.value.code, error.value.message) == (404, 'namespaces "nope" not found')
+    assert store.list("pods")[0] == []
+    namespace(store, "nope")
+    assert store.create("pods", pod("p", "nope"))["metadata"]["namespace"] == "nope"
+
+
+def test_delete_with_failing_preconditions_is_conflict_and_keeps_the_object(store):
+    created = store.create("pods", pod("p"))
+    meta = created["metadata"]
+    with pytest.raises(Conflict, match="Precondition failed: UID in precondition: other"):
+        store.delete("pods", "p", preconditions={"uid": "other"})
+    with pytest.raises(Conflict, match="ResourceVersion in precondition: 1,"):
+        store.delete("pods", "p", preconditions={"resourceVersion": "1"})
+    assert store.get("pods", "p")["metadata"]["uid"] == meta["uid"]
+    wanted = {"uid": meta["uid"], "resourceVersion": meta["resourceVersion"]}
+    store.delete("pods", "p", preconditions=wanted)
+    assert store.list("pods")[0] == []
+
+
 def test_field_selectors_in_any_order_and_unknown_fields(store):
+    namespace(store, "other")
     store.create("pods", pod("a", nodeName="n1"))
     store.create("pods", pod("b", "other", nodeName="n1"))
     items, _ = store.list("pods", field_selector="metadata.namespace=other,spec.nodeName=n1")
@@ -210,6 +238,26 @@ def test_field_selectors_in_any_order_and_unknown_fields(store):
         store.list("pods", field_selector="spec.image=x")
 
 
+def test_field_selectors_are_checked_per_kind(store):
+    store.create("pods", pod("a"))
+    store.create("nodes", {"metadata": {"name": "n1"}, "spec": {"unschedulable": True}})
+    assert store.list("pods", field_selector="status.phase=Pending")[0][0]["metadata"]["name"]
+    for kind in ("deployments", "nodes", "configmaps"):
+        with pytest.raises(BadRequest, match="^field label not supported: status.phase$"):
+            store.list(kind, field_selector="status.phase=Running")
+    with pytest.raises(BadRequest, match="field label not supported: spec.nodeName"):
+        store.watch("nodes", field_selector="spec.nodeName=n1")
+
+
+def test_a_missing_field_compares_as_its_go_zero_value(store):
+    store.create("nodes", {"metadata": {"name": "cordoned"}, "spec": {"unschedulable": True}})
+    store.create("nodes", {"metadata": {"name": "fresh"}, "spec": {}})
+    schedulable, _ = store.list("nodes", field_selector="spec.unschedulable=false")
+    assert [node["metadata"]["name"] for node in schedulable] == ["fresh"]
+    store.create("jobs", {"metadata": {"name": "j"}, "spec": {}})
+    assert store.list("jobs", field_selector="status.successful=0")[0] != []
+
+
 def test_watch_replays_then_streams_and_filters(store):
     store.create("pods", pod("old", labels={"app": "gpu"}))
     mark = store.resource_version
@@ -218,6 +266,7 @@ def test_watch_replays_then_streams_and_filters(store):
     with store.watch(
         "pods", namespace="default", resource_version=mark, label_selector="app=gpu"
     ) as stream:
+        namespace(store, "other")
         store.create("pods", pod("other-ns", "other", labels={"app": "gpu"}))
         store.create("pods", pod("new", labels={"app": "gpu"}))
         store.patch("pods", "new", {"metadata": {"labels": {"app": "cpu"}}}, "merge")

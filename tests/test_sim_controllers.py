@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
-from sim_support import wait_for
+from kubernetes import client
+from sim_support import WAIT_SECONDS, probe_pod, wait_for
 
 from labs.sim.controllers.device_plugin import DevicePlugin
 from labs.sim.controllers.events import EventRecorder
 from labs.sim.controllers.gpu_operator import GpuOperator
 from labs.sim.controllers.kubelet import Kubelet
 from labs.sim.controllers.scheduler import Scheduler
-from labs.sim.controllers.workloads import Workloads
+from labs.sim.controllers.workloads import STARTUP_ANNOTATION, STARTUP_FROM_ANNOTATION, Workloads
 from labs.sim.hardware import NVIDIA_PCI_LABEL
 from labs.sim.infra import CHART_DEFAULTS, _operator_deployment
 from labs.sim.store import (
@@ -26,12 +29,14 @@ from labs.sim.store import (
     PODS,
     NotFound,
     ObjectStore,
+    Watch,
 )
-from labs.sim.timings import scaled
+from labs.sim.timings import REAL_WORLD_SECONDS, Timings, scaled
 
 NS = "gpu-operator"
 PLUGIN = "nvidia-device-plugin-daemonset"
 TIMINGS = scaled(600)
+GPU = "nvidia.com/gpu"
 
 
 def ready_node(name: str, gpu: bool) -> dict:
@@ -63,10 +68,15 @@ def test_same_event_twice_bumps_count_instead_of_adding_one() -> None:
 
 @pytest.fixture
 def operator_world() -> Iterator[ObjectStore]:
+    with running_operator_world(TIMINGS) as store:
+        yield store
+
+
+@contextmanager
+def running_operator_world(timings: Timings) -> Iterator[ObjectStore]:
     """Nodes with the controllers the operator needs (all but node lifecycle), without AWS."""
     store = ObjectStore()
     store.register(CLUSTER_POLICY)
-    timings = TIMINGS
     controllers = [
         Workloads(store, timings),
         Scheduler(store, timings),
@@ -106,6 +116,16 @@ def plugin_daemonset(store: ObjectStore) -> dict | None:
         return None
 
 
+def next_node_with(changes: Watch, wanted) -> dict:
+    """The first node a watch reports in the `wanted` state (bounded wait)."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    while time.monotonic() < deadline:
+        event = changes.next(timeout=0.5)
+        if event is not None and wanted(event[1]):
+            return event[1]
+    pytest.fail("no node reached the wanted state")
+
+
 def test_operator_runs_the_plugin_and_a_disable_deletes_it_keeping_state_ready(
     operator_world: ObjectStore,
 ) -> None:
@@ -120,9 +140,16 @@ def test_operator_runs_the_plugin_and_a_disable_deletes_it_keeping_state_ready(
     assert plugin["status"]["desiredNumberScheduled"] == 2
     assert store.get(DAEMONSETS, "nvidia-mig-manager", NS)["status"]["desiredNumberScheduled"] == 0
 
-    store.patch(
-        CLUSTER_POLICY, "cluster-policy", {"spec": {"devicePlugin": {"enabled": False}}}, "merge"
-    )
+    with store.watch(NODES, "", store.resource_version, f"{NVIDIA_PCI_LABEL}=true") as changes:
+        store.patch(
+            CLUSTER_POLICY,
+            "cluster-policy",
+            {"spec": {"devicePlugin": {"enabled": False}}},
+            "merge",
+        )
+        first_zero = next_node_with(changes, lambda n: n["status"]["allocatable"][GPU] == "0")
+    # allocatable drops at once; capacity keeps "1" through kubelet's grace period
+    assert first_zero["status"]["capacity"][GPU] == "1"
     wait_for(lambda: plugin_daemonset(store) is None, what="device plugin DaemonSet deleted")
     wait_for(lambda: gpu_counts(store, "allocatable") == ["0", "0"], what="allocatable 0")
     wait_for(lambda: not store.list(PODS, NS, label_selector=f"app={PLUGIN}")[0], what="pods gone")
@@ -141,24 +168,164 @@ def test_operator_runs_the_plugin_and_a_disable_deletes_it_keeping_state_ready(
     wait_for(lambda: gpu_counts(store, "capacity") == ["0", "0"], what="capacity 0")
 
 
-def test_operator_scaled_to_zero_reconciles_nothing(operator_world: ObjectStore) -> None:
-    store = operator_world
-    install(store)
-    wait_for(lambda: plugin_daemonset(store), what="device plugin DaemonSet")
-    store.patch(DEPLOYMENTS, "gpu-operator", {"spec": {"replicas": 0}}, "merge", NS)
-    wait_for(
-        lambda: store.get(DEPLOYMENTS, "gpu-operator", NS)["status"]["readyReplicas"] == 0,
-        what="operator down",
+def set_operator_ready(store: ObjectStore, ready: int) -> None:
+    """What the Deployment controller reports for the operator (no pods in these tests)."""
+    store.update(
+        DEPLOYMENTS, "gpu-operator", lambda d: d.update(status={"readyReplicas": ready}), NS
     )
+
+
+def test_operator_scaled_to_zero_reconciles_nothing() -> None:
+    store = ObjectStore()
+    store.register(CLUSTER_POLICY)
+    store.create(NODES, ready_node("gpu-a", True))
+    install(store)
+    # Not started: each reconcile() is one whole pass, run here, with no reconcile delay.
+    operator = GpuOperator(store, dataclasses.replace(TIMINGS, operator_reconcile=0.0))
+    set_operator_ready(store, 1)
+    operator.reconcile()
+    assert plugin_daemonset(store) is not None
+
+    set_operator_ready(store, 0)
     store.patch(
         CLUSTER_POLICY, "cluster-policy", {"spec": {"devicePlugin": {"enabled": False}}}, "merge"
     )
     store.create(NODES, ready_node("gpu-c", True))
-    # Nothing to await when nothing may happen: give a live operator many reconcile periods.
-    time.sleep(20 * TIMINGS.operator_reconcile)
+    operator.reconcile()
     assert plugin_daemonset(store) is not None
     assert "nvidia.com/gpu.present" not in store.get(NODES, "gpu-c")["metadata"]["labels"]
-    # positive control: the operator back, the edit and the new node are acted on
-    store.patch(DEPLOYMENTS, "gpu-operator", {"spec": {"replicas": 1}}, "merge", NS)
-    wait_for(lambda: plugin_daemonset(store) is None, what="device plugin DaemonSet deleted")
+
+    set_operator_ready(store, 1)  # positive control: the same pass acts once the operator is up
+    operator.reconcile()
+    assert plugin_daemonset(store) is None
     assert store.get(NODES, "gpu-c")["metadata"]["labels"]["nvidia.com/gpu.present"] == "true"
+
+
+def test_daemonset_tolerations_follow_the_cluster_policy_in_place(
+    operator_world: ObjectStore,
+) -> None:
+    store = operator_world
+    install(store)
+    created = wait_for(lambda: plugin_daemonset(store), what="device plugin DaemonSet")
+    container = created["spec"]["template"]["spec"]["containers"][0]
+    assert container["name"] == "nvidia-device-plugin"
+    custom = [{"key": "lab", "operator": "Exists", "effect": "NoSchedule"}]
+    store.patch(
+        CLUSTER_POLICY, "cluster-policy", {"spec": {"daemonsets": {"tolerations": custom}}}, "merge"
+    )
+
+    def tolerations() -> list | None:
+        current = plugin_daemonset(store)
+        return current and current["spec"]["template"]["spec"]["tolerations"]
+
+    assert wait_for(lambda: tolerations() == custom, what="tolerations updated")
+    assert plugin_daemonset(store)["metadata"]["uid"] == created["metadata"]["uid"]
+
+
+def test_kubelet_orders_one_story_of_events_by_name() -> None:
+    store = ObjectStore()
+    timings = TIMINGS
+    controllers = [Scheduler(store, timings), Kubelet(store, timings)]
+    for name, gpus in (("gpu-a", "0"), ("gpu-b", "0")):
+        node = ready_node(name, True)
+        node["status"]["capacity"]["nvidia.com/gpu"] = "1"
+        node["status"]["allocatable"]["nvidia.com/gpu"] = gpus
+        store.create(NODES, node)
+    for controller in controllers:
+        controller.start()
+    try:
+        store.create(PODS, probe_pod(), "default")
+        wait_for(
+            lambda: store.list(EVENTS, "default", field_selector="reason=FailedScheduling")[0],
+            what="FailedScheduling",
+        )
+        store.update(NODES, "gpu-b", lambda n: n["status"]["allocatable"].update({GPU: "1"}))
+        wait_for(
+            lambda: store.get(PODS, "gpu-probe", "default")["status"]["phase"] == "Succeeded",
+            what="probe Succeeded",
+        )
+    finally:
+        for controller in controllers:
+            controller.stop()
+    story = store.list(EVENTS, "default", field_selector="involvedObject.name=gpu-probe")[0]
+    assert [event["reason"] for event in story] == [
+        "FailedScheduling",
+        "Scheduled",
+        "Pulled",
+        "Created",
+        "Started",
+    ]
+    assert all(event["metadata"]["name"].startswith("gpu-probe.") for event in story)
+
+
+def finished(core: client.CoreV1Api, name: str) -> bool:
+    return core.read_namespaced_pod(name, "default").status.phase in ("Succeeded", "Failed")
+
+
+def test_kubelet_rejects_a_pod_pinned_to_a_node_without_a_healthy_gpu(emulator, kube_client):
+    store = emulator.store
+    for name, healthy in (("gpu-a", "0"), ("gpu-b", "1")):
+        node = ready_node(name, True)
+        node["status"]["capacity"][GPU] = "1"
+        node["status"]["allocatable"][GPU] = healthy
+        store.create(NODES, node)
+    kubelet = Kubelet(store, TIMINGS)
+    kubelet.start()
+    core = client.CoreV1Api(kube_client)
+    try:
+        for name, node in (("pinned", "gpu-a"), ("fits", "gpu-b"), ("second", "gpu-b")):
+            pod = probe_pod(name)
+            pod["spec"]["nodeName"] = node
+            core.create_namespaced_pod("default", pod)
+            wait_for(lambda n=name: finished(core, n), what=f"{name} finished")
+    finally:
+        kubelet.stop()
+    pinned = core.read_namespaced_pod("pinned", "default").status
+    assert (pinned.phase, pinned.reason) == ("Failed", "UnexpectedAdmissionError")
+    assert pinned.message == (
+        "Pod was rejected: Allocate failed due to no healthy devices present; cannot allocate "
+        "unhealthy devices nvidia.com/gpu, which is unexpected"
+    )
+    # the GPU the finished pod held is free again for the next one
+    for name in ("fits", "second"):
+        assert core.read_namespaced_pod(name, "default").status.phase == "Succeeded"
+    events = core.list_namespaced_event(
+        "default", field_selector="involvedObject.name=pinned,reason=UnexpectedAdmissionError"
+    ).items
+    assert [e.type for e in events] == ["Warning"]
+
+
+def test_re_enabled_plugin_serves_one_node_first_then_the_rest_counted_from_the_change() -> None:
+    # A slower world than the others, so the two nodes' startups are far apart in wall time.
+    with running_operator_world(scaled(60)) as store:
+        install(store)
+        wait_for(lambda: gpu_counts(store, "allocatable") == ["1", "1"], what="GPUs advertised")
+        disable = {"spec": {"devicePlugin": {"enabled": False}}}
+        store.patch(CLUSTER_POLICY, "cluster-policy", disable, "merge")
+        wait_for(lambda: gpu_counts(store, "allocatable") == ["0", "0"], what="allocatable 0")
+        wait_for(lambda: not store.list(PODS, NS, label_selector=f"app={PLUGIN}")[0], what="gone")
+        order: list[str] = []
+        with store.watch(NODES, "", store.resource_version, f"{NVIDIA_PCI_LABEL}=true") as changes:
+            changed_at = time.time()
+            enable = {"spec": {"devicePlugin": {"enabled": True}}}
+            store.patch(CLUSTER_POLICY, "cluster-policy", enable, "merge")
+            while len(order) < 2:
+                node = next_node_with(changes, lambda n: n["status"]["allocatable"][GPU] == "1")
+                if node["metadata"]["name"] not in order:
+                    order.append(node["metadata"]["name"])
+        pods = store.list(PODS, NS, label_selector=f"app={PLUGIN}")[0]
+    plans = {
+        pod["spec"]["nodeName"]: (
+            float(pod["metadata"]["annotations"][STARTUP_FROM_ANNOTATION]),
+            float(pod["metadata"]["annotations"][STARTUP_ANNOTATION]),
+        )
+        for pod in pods
+    }
+    # Both count from when the operator saw the change, not from when their pods were made,
+    # and the node served first is the one whose pod had the short (first-node) startup.
+    assert len({counted_from for counted_from, _ in plans.values()}) == 1
+    assert all(changed_at <= counted_from for counted_from, _ in plans.values())
+    assert [plans[name][1] for name in order] == [
+        REAL_WORLD_SECONDS["operand_first_ready"],
+        REAL_WORLD_SECONDS["operand_all_ready"],
+    ]

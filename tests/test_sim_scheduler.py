@@ -114,3 +114,25 @@ def test_pending_pod_gets_one_event_counted_up_then_binds_when_a_gpu_appears(
     )
     scheduled = store.list(EVENTS, "default", field_selector="reason=Scheduled")[0]
     assert scheduled[0]["message"] == "Successfully assigned default/gpu-probe to gpu-b"
+
+
+def test_a_pod_with_an_unparseable_quantity_is_skipped_and_the_rest_still_schedule(
+    scheduler_store: ObjectStore,
+) -> None:
+    store = scheduler_store
+    for candidate in four_nodes("1"):
+        store.create(NODES, candidate)
+    # The API refuses such a pod; write one the way only a controller could, to prove the
+    # scheduler survives it.
+    held_back = probe_pod("a-broken")
+    held_back["spec"]["schedulerName"] = "not-yet"  # so it cannot be bound before it breaks
+    store.create(PODS, held_back, "default")
+
+    def break_limits(pod: dict) -> None:
+        pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "lots"
+        pod["spec"]["schedulerName"] = "default-scheduler"
+
+    store.update(PODS, "a-broken", break_limits, "default")
+    store.create(PODS, probe_pod("b-valid"), "default")
+    assert wait_for(lambda: store.get(PODS, "b-valid", "default")["spec"].get("nodeName"))
+    assert "nodeName" not in store.get(PODS, "a-broken", "default")["spec"]

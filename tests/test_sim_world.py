@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import threading
@@ -14,10 +15,12 @@ from kubernetes.client.exceptions import ApiException
 from sim_support import lab_variables, probe_pod, running_world, wait_for
 
 from labs.sim.aws_seed import moto_clients
+from labs.sim.controllers.gpu_operator import STEP_ORDER
 from labs.sim.infra import SimInfra
 from labs.sim.world import World, start_world
 
 AWS_CLI = Path("/work/main/.venv/bin/aws")
+KUBECTL = "/usr/bin/kubectl"
 GPU_LABEL = "node.kubernetes.io/instance-type=g5.xlarge"
 NOT_AVAILABLE = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
 
@@ -31,13 +34,24 @@ def kube(world: World) -> client.ApiClient:
     return config.new_client_from_config(config_file=str(world.kubeconfig_path))
 
 
-def scale_gpu(world: World, desired: int) -> None:
+def scale_gpu(world: World, desired: int, max_size: int = 2) -> None:
     eks = moto_clients(world.endpoints["aws_endpoint_url"], world.endpoints["region"])("eks")
     eks.update_nodegroup_config(
         clusterName="myeks",
         nodegroupName="myeks-ng-gpu",
-        scalingConfig={"minSize": 0, "maxSize": 2, "desiredSize": desired},
+        scalingConfig={"minSize": 0, "maxSize": max_size, "desiredSize": desired},
     )
+
+
+def gpu_instances(world: World) -> list[dict]:
+    ec2 = moto_clients(world.endpoints["aws_endpoint_url"], "ap-northeast-2")("ec2")
+    reservations = ec2.describe_instances(
+        Filters=[
+            {"Name": "instance-type", "Values": ["g5.xlarge"]},
+            {"Name": "instance-state-name", "Values": ["pending", "running"]},
+        ]
+    )["Reservations"]
+    return [instance for r in reservations for instance in r["Instances"]]
 
 
 def gpu_allocatable(core: client.CoreV1Api) -> list:
@@ -79,14 +93,64 @@ def test_gpu_nodes_follow_the_node_group(world: World) -> None:
         ]
     scale_gpu(world, 0)
     wait_for(lambda: not core.list_node(label_selector=GPU_LABEL).items, what="GPU nodes gone")
-    ec2 = moto_clients(world.endpoints["aws_endpoint_url"], "ap-northeast-2")("ec2")
-    running = ec2.describe_instances(
-        Filters=[
-            {"Name": "instance-type", "Values": ["g5.xlarge"]},
-            {"Name": "instance-state-name", "Values": ["pending", "running"]},
-        ]
-    )["Reservations"]
-    assert running == []
+    assert gpu_instances(world) == []
+
+
+def test_desired_size_above_max_size_never_launches_more_than_max(world: World) -> None:
+    core = client.CoreV1Api(kube(world))
+    scale_gpu(world, 3, max_size=2)  # moto accepts it; EKS holds the group at maxSize
+    wait_for(lambda: len(core.list_node(label_selector=GPU_LABEL).items) == 2, what="2 GPU nodes")
+    # one pass launches every instance the group is short of, so a third would be here now
+    assert len(gpu_instances(world)) == 2
+
+
+def kubectl(world: World, tmp_path: Path, *args: str) -> str:
+    command = [KUBECTL, "--kubeconfig", str(world.kubeconfig_path)]
+    command += ["--cache-dir", str(tmp_path / "kubectl-cache"), *args]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def operator_pods(core: client.CoreV1Api) -> list:
+    return core.list_namespaced_pod("gpu-operator", label_selector="app=gpu-operator").items
+
+
+@pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl not installed")
+def test_kubectl_scales_the_operator_down_and_a_restarted_operator_logs_again(
+    world: World, tmp_path: Path
+) -> None:
+    SimInfra(world.endpoints).apply(lab_variables(enable_gpu_operator=True))
+    api = kube(world)
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    first = wait_for(
+        lambda: [p for p in operator_pods(core) if "step completed" in read_log(core, p)],
+        what="operator logging its steps",
+    )[0]
+    scale = ("-n", "gpu-operator", "scale", "deploy", "gpu-operator")
+    assert kubectl(world, tmp_path, *scale, "--replicas=0").strip() == (
+        "deployment.apps/gpu-operator scaled"
+    )
+    wait_for(lambda: not operator_pods(core), what="operator pod gone")
+    reading = apps.read_namespaced_deployment_scale("gpu-operator", "gpu-operator")
+    assert (reading.spec.replicas, reading.status.replicas) == (0, 0)
+
+    kubectl(world, tmp_path, *scale, "--replicas=1")
+    restarted = wait_for(
+        lambda: [
+            p
+            for p in operator_pods(core)
+            if p.metadata.uid != first.metadata.uid and "step completed" in read_log(core, p)
+        ],
+        what="the new operator pod logging its steps",
+    )[0]
+    log = read_log(core, restarted).splitlines()
+    steps = [json.loads(line)["state:"] for line in log if "step completed" in line]
+    assert tuple(steps[: len(STEP_ORDER)]) == STEP_ORDER
+
+
+def read_log(core: client.CoreV1Api, pod) -> str:
+    return core.read_namespaced_pod_log(pod.metadata.name, "gpu-operator")
 
 
 def test_device_plugin_off_reference_scenario(world: World) -> None:
@@ -116,10 +180,15 @@ def test_device_plugin_off_reference_scenario(world: World) -> None:
 
     wait_for(daemonset_gone, what="device-plugin DaemonSet deleted")
     assert wait_for(lambda: gpu_allocatable(core) == ["0", "0"], what="allocatable 0")
-    policy = custom.get_cluster_custom_object(
-        "nvidia.com", "v1", "clusterpolicies", "cluster-policy"
-    )
-    assert policy["status"]["state"] == "ready"
+
+    def policy_state() -> str:
+        policy = custom.get_cluster_custom_object(
+            "nvidia.com", "v1", "clusterpolicies", "cluster-policy"
+        )
+        return (policy.get("status") or {}).get("state", "")
+
+    # the reconcile that deleted the DaemonSet also writes the state: a disable stays ready
+    assert wait_for(lambda: policy_state() == "ready", what="state written after the disable")
     operator_pod = core.list_namespaced_pod("gpu-operator", label_selector="app=gpu-operator")
     log = core.read_namespaced_pod_log(operator_pod.items[0].metadata.name, "gpu-operator")
     assert '"state:":"state-device-plugin","status":"disabled"' in log

@@ -7,11 +7,18 @@ Two things clients depend on:
   their parent is: the client rejects, for example, a DaemonSet status without
   `numberMisscheduled` or a node's `nodeInfo` without `bootID`.
 Only the parents named below are filled, and only when the writer gave that parent.
+
+`invalid_quantities` finds the quantities a real API server would refuse, so one bad pod
+is turned away at the door instead of stalling the scheduler later.
 """
 
 from __future__ import annotations
 
+import re
+from decimal import Decimal
 from typing import Any
+
+from kubernetes.utils import parse_quantity
 
 _QUANTITY_MAPS = frozenset({"limits", "requests", "capacity", "allocatable", "hard", "used"})
 
@@ -104,6 +111,57 @@ def normalize_quantities(obj: Any) -> Any:
         for item in obj:
             normalize_quantities(item)
     return obj
+
+
+_QUANTITY_SYNTAX = r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$"
+QUANTITY_FORMAT = f"quantities must match the regular expression '{_QUANTITY_SYNTAX}'"
+
+
+def quantity(value: object) -> Decimal:
+    """A Kubernetes quantity ("100m", "70Mi", "1e3", 2) as a number of base units.
+
+    ValueError names the value when it is not one (the kubernetes client's parser alone
+    would take "NaN" or " 1").
+    """
+    text = str(value)
+    if isinstance(value, bool) or not re.fullmatch(_QUANTITY_SYNTAX, text):
+        raise ValueError(f"not a Kubernetes quantity: {value!r} (examples: 100m, 70Mi, 1)")
+    try:
+        return parse_quantity(text)
+    except ValueError:
+        raise ValueError(
+            f"not a Kubernetes quantity: {value!r} (examples: 100m, 70Mi, 1)"
+        ) from None
+
+
+def invalid_quantities(obj: Any, path: str = "") -> list[tuple[str, object, str]]:
+    """(field path as Kubernetes prints it, value, why) for every quantity that does not parse
+    or is negative, e.g. ("spec.containers[0].resources.limits[nvidia.com/gpu]", "lots", ...)."""
+    found: list[tuple[str, object, str]] = []
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            where = f"{path}.{key}" if path else str(key)
+            if key in _QUANTITY_MAPS and isinstance(value, dict):
+                for name, amount in value.items():
+                    problem = _quantity_problem(amount)
+                    if problem:
+                        found.append((f"{where}[{name}]", amount, problem))
+            else:
+                found += invalid_quantities(value, where)
+    elif isinstance(obj, list):
+        for index, item in enumerate(obj):
+            found += invalid_quantities(item, f"{path}[{index}]")
+    return found
+
+
+def _quantity_problem(amount: object) -> str | None:
+    if not isinstance(amount, str | int | float):
+        return QUANTITY_FORMAT
+    try:
+        parsed = quantity(amount)
+    except ValueError:
+        return QUANTITY_FORMAT
+    return "must be greater than or equal to 0" if parsed < 0 else None
 
 
 def as_served(kind: str, obj: dict) -> dict:

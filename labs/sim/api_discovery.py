@@ -28,7 +28,13 @@ KUBERNETES_VERSION = {
 OBJECT_VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
 # The types `kubectl get all` shows, as on a real server.
 ALL_CATEGORY = frozenset({"pods", "services", "daemonsets.apps", "deployments.apps", "jobs.batch"})
-SUBRESOURCE_VERBS = {"status": ["get", "patch", "update"], "log": ["get"]}
+SUBRESOURCE_VERBS = {
+    "status": ["get", "patch", "update"],
+    "log": ["get"],
+    "scale": ["get", "patch", "update"],
+}
+# Subresources served as another kind: name -> (group, version, kind).
+SUBRESOURCE_KINDS = {"log": ("", "v1", "Pod"), "scale": ("autoscaling", "v1", "Scale")}
 
 
 def group_versions(types: list[ResourceType]) -> dict[str, list[str]]:
@@ -87,15 +93,17 @@ def api_resource_list(group_version: str, types: list[ResourceType]) -> dict:
             }
         )
         for subresource in rtype.subresources:
-            resources.append(
-                {
-                    "name": f"{rtype.plural}/{subresource}",
-                    "singularName": "",
-                    "namespaced": rtype.namespaced,
-                    "kind": "Pod" if subresource == "log" else rtype.kind,
-                    "verbs": SUBRESOURCE_VERBS[subresource],
-                }
-            )
+            entry = {
+                "name": f"{rtype.plural}/{subresource}",
+                "singularName": "",
+                "namespaced": rtype.namespaced,
+                "kind": rtype.kind,
+                "verbs": SUBRESOURCE_VERBS[subresource],
+            }
+            if subresource in SUBRESOURCE_KINDS:
+                group, version, kind = SUBRESOURCE_KINDS[subresource]
+                entry.update(kind=kind, **({"group": group, "version": version} if group else {}))
+            resources.append(entry)
     return {
         "kind": "APIResourceList",
         "apiVersion": "v1",

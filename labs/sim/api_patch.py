@@ -2,8 +2,9 @@
 
 - "merge": JSON merge patch (RFC 7386): maps merge, `null` deletes, lists are replaced.
 - "strategic": merge patch, except that the lists Kubernetes declares with a merge key
-  (containers by name, ports by containerPort, tolerations by key, ...) merge element by
-  element, so `kubectl apply` keeps fields it did not send (resources.limits).
+  (containers by name, volumeMounts by mountPath, ports by containerPort, ...) merge element
+  by element, so `kubectl apply` keeps fields it did not send (resources.limits). Lists
+  without a `patchMergeKey` in the API types (tolerations, args, ...) are replaced whole.
   `$patch: delete|replace` is honoured; `$setElementOrder/...`, `$retainKeys` and
   `$deleteFromPrimitiveList/...` directives are ignored.
 - "json": JSON patch (RFC 6902), delegated to the `jsonpatch` library.
@@ -19,15 +20,16 @@ import jsonpatch
 PATCH_TYPES = ("merge", "strategic", "json")
 
 # Field name -> merge key, as declared by `patchMergeKey` in the Kubernetes API types we serve.
+# Tolerations have none (a strategic patch replaces the list), and one volume may be mounted at
+# several paths, so mounts merge by mountPath.
 _MERGE_KEYS = {
     "containers": "name",
     "initContainers": "name",
     "ephemeralContainers": "name",
     "env": "name",
     "volumes": "name",
-    "volumeMounts": "name",
+    "volumeMounts": "mountPath",
     "imagePullSecrets": "name",
-    "tolerations": "key",
     "conditions": "type",
 }
 

@@ -3,7 +3,8 @@
 Label selectors follow the apimachinery grammar: `k=v`, `k==v`, `k!=v`, `k in (a,b)`,
 `k notin (a,b)`, `k` (exists) and `!k` (does not exist), joined by commas.
 Field selectors accept `=`, `==` and `!=` on the fields the real API server supports for
-the kinds this emulator serves; any other field is a 400, as on a real server.
+each kind; any other field is a 400, as on a real server, and a field missing from an
+object compares as its Go zero value (`spec.unschedulable=false` matches schedulable nodes).
 """
 
 from __future__ import annotations
@@ -14,31 +15,52 @@ from dataclasses import dataclass
 
 Matcher = Callable[[dict], bool]
 
-SUPPORTED_FIELDS = frozenset(
-    {
-        "metadata.name",
-        "metadata.namespace",
-        "involvedObject.kind",
-        "involvedObject.name",
-        "involvedObject.namespace",
-        "involvedObject.uid",
-        "involvedObject.apiVersion",
-        "involvedObject.fieldPath",
-        "involvedObject.resourceVersion",
-        "reason",
-        "type",
-        "source",
-        "spec.nodeName",
-        "spec.restartPolicy",
-        "spec.schedulerName",
-        "spec.serviceAccountName",
-        "spec.unschedulable",
-        "status.phase",
-        "status.podIP",
-        "status.nominatedNodeName",
-        "status.successful",
-    }
-)
+# Field label -> (path in the object, the Go zero value a missing field compares as), per kind,
+# as each kind's field-label conversion on the real API server declares them. Every kind also
+# has metadata.name and metadata.namespace.
+_METADATA_FIELDS = {
+    "metadata.name": ("metadata.name", ""),
+    "metadata.namespace": ("metadata.namespace", ""),
+}
+_KIND_FIELDS: dict[str, dict[str, tuple[str, str]]] = {
+    "Pod": {
+        "spec.nodeName": ("spec.nodeName", ""),
+        "spec.restartPolicy": ("spec.restartPolicy", ""),
+        "spec.schedulerName": ("spec.schedulerName", ""),
+        "spec.serviceAccountName": ("spec.serviceAccountName", ""),
+        "spec.hostNetwork": ("spec.hostNetwork", "false"),
+        "status.phase": ("status.phase", ""),
+        "status.podIP": ("status.podIP", ""),
+        "status.nominatedNodeName": ("status.nominatedNodeName", ""),
+    },
+    "Node": {"spec.unschedulable": ("spec.unschedulable", "false")},
+    "Namespace": {"status.phase": ("status.phase", "")},
+    "Event": {
+        **{
+            f"involvedObject.{name}": (f"involvedObject.{name}", "")
+            for name in (
+                "kind",
+                "namespace",
+                "name",
+                "uid",
+                "apiVersion",
+                "resourceVersion",
+                "fieldPath",
+            )
+        },
+        "reason": ("reason", ""),
+        "reportingComponent": ("reportingComponent", ""),
+        "source": ("source.component", ""),
+        "type": ("type", ""),
+    },
+    "Service": {"spec.clusterIP": ("spec.clusterIP", ""), "spec.type": ("spec.type", "")},
+    "Job": {"status.successful": ("status.succeeded", "0")},
+}
+
+
+def supported_fields(kind: str) -> dict[str, tuple[str, str]]:
+    """The field labels a field selector on `kind` may use: label -> (path, zero value)."""
+    return _METADATA_FIELDS | _KIND_FIELDS.get(kind, {})
 
 
 class SelectorError(ValueError):
@@ -135,34 +157,38 @@ def label_matcher(selector: str) -> Matcher:
     return matches
 
 
-def _field_value(obj: dict, path: str) -> str:
+def _field_value(obj: dict, path: str, zero: str) -> str:
     value: object = obj
     for part in path.split("."):
         value = value.get(part) if isinstance(value, dict) else None
     if value is None:
-        return ""
+        return zero
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, dict):  # events' `source` is {"component": ...}
-        return str(value.get("component", ""))
     return str(value)
 
 
-def field_matcher(selector: str) -> Matcher:
-    """Return a predicate for a field selector string ("" matches everything)."""
-    terms: list[tuple[str, bool, str]] = []
+def field_matcher(selector: str, kind: str) -> Matcher:
+    """Return a predicate for a field selector string on objects of `kind` ("" matches all).
+
+    A field the kind does not support is an error naming it, as on a real API server.
+    """
+    fields = supported_fields(kind)
+    terms: list[tuple[str, str, bool, str]] = []
     for term in filter(None, (part.strip() for part in (selector or "").split(","))):
         match = re.fullmatch(r"([^=!]+?)\s*(==|!=|=)\s*(.*)", term)
         if not match:
             raise SelectorError(f"invalid field selector term {term!r}: expected field=value")
         field, operator, value = match.groups()
-        if field not in SUPPORTED_FIELDS:
+        if field not in fields:
             raise SelectorError(f"field label not supported: {field}")
-        terms.append((field, operator == "!=", value))
+        path, zero = fields[field]
+        terms.append((path, zero, operator == "!=", value))
 
     def matches(obj: dict) -> bool:
         return all(
-            (_field_value(obj, field) == value) != negated for field, negated, value in terms
+            (_field_value(obj, path, zero) == value) != negated
+            for path, zero, negated, value in terms
         )
 
     return matches

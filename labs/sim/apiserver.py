@@ -6,10 +6,12 @@ bridging and no extra dependency. HTTP/1.1 (chunked watch streams) and TCP_NODEL
 Nagle stalls per response) make it fast enough for kubectl and the official client.
 
 What it serves: legacy discovery, OpenAPI v3 stubs for `kubectl apply`, get/list/create/
-replace/patch/delete with selectors, the status subresource, watches, pods/log and Table
-output. Every error is a full `Status` body. It deliberately has no authentication or
-authorization (any token works), no admission, no aggregated discovery, no server-side apply,
-no dry run, no field validation, no finalizers or graceful deletion, and no pagination.
+replace/patch/delete with selectors and delete preconditions, the status subresource, the
+deployments' scale subresource, watches, pods/log and Table output. Every error is a full
+`Status` body. It deliberately has no authentication or authorization (any token works), no
+admission beyond the store's (namespace exists, quantities parse), no aggregated discovery,
+no server-side apply, no dry run, no field validation, no finalizers or graceful deletion,
+and no pagination.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from labs.sim import api_discovery, api_tables
+from labs.sim import api_discovery, api_scale, api_tables
 from labs.sim.kubeconfig import write_kubeconfig
 from labs.sim.store import (
     BUILTIN_TYPES,
@@ -73,6 +75,8 @@ def status_body(error: StoreError, details: dict | None = None) -> dict:
         "reason": error.reason,
         "code": error.code,
     }
+    if error.causes:
+        details = {**(details or {}), "causes": error.causes}
     if details:
         body["details"] = details
     return body
@@ -398,6 +402,8 @@ class _Handler(BaseHTTPRequestHandler):
             raise BadRequest("dry run is not supported by the API emulator: run without --dry-run")
         if target.subresource == "log":
             handlers = {"GET": self._get_log}
+        elif target.subresource == "scale":
+            handlers = {"GET": self._get_scale, "PUT": self._replace_scale, "PATCH": self._patch}
         elif target.name is None:
             handlers = {"GET": self._list_or_watch, "POST": self._create}
         else:
@@ -466,6 +472,16 @@ class _Handler(BaseHTTPRequestHandler):
         replaced = self.store.replace(target.rtype, obj, target.namespace, target.subresource)
         self._respond_object(200, target, replaced)
 
+    def _get_scale(self, target: _Target) -> None:
+        scale = api_scale.read_scale(self.store, target.rtype, target.name, target.namespace)
+        self._send_json(200, scale)
+
+    def _replace_scale(self, target: _Target) -> None:
+        scale = api_scale.replace_scale(
+            self.store, target.rtype, target.name, target.namespace, self._json_body()
+        )
+        self._send_json(200, scale)
+
     def _patch(self, target: _Target) -> None:
         media_type = self.headers.get("Content-Type", "").split(";")[0].strip()
         patch_type = PATCH_TYPES.get(media_type)
@@ -484,6 +500,17 @@ class _Handler(BaseHTTPRequestHandler):
                 f"the body of the request was in an unknown format ({media_type or 'none'}) - "
                 f"accepted media types include: {', '.join(accepted)}"
             )
+        if target.subresource == "scale":
+            scale = api_scale.patch_scale(
+                self.store,
+                target.rtype,
+                target.name,
+                target.namespace,
+                self._json_body(),
+                patch_type,
+            )
+            self._send_json(200, scale)
+            return
         patched = self.store.patch(
             target.rtype,
             target.name,
@@ -495,9 +522,11 @@ class _Handler(BaseHTTPRequestHandler):
         self._respond_object(200, target, patched)
 
     def _delete(self, target: _Target) -> None:
-        if self.body:
-            self._json_body()  # DeleteOptions: checked for syntax, then ignored (no finalizers)
-        deleted = self.store.delete(target.rtype, target.name, target.namespace)
+        options = self._json_body() if self.body else None  # DeleteOptions
+        preconditions = options.get("preconditions") if isinstance(options, dict) else None
+        deleted = self.store.delete(
+            target.rtype, target.name, target.namespace, preconditions or None
+        )
         self._send_json(200, deleted)
 
     # ---- streams ---------------------------------------------------------------------

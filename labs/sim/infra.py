@@ -302,6 +302,7 @@ class SimInfra:
             "registry.k8s.io/nfd/node-feature-discovery:v0.18.2",
             node_selector={},
             tolerations=[{"operator": "Exists"}],
+            container="worker",
         )
         nfd["metadata"]["labels"] |= labels
         apps.create_namespaced_daemon_set(namespace, nfd)

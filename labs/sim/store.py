@@ -16,9 +16,12 @@ Semantics worth knowing:
 - `watch(resource_version=None | "" | "0")` first replays the current objects as ADDED (the
   Kubernetes "start at most recent" semantics); a numeric version replays history after it,
   or raises `Gone` (410) once that history has been dropped.
-- No admission: objects may be created in namespaces that do not exist. Deleting a namespace
-  removes it and everything in it at once. The namespaces default, kube-system, kube-public
-  and kube-node-lease exist from the start.
+- Admission is the part a client notices: creating into a namespace that does not exist is
+  NotFound, and resource quantities that do not parse are Invalid (API writes only; the
+  controllers' `update()` is trusted). Deleting a namespace removes it and everything in it
+  at once. The namespaces default, kube-system, kube-public and kube-node-lease exist from
+  the start.
+- `delete()` honours DeleteOptions preconditions (uid, resourceVersion): Conflict on mismatch.
 - Custom resources are not built in: register them (for the GPU Operator,
   `store.register(CLUSTER_POLICY)`) when the operator's CRD would be installed, so a
   cluster without the operator answers "the server doesn't have a resource type".
@@ -26,6 +29,7 @@ Semantics worth knowing:
 
 from __future__ import annotations
 
+import json
 import pickle
 import queue
 import re
@@ -37,7 +41,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from labs.sim.api_defaults import as_served
+from labs.sim.api_defaults import as_served, invalid_quantities
 from labs.sim.api_patch import PatchError, apply_patch
 from labs.sim.api_selectors import Matcher, SelectorError, field_matcher, label_matcher
 
@@ -81,7 +85,7 @@ SERVICES = ResourceType("", "v1", "services", "Service", True, ("svc",))
 CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap", True, ("cm",))
 DAEMONSETS = ResourceType("apps", "v1", "daemonsets", "DaemonSet", True, ("ds",), ("status",))
 DEPLOYMENTS = ResourceType(
-    "apps", "v1", "deployments", "Deployment", True, ("deploy",), ("status",)
+    "apps", "v1", "deployments", "Deployment", True, ("deploy",), ("status", "scale")
 )
 JOBS = ResourceType("batch", "v1", "jobs", "Job", True, (), ("status",))
 RUNTIMECLASSES = ResourceType("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", False)
@@ -117,9 +121,10 @@ class StoreError(Exception):
     code = 500
     reason = "InternalError"
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, causes: list[dict] | None = None) -> None:
         super().__init__(message)
         self.message = message
+        self.causes = causes or []  # Status details.causes: {reason, message, field}
 
 
 class NotFound(StoreError):
@@ -320,9 +325,9 @@ class ObjectStore:
         field_selector: str = "",
     ) -> tuple[list[dict], str]:
         """Matching objects sorted by namespace and name, and the store's resourceVersion."""
-        matchers = _matchers(label_selector, field_selector)
         with self._lock:
             rtype = self.resolve(ref)
+            matchers = _matchers(rtype, label_selector, field_selector)
             found = [
                 obj
                 for (obj_namespace, _), obj in sorted(self._objects[rtype.ref].items())
@@ -347,6 +352,8 @@ class ObjectStore:
             scope = self._scope(rtype, namespace, metadata.get("namespace"))
             name = metadata.get("name") or self._generated_name(rtype, scope, metadata)
             _validate_name(rtype, name)
+            if rtype.namespaced and ("", scope) not in self._objects[NAMESPACES.ref]:
+                raise NotFound(f'namespaces "{scope}" not found')
             if (scope, name) in self._objects[rtype.ref]:
                 raise AlreadyExists(f'{rtype.ref} "{name}" already exists')
             metadata["name"] = name
@@ -358,6 +365,7 @@ class ObjectStore:
             metadata["uid"] = str(uuid.uuid4())
             metadata["creationTimestamp"] = now_rfc3339()
             metadata["generation"] = 1
+            _validate_quantities(rtype, obj)
             if rtype in _INITIAL_STATUS:
                 obj.setdefault("status", clone(_INITIAL_STATUS[rtype]))
             return clone(self._commit(rtype, (scope, name), "ADDED", obj, None))
@@ -435,12 +443,23 @@ class ObjectStore:
             metadata["resourceVersion"] = current["metadata"]["resourceVersion"]
             return clone(self._store_if_changed(rtype, current, working))
 
-    def delete(self, ref: str | ResourceType, name: str, namespace: str | None = None) -> dict:
-        """Remove at once and emit DELETED; deleting a namespace deletes its contents."""
+    def delete(
+        self,
+        ref: str | ResourceType,
+        name: str,
+        namespace: str | None = None,
+        preconditions: dict | None = None,
+    ) -> dict:
+        """Remove at once and emit DELETED; deleting a namespace deletes its contents.
+
+        `preconditions` ({"uid": ..., "resourceVersion": ...}, from DeleteOptions) must match
+        the stored object, or nothing is deleted and Conflict says which one differs.
+        """
         with self._lock:
             rtype = self.resolve(ref)
             scope = self._scope(rtype, namespace)
             current = self._current(rtype, scope, name)
+            _check_preconditions(current, preconditions or {})
             if rtype == NAMESPACES:
                 for contained in self.resource_types():
                     for key in [key for key in self._objects[contained.ref] if key[0] == name]:
@@ -458,9 +477,9 @@ class ObjectStore:
         field_selector: str = "",
     ) -> Watch:
         """Events for one type after `resource_version` (see the module docstring)."""
-        matchers = _matchers(label_selector, field_selector)
         with self._lock:
             rtype = self.resolve(ref)
+            matchers = _matchers(rtype, label_selector, field_selector)
             stream = Watch(self, rtype.ref, namespace or None, matchers)
             if resource_version in (None, "", "0"):
                 for _, obj in sorted(self._objects[rtype.ref].items()):
@@ -550,14 +569,8 @@ class ObjectStore:
         self, rtype: ResourceType, current: dict, proposed: dict, subresource: str | None
     ) -> dict:
         """Shared by replace and patch: preconditions, subresource rules, server fields."""
-        wanted_version = proposed["metadata"].get("resourceVersion")
+        check_resource_version(rtype, current, proposed["metadata"].get("resourceVersion"))
         current_version = current["metadata"]["resourceVersion"]
-        if wanted_version and wanted_version != current_version:
-            raise Conflict(
-                f'Operation cannot be fulfilled on {rtype.ref} "{current["metadata"]["name"]}": '
-                "the object has been modified; please apply your changes to the latest version "
-                "and try again"
-            )
         if subresource == "status":
             new = clone(current)
             new.pop("status", None)
@@ -574,6 +587,7 @@ class ObjectStore:
                 new.pop("status", None)
                 if "status" in current:
                     new["status"] = current["status"]
+        _validate_quantities(rtype, new)
         return self._store_if_changed(rtype, current, new)
 
     def _store_if_changed(self, rtype: ResourceType, current: dict, new: dict) -> dict:
@@ -614,9 +628,51 @@ class ObjectStore:
         return obj
 
 
-def _matchers(label_selector: str, field_selector: str) -> list[Matcher]:
+def check_resource_version(rtype: ResourceType, current: dict, wanted: str | None) -> None:
+    """Conflict when a writer names a resourceVersion other than the stored one."""
+    if wanted and wanted != current["metadata"]["resourceVersion"]:
+        raise Conflict(
+            f'Operation cannot be fulfilled on {rtype.ref} "{current["metadata"]["name"]}": '
+            "the object has been modified; please apply your changes to the latest version "
+            "and try again"
+        )
+
+
+def _check_preconditions(current: dict, preconditions: dict) -> None:
+    for field, label in (("uid", "UID"), ("resourceVersion", "ResourceVersion")):
+        wanted = preconditions.get(field)
+        actual = current["metadata"].get(field)
+        if wanted is not None and wanted != actual:
+            raise Conflict(
+                f"Precondition failed: {label} in precondition: {wanted}, "
+                f"{label} in object meta: {actual}"
+            )
+
+
+def _validate_quantities(rtype: ResourceType, obj: dict) -> None:
+    """Invalid, naming every field, when a built-in object carries an unparseable quantity."""
+    if rtype not in BUILTIN_TYPES:
+        return
+    problems = invalid_quantities(obj)
+    if not problems:
+        return
+    causes = [
+        {
+            "reason": "FieldValueInvalid",
+            "message": f"Invalid value: {json.dumps(value)}: {why}",
+            "field": path,
+        }
+        for path, value, why in problems
+    ]
+    details = [f"{c['field']}: {c['message']}" for c in causes]
+    joined = details[0] if len(details) == 1 else f"[{', '.join(details)}]"
+    name = obj["metadata"].get("name", "")
+    raise Invalid(f'{rtype.qualified_kind} "{name}" is invalid: {joined}', causes)
+
+
+def _matchers(rtype: ResourceType, label_selector: str, field_selector: str) -> list[Matcher]:
     try:
-        return [label_matcher(label_selector), field_matcher(field_selector)]
+        return [label_matcher(label_selector), field_matcher(field_selector, rtype.kind)]
     except SelectorError as error:
         raise BadRequest(str(error)) from error
 

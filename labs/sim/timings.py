@@ -23,7 +23,8 @@ REAL_WORLD_SECONDS: dict[str, float] = {
     "operator_reconcile": 4.0,
     # Operator pod start after `helm install` (image pull, leader election).
     "operator_start": 20.0,
-    # Operand pods: the first node's pod is Ready after this, the other nodes' later.
+    # Operand pods: the first node's pod is Ready this long after the ClusterPolicy change
+    # the operator acts on (its reconcile delay included), the other nodes' pods later.
     "operand_first_ready": 10.0,
     "operand_all_ready": 40.0,
     # Ordinary container: Scheduled -> Started (image already on the node).

@@ -3,14 +3,29 @@
 The same (object, reason, message) seen again bumps `count` and `lastTimestamp` on the
 existing Event instead of adding one, which is what `kubectl describe` turns into
 `FailedScheduling (x3 over 9m40s)`.
+
+Events are named as client-go names them, `<object>.<unix nanoseconds in hex>`, so a list
+(sorted by name) shows one object's story in the order it happened even when several
+Events share a second; `kubectl describe` keeps that order for equal timestamps.
 """
 
 from __future__ import annotations
 
 import threading
-import uuid
+import time
 
 from labs.sim.store import EVENTS, NotFound, ObjectStore, now_rfc3339
+
+_name_lock = threading.Lock()
+_last_stamp = 0
+
+
+def event_name(involved_name: str) -> str:
+    """`<name>.<ns since the epoch, hex>`, strictly increasing across all recorders."""
+    global _last_stamp
+    with _name_lock:
+        _last_stamp = max(time.time_ns(), _last_stamp + 1)
+        return f"{involved_name}.{_last_stamp:x}"
 
 
 class EventRecorder:
@@ -44,7 +59,7 @@ class EventRecorder:
             stamp = now_rfc3339()
             source = {"component": self._component} | ({"host": host} if host else {})
             event = {
-                "metadata": {"name": f"{meta['name']}.{uuid.uuid4().hex[:16]}"},
+                "metadata": {"name": event_name(meta["name"])},
                 "involvedObject": {
                     "kind": involved.get("kind", ""),
                     "apiVersion": involved.get("apiVersion", ""),

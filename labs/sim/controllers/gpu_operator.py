@@ -9,21 +9,27 @@ Each reconcile, `operator_reconcile` after the ClusterPolicy or the GPU node set
 - labels GPU nodes (found by NFD's `pci-10de.present`) with `nvidia.com/gpu.present`,
   the `nvidia.com/gpu.deploy.<component>` labels and the GFD product labels;
 - creates the DaemonSet of every enabled component and deletes it when disabled (the
-  operator deletes, it never scales to 0); a re-enabled one is a new object;
+  operator deletes, it never scales to 0); a re-enabled one is a new object; an existing
+  one whose rendered spec (tolerations, env, image) changed is updated in place (same uid);
+- stamps each DaemonSet with when it saw the change (`STARTUP_FROM_ANNOTATION`), so its
+  pods' startup times count from the ClusterPolicy change, not from when they were made;
 - writes `status.state` (ready unless an enabled component's DaemonSet is not fully
   ready; a deliberate disable is a successful reconcile) and the Ready/Error conditions;
 - logs one `ClusterPolicy step completed` JSON line per step, in the operator's order,
-  to the operator pod whenever a step's status changes.
+  to the running operator pod whenever a step's status changes or that pod is new (a
+  restarted operator logs its first reconcile again).
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from labs.sim.controllers.base import Controller
 from labs.sim.controllers.placement import pod_ready
+from labs.sim.controllers.workloads import STARTUP_FROM_ANNOTATION
 from labs.sim.hardware import GPU_MEMORY_MIB, GPU_PRODUCT_LABEL, NVIDIA_PCI_LABEL
 from labs.sim.store import (
     CLUSTER_POLICY,
@@ -32,8 +38,10 @@ from labs.sim.store import (
     NODES,
     PODS,
     NotFound,
+    ObjectStore,
     now_rfc3339,
 )
+from labs.sim.timings import Timings
 
 OPERATOR_DEPLOYMENT = "gpu-operator"
 LOGGER = "controllers.ClusterPolicy"
@@ -47,6 +55,7 @@ class Operand:
 
     step: str
     daemonset: str
+    container: str  # the main container's name in the operator's asset (`kubectl logs -c`)
     spec_key: str
     component: str  # nvidia.com/gpu.deploy.<component>
     enabled_by_default: bool
@@ -58,6 +67,7 @@ OPERANDS = (
     Operand(
         "state-driver",
         "nvidia-driver-daemonset",
+        "nvidia-driver-ctr",
         "driver",
         "driver",
         True,
@@ -66,6 +76,7 @@ OPERANDS = (
     Operand(
         "state-container-toolkit",
         "nvidia-container-toolkit-daemonset",
+        "nvidia-container-toolkit-ctr",
         "toolkit",
         "container-toolkit",
         True,
@@ -73,6 +84,7 @@ OPERANDS = (
     ),
     Operand(
         "state-operator-validation",
+        "nvidia-operator-validator",
         "nvidia-operator-validator",
         "validator",
         "operator-validator",
@@ -82,6 +94,7 @@ OPERANDS = (
     Operand(
         "state-device-plugin",
         "nvidia-device-plugin-daemonset",
+        "nvidia-device-plugin",
         "devicePlugin",
         "device-plugin",
         True,
@@ -90,6 +103,7 @@ OPERANDS = (
     Operand(
         "state-dcgm",
         "nvidia-dcgm",
+        "nvidia-dcgm-ctr",
         "dcgm",
         "dcgm",
         False,
@@ -98,12 +112,14 @@ OPERANDS = (
     Operand(
         "state-dcgm-exporter",
         "nvidia-dcgm-exporter",
+        "nvidia-dcgm-exporter",
         "dcgmExporter",
         "dcgm-exporter",
         True,
         "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.1-4.8.0-distroless",
     ),
     Operand(
+        "gpu-feature-discovery",
         "gpu-feature-discovery",
         "gpu-feature-discovery",
         "gfd",
@@ -114,6 +130,7 @@ OPERANDS = (
     Operand(
         "state-mig-manager",
         "nvidia-mig-manager",
+        "nvidia-mig-manager",
         "migManager",
         "mig-manager",
         True,
@@ -122,6 +139,7 @@ OPERANDS = (
     ),
     Operand(
         "state-node-status-exporter",
+        "nvidia-node-status-exporter",
         "nvidia-node-status-exporter",
         "nodeStatusExporter",
         "node-status-exporter",
@@ -154,10 +172,6 @@ GFD_LABELS = {
 }
 
 
-def operand(step: str) -> Operand:
-    return next(o for o in OPERANDS if o.step == step)
-
-
 def is_enabled(policy: dict, item: Operand) -> bool:
     section = (policy.get("spec") or {}).get(item.spec_key) or {}
     return bool(section.get("enabled", item.enabled_by_default))
@@ -166,11 +180,12 @@ def is_enabled(policy: dict, item: Operand) -> bool:
 class GpuOperator(Controller):
     watched = (DEPLOYMENTS, DAEMONSETS, NODES, CLUSTER_POLICY)
 
-    def __init__(self, store, timings) -> None:
+    def __init__(self, store: ObjectStore, timings: Timings) -> None:
         super().__init__(store, timings)
         self._seen: object = None
         self._act_at = 0.0
-        self._logged: object = None
+        self._changed_at = 0.0  # wall-clock time the current inputs were first seen
+        self._logged: object = None  # (operator pod uid, what it logged last)
 
     def reconcile(self) -> float | None:
         now = time.monotonic()
@@ -198,6 +213,7 @@ class GpuOperator(Controller):
         if inputs != self._seen:
             self._seen = inputs
             self._act_at = now + self.timings.operator_reconcile
+            self._changed_at = time.time()
         if now < self._act_at:
             return self._act_at - now
         for node in gpu_nodes:
@@ -237,9 +253,13 @@ class GpuOperator(Controller):
                 if existing is not None:
                     self.store.delete(DAEMONSETS, item.daemonset, namespace)
                 continue
+            rendered = _operand_daemonset(item, policy, tolerations)
+            rendered["metadata"]["annotations"] = {STARTUP_FROM_ANNOTATION: str(self._changed_at)}
             if existing is None:
-                existing = self.store.create(
-                    DAEMONSETS, _operand_daemonset(item, policy, tolerations), namespace
+                existing = self.store.create(DAEMONSETS, rendered, namespace)
+            else:
+                existing = self.store.update(
+                    DAEMONSETS, item.daemonset, _render_onto(rendered), namespace
                 )
             statuses[item.step] = "ready" if _daemonset_ready(existing) else "notReady"
         plugin_on = statuses["state-device-plugin"] != "disabled"
@@ -277,9 +297,6 @@ class GpuOperator(Controller):
             pass
 
     def _log(self, deploy: dict, statuses: dict[str, str], gpu_node_count: int) -> None:
-        story = (gpu_node_count, tuple(statuses[s] for s in STEP_ORDER))
-        if story == self._logged:
-            return
         selector = (deploy["spec"].get("selector") or {}).get("matchLabels") or {}
         namespace = deploy["metadata"]["namespace"]
         pods = self.store.list(
@@ -288,12 +305,16 @@ class GpuOperator(Controller):
         running = [p for p in pods if pod_ready(p)]
         if not running:
             return
+        pod = running[0]["metadata"]
+        story = (pod["uid"], gpu_node_count, tuple(statuses[s] for s in STEP_ORDER))
+        if story == self._logged:
+            return
         lines = [_log_line("Number of nodes with GPU label", NodeCount=gpu_node_count)]
         lines += [
             _log_line("ClusterPolicy step completed", **{"state:": step, "status": statuses[step]})
             for step in STEP_ORDER
         ]
-        self.store.append_pod_log(namespace, running[0]["metadata"]["name"], "".join(lines))
+        self.store.append_pod_log(namespace, pod["name"], "".join(lines))
         self._logged = story
 
 
@@ -321,6 +342,19 @@ def _daemonset_ready(ds: dict) -> bool:
     return status.get("numberReady", 0) >= status.get("desiredNumberScheduled", 0)
 
 
+def _render_onto(rendered: dict) -> Callable[[dict], None]:
+    """An update that makes a stored operand DaemonSet match what the operator renders."""
+
+    def apply(current: dict) -> None:
+        metadata = current["metadata"]
+        for field in ("labels", "annotations"):
+            metadata[field] = {**(metadata.get(field) or {}), **rendered["metadata"][field]}
+        metadata["ownerReferences"] = rendered["metadata"]["ownerReferences"]
+        current["spec"] = rendered["spec"]
+
+    return apply
+
+
 def _operand_daemonset(item: Operand, policy: dict, tolerations: list[dict]) -> dict:
     section = (policy.get("spec") or {}).get(item.spec_key) or {}
     image = item.image
@@ -333,6 +367,7 @@ def _operand_daemonset(item: Operand, policy: dict, tolerations: list[dict]) -> 
         node_selector={f"nvidia.com/gpu.deploy.{item.component}": "true"},
         tolerations=tolerations,
         env=section.get("env") or [],
+        container=item.container,
     )
     ds["metadata"]["ownerReferences"] = [
         {
@@ -354,8 +389,10 @@ def daemonset_manifest(
     node_selector: dict[str, str],
     tolerations: list[dict],
     env: list[dict] | None = None,
+    container: str | None = None,
 ) -> dict:
-    """A DaemonSet running one container of `image` on the nodes the selector admits."""
+    """A DaemonSet running one container (named `container`, else `name`) of `image` on the
+    nodes the selector admits."""
     return {
         "metadata": {"name": name, "labels": dict(labels)},
         "spec": {
@@ -367,7 +404,9 @@ def daemonset_manifest(
                     "nodeSelector": node_selector,
                     "tolerations": tolerations,
                     "priorityClassName": "system-node-critical",
-                    "containers": [{"name": name, "image": image, "env": list(env or [])}],
+                    "containers": [
+                        {"name": container or name, "image": image, "env": list(env or [])}
+                    ],
                 },
             },
         },

@@ -1,8 +1,14 @@
 """kubelet on every node: runs the pods bound to it and plays what their containers print.
 
-A bound pod gets `Pulled` (image already present), `Created` and `Started` Events after
-`container_start`, turns Running, and Ready after its startup time (the pod annotation
-`sim.eks-gpu-lab/startup-seconds` in real-world seconds, else `container_ready`).
+A bound pod is admitted first: what it requests must fit the node's allocatable minus what
+the pods already admitted there hold. A device-plugin resource (`nvidia.com/gpu`) that does
+not fit fails the pod with `UnexpectedAdmissionError` (`Allocate failed due to no healthy
+devices present; ...` when the node has none healthy), any other resource with
+`OutOf<resource>`, as kubelet rejects a pod pinned with `nodeName` that the scheduler never
+checked. An admitted pod gets `Pulled` (image already present), `Created` and `Started`
+Events after `container_start`, turns Running, and Ready after its startup time (the pod
+annotation `sim.eks-gpu-lab/startup-seconds` in real-world seconds, counted from
+`sim.eks-gpu-lab/startup-from` when the pod has it, else `container_ready`).
 
 What a container does is decided by the first matching program:
 - `labs.sim.controllers.network.ConnectProbe`: pods annotated with a connect target.
@@ -19,16 +25,19 @@ Failed when the program fails); restartPolicy Always pods keep running.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Protocol
 
+from labs.sim.api_defaults import quantity
 from labs.sim.controllers.base import Controller
 from labs.sim.controllers.events import EventRecorder
-from labs.sim.controllers.placement import pod_requests
-from labs.sim.controllers.workloads import STARTUP_ANNOTATION
+from labs.sim.controllers.placement import pod_is_terminal, pod_requests
+from labs.sim.controllers.workloads import STARTUP_ANNOTATION, STARTUP_FROM_ANNOTATION
 from labs.sim.hardware import (
     GPU_DRIVER_VERSION,
     GPU_MEMORY_MIB,
@@ -38,6 +47,8 @@ from labs.sim.hardware import (
 )
 from labs.sim.store import NODES, PODS, NotFound, ObjectStore, now_rfc3339
 from labs.sim.timings import Timings
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -114,9 +125,9 @@ class Kubelet(Controller):
         self._plans = {uid: plan for uid, plan in self._plans.items() if uid in live}
         self._outcomes = {uid: o for uid, o in self._outcomes.items() if uid in live}
         waits = []
-        for pod in pods:
+        for pod in sorted(pods, key=_arrival):
             uid = pod["metadata"]["uid"]
-            step = self._plans.get(uid) or self._first_step(pod, now)
+            step = self._plans.get(uid) or self._admit(pod, nodes[pod["spec"]["nodeName"]], pods)
             if step is None:
                 continue
             at, name = step
@@ -129,19 +140,45 @@ class Kubelet(Controller):
                 waits.append(step[0] - now)
         return min(waits, default=None)
 
-    def _first_step(self, pod: dict, now: float) -> tuple[float, str] | None:
+    def _admit(self, pod: dict, node: dict, pods: list[dict]) -> tuple[float, str] | None:
+        """The first step of a new pod on this node, or None (not new, or rejected)."""
         status = pod.get("status") or {}
         if status.get("phase", "Pending") != "Pending" or status.get("containerStatuses"):
             return None
-        return now + self.timings.container_start, "start"
+        name = node["metadata"]["name"]
+        admitted = [
+            p
+            for p in pods
+            if p["spec"].get("nodeName") == name and p is not pod and self._holds_resources(p)
+        ]
+        try:
+            rejection = admission_failure(pod, node, admitted)
+        except ValueError as error:  # the API refuses such pods; never let one stop the node
+            log.warning("kubelet on %s cannot admit %s: %s", name, pod["metadata"]["name"], error)
+            return None
+        if rejection is not None:
+            self._reject(pod, node, *rejection)
+            return None
+        return time.monotonic() + self.timings.container_start, "start"
+
+    def _holds_resources(self, pod: dict) -> bool:
+        """Admitted and not finished: what it requests is taken on its node."""
+        running = (pod.get("status") or {}).get("phase") == "Running"
+        admitted = pod["metadata"]["uid"] in self._plans or running
+        return admitted and not pod_is_terminal(pod)
+
+    def _reject(self, pod: dict, node: dict, reason: str, message: str) -> None:
+        def fail(current: dict) -> None:
+            status = current.setdefault("status", {})
+            status.update(phase="Failed", reason=reason, message=f"Pod was rejected: {message}")
+
+        self._update(pod, fail)
+        self._events.record(pod, reason, message, "Warning", host=node["metadata"]["name"])
 
     def _advance(self, step: str, pod: dict, node: dict, now: float) -> tuple[float, str] | None:
         if step == "start":
             self._start(pod, node)
-            startup = pod["metadata"].get("annotations", {}).get(STARTUP_ANNOTATION)
-            ready_in = (
-                float(startup) / self.timings.speed if startup else self.timings.container_ready
-            )
+            ready_in = self._startup_seconds(pod)
             if pod["spec"].get("restartPolicy", "Always") == "Always":
                 return now + ready_in, "ready"
             outcome = self._program(pod).run(pod, node, self.timings)
@@ -155,6 +192,18 @@ class Kubelet(Controller):
         self.store.set_pod_log(pod["metadata"]["namespace"], pod["metadata"]["name"], outcome.log)
         self._update(pod, lambda p: _finish(p, outcome.succeeded))
         return None
+
+    def _startup_seconds(self, pod: dict) -> float:
+        """Wall seconds from now until the started pod is Ready."""
+        annotations = pod["metadata"].get("annotations") or {}
+        startup = annotations.get(STARTUP_ANNOTATION)
+        if not startup:
+            return self.timings.container_ready
+        seconds = float(startup) / self.timings.speed
+        counted_from = annotations.get(STARTUP_FROM_ANNOTATION)
+        if counted_from:
+            seconds = float(counted_from) + seconds - time.time()
+        return max(seconds, 0.0)
 
     def _program(self, pod: dict) -> Program:
         return next(p for p in self._programs if p.matches(pod))
@@ -176,6 +225,50 @@ class Kubelet(Controller):
             self.store.update(PODS, pod["metadata"]["name"], mutate, pod["metadata"]["namespace"])
         except NotFound:
             pass
+
+
+def admission_failure(pod: dict, node: dict, admitted: list[dict]) -> tuple[str, str] | None:
+    """(reason, message) when `pod` does not fit beside the pods `admitted` on `node`.
+
+    ValueError when a quantity does not parse.
+    """
+    status = node.get("status") or {}
+    allocatable, capacity = status.get("allocatable") or {}, status.get("capacity") or {}
+    used: dict[str, Decimal] = {}
+    for holder in admitted:
+        for resource, amount in pod_requests(holder).items():
+            used[resource] = used.get(resource, Decimal(0)) + amount
+    for resource, amount in sorted(pod_requests(pod).items()):
+        if amount <= 0:
+            continue
+        total = quantity(allocatable.get(resource, "0"))
+        free = total - used.get(resource, Decimal(0))
+        if "/" in resource and resource in capacity:  # a device plugin's resource
+            if total <= 0:
+                cause = (
+                    f"no healthy devices present; cannot allocate unhealthy devices {resource}"
+                )
+            elif amount > free:
+                cause = (
+                    f"requested number of devices unavailable for {resource}. "
+                    f"Requested: {amount}, Available: {max(free, Decimal(0))}"
+                )
+            else:
+                continue
+            message = f"Allocate failed due to {cause}, which is unexpected"
+            return "UnexpectedAdmissionError", message
+        if amount > free:
+            return (
+                f"OutOf{resource}",
+                f"Node didn't have enough resource: {resource}, requested: {amount}, "
+                f"used: {used.get(resource, Decimal(0))}, capacity: {total}",
+            )
+    return None
+
+
+def _arrival(pod: dict) -> tuple[str, str]:
+    """Admission order: creation time, then name (kubelet admits pods in arrival order)."""
+    return pod["metadata"].get("creationTimestamp", ""), pod["metadata"]["name"]
 
 
 def command_text(pod: dict) -> str:

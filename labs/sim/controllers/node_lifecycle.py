@@ -1,10 +1,12 @@
 """EKS managed node groups: EC2 instances and Kubernetes Nodes follow each group's desiredSize.
 
-It polls moto's EKS API (there is no watch there, as on AWS). Scale-up launches an
-instance in the group's subnet at once and the Node joins, Ready, after the boot delay
-(~5.5 min real). Scale-down cordons the node, and after the terminate delay removes its
-pods and the Node and terminates the instance. GPU nodes carry the group's labels and
-taints plus NFD's `pci-10de.present` label, as they would once NFD has looked at them.
+It polls moto's EKS API (there is no watch there, as on AWS). The group's desiredSize is
+held to [minSize, maxSize], as EKS enforces it (moto accepts desiredSize > maxSize).
+Scale-up launches an instance in the group's subnet at once and the Node joins, Ready,
+after the boot delay (~5.5 min real). Scale-down cordons the node, and after the terminate
+delay removes its pods and the Node and terminates the instance. GPU nodes carry the
+group's labels and taints plus NFD's `pci-10de.present` label, as they would once NFD has
+looked at them.
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ class NodeLifecycle(Controller):
         return min([poll, *(at - now for at in due)])
 
     def _follow(self, group: dict, instances: list[dict], now: float, boot_delay: float) -> None:
-        desired = group["scalingConfig"]["desiredSize"]
+        desired = _bounded_desired(group["scalingConfig"])
         active = [i for i in instances if i["InstanceId"] not in self._draining]
         for instance in active:
             if instance["InstanceId"] not in self._booting and not self._node_exists(instance):
@@ -175,6 +177,12 @@ class NodeLifecycle(Controller):
         except NotFound:
             return False
         return True
+
+
+def _bounded_desired(scaling: dict) -> int:
+    """desiredSize held to [minSize, maxSize]: EKS never runs more than maxSize (moto would)."""
+    desired = scaling["desiredSize"]
+    return max(scaling.get("minSize", 0), min(desired, scaling.get("maxSize", desired)))
 
 
 def _tag(instance: dict, key: str) -> str | None:

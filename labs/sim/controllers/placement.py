@@ -6,21 +6,10 @@ resource requests, as the Kubernetes scheduler reads them.
 
 from __future__ import annotations
 
-import re
 from decimal import Decimal
 
-_SUFFIXES = {
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "m": Decimal("0.001"),
-}
-_QUANTITY = re.compile(r"^([0-9.]+)([A-Za-z]*)$")
+from labs.sim.api_defaults import quantity
+
 _SCHEDULING_EFFECTS = ("NoSchedule", "NoExecute")
 # Taints a DaemonSet pod tolerates automatically (the DaemonSet controller adds them).
 _DAEMONSET_TOLERATED = (
@@ -31,15 +20,6 @@ _DAEMONSET_TOLERATED = (
     "node.kubernetes.io/memory-pressure",
     "node.kubernetes.io/pid-pressure",
 )
-
-
-def quantity(value: object) -> Decimal:
-    """A Kubernetes quantity ("100m", "70Mi", "1") as a number of base units."""
-    match = _QUANTITY.match(str(value).strip())
-    if not match or match.group(2) not in ("", *_SUFFIXES):
-        raise ValueError(f"not a Kubernetes quantity: {value!r} (examples: 100m, 70Mi, 1)")
-    number, suffix = match.groups()
-    return Decimal(number) * Decimal(_SUFFIXES.get(suffix, 1))
 
 
 def pod_requests(pod: dict) -> dict[str, Decimal]:

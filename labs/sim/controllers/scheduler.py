@@ -14,6 +14,7 @@ change, otherwise every `unschedulable_retry`; each retry bumps the Event's coun
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import Counter
 from decimal import Decimal
@@ -32,6 +33,7 @@ from labs.sim.store import NODES, PODS, NotFound, ObjectStore, now_rfc3339
 from labs.sim.timings import Timings
 
 SCHEDULER_NAME = "default-scheduler"
+log = logging.getLogger(__name__)
 
 
 class Scheduler(Controller):
@@ -60,7 +62,16 @@ class Scheduler(Controller):
             if due > now:
                 next_due.append(due - now)
                 continue
-            node = self._place(pod, nodes, pods, fingerprint, now)
+            try:
+                node = self._place(pod, nodes, pods, fingerprint, now)
+            except ValueError as error:  # the API refuses such pods; one slipped in must not
+                log.warning(  # stall the queue: skip it, as a plugin error skips one pod
+                    "cannot schedule pod %s/%s: %s",
+                    pod["metadata"].get("namespace"),
+                    pod["metadata"]["name"],
+                    error,
+                )
+                continue
             if node is not None:
                 pods = self.store.list(PODS)[0]
         return min(next_due, default=None)
@@ -154,7 +165,11 @@ def _insufficient(pod: dict, node: dict, pods: list[dict]) -> list[str]:
     holders = [p for p in pods if p["spec"].get("nodeName") == name and not pod_is_terminal(p)]
     used: dict[str, Decimal] = {}
     for holder in holders:
-        for resource, amount in pod_requests(holder).items():
+        try:
+            held = pod_requests(holder)
+        except ValueError:  # a malformed running pod holds nothing we can count
+            continue
+        for resource, amount in held.items():
             used[resource] = used.get(resource, Decimal(0)) + amount
     reasons = []
     if len(holders) + 1 > quantity(allocatable.get("pods", "110")):

@@ -9,7 +9,10 @@
 DaemonSet pods come up one node quickly and the rest later, as on a real cluster where
 images are pulled node by node: the first pod of a rollout carries the
 `operand_first_ready` startup time, the others `operand_all_ready` (annotation
-`STARTUP_ANNOTATION`, real-world seconds, read by the kubelet).
+`STARTUP_ANNOTATION`, real-world seconds, read by the kubelet). When the DaemonSet says
+when its rollout began (`STARTUP_FROM_ANNOTATION`, wall-clock seconds, set by the GPU
+Operator at the ClusterPolicy change), the pods carry it too and the kubelet counts the
+startup time from then, so the operator's own delay is not added on top.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from labs.sim.store import (
 from labs.sim.timings import REAL_WORLD_SECONDS
 
 STARTUP_ANNOTATION = "sim.eks-gpu-lab/startup-seconds"
+STARTUP_FROM_ANNOTATION = "sim.eks-gpu-lab/startup-from"
 _OWNER_KINDS = {"DaemonSet": DAEMONSETS, "Deployment": DEPLOYMENTS}
 
 
@@ -136,9 +140,11 @@ class Workloads(Controller):
             startup = "operand_first_ready" if not on_node else "operand_all_ready"
             pod = _pod_from(ds, generate_name=f"{ds['metadata']['name']}-")
             pod["spec"]["nodeName"] = node
-            pod["metadata"].setdefault("annotations", {}).setdefault(
-                STARTUP_ANNOTATION, str(REAL_WORLD_SECONDS[startup])
-            )
+            annotations = pod["metadata"].setdefault("annotations", {})
+            annotations.setdefault(STARTUP_ANNOTATION, str(REAL_WORLD_SECONDS[startup]))
+            rollout_from = (ds["metadata"].get("annotations") or {}).get(STARTUP_FROM_ANNOTATION)
+            if rollout_from:
+                annotations[STARTUP_FROM_ANNOTATION] = rollout_from
             on_node[node] = self.store.create(PODS, pod, ds["metadata"]["namespace"])
         ready = sum(1 for p in on_node.values() if pod_ready(p))
         status = {
