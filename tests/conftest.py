@@ -46,8 +46,7 @@ def kubectl(emulator: Emulator, tmp_path: Path) -> Kubectl:
 
     Each emulator gets its own --cache-dir, because kubectl caches discovery per host:port.
     """
-    if shutil.which(KUBECTL) is None:
-        pytest.skip(f"{KUBECTL} is not installed")
+    assert shutil.which(KUBECTL), f"{KUBECTL} is not installed (README prerequisites)"
     cache_dir = tmp_path / "kubectl-cache"
 
     def run(*args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:

@@ -5,14 +5,12 @@ from __future__ import annotations
 import shutil
 import subprocess
 
-import pytest
 from stack_spec import STACK_DIR, VARIABLE_DEFAULTS, load_hcl, offline_terraform_env
 
 
 def test_stack_is_terraform_fmt_clean():
     terraform = shutil.which("terraform")
-    if terraform is None:
-        pytest.skip("terraform is not on PATH")
+    assert terraform, "terraform is not on PATH (README prerequisites)"
     result = subprocess.run(
         [terraform, "fmt", "-check", "-recursive", "-list=true", "-no-color", str(STACK_DIR)],
         env=offline_terraform_env(),
