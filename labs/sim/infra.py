@@ -15,6 +15,7 @@ What each variable does here, as in the Terraform stack:
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,7 @@ from labs.sim.aws_seed import (
     remove_rule,
     rule_ids,
 )
-from labs.sim.controllers.gpu_operator import daemonset_manifest
+from labs.sim.controllers.gpu_operator import DEFAULT_TOLERATIONS, daemonset_manifest
 from labs.sim.controllers.workloads import STARTUP_ANNOTATION
 from labs.sim.timings import REAL_WORLD_SECONDS
 
@@ -52,7 +53,7 @@ CHART_DEFAULTS: dict[str, Any] = {
     "operator": {"defaultRuntime": "containerd", "runtimeClass": "nvidia"},
     "daemonsets": {
         "priorityClassName": "system-node-critical",
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "tolerations": copy.deepcopy(DEFAULT_TOLERATIONS),
         "updateStrategy": "RollingUpdate",
     },
     "driver": {"enabled": True},
@@ -398,9 +399,7 @@ def _operator_deployment(version: str, labels: dict[str, str]) -> dict:
                 "spec": {
                     "priorityClassName": "system-node-critical",
                     "serviceAccountName": OPERATOR,
-                    "tolerations": [
-                        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
-                    ],
+                    "tolerations": copy.deepcopy(DEFAULT_TOLERATIONS),
                     "containers": [
                         {
                             "name": OPERATOR,

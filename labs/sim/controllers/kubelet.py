@@ -36,7 +36,7 @@ from typing import Protocol
 from labs.sim.api_defaults import quantity
 from labs.sim.controllers.base import Controller
 from labs.sim.controllers.events import EventRecorder
-from labs.sim.controllers.placement import pod_is_terminal, pod_requests
+from labs.sim.controllers.placement import pod_is_terminal, pod_requests, set_pod_condition
 from labs.sim.controllers.workloads import STARTUP_ANNOTATION, STARTUP_FROM_ANNOTATION
 from labs.sim.hardware import (
     GPU_DRIVER_VERSION,
@@ -245,9 +245,7 @@ def admission_failure(pod: dict, node: dict, admitted: list[dict]) -> tuple[str,
         free = total - used.get(resource, Decimal(0))
         if "/" in resource and resource in capacity:  # a device plugin's resource
             if total <= 0:
-                cause = (
-                    f"no healthy devices present; cannot allocate unhealthy devices {resource}"
-                )
+                cause = f"no healthy devices present; cannot allocate unhealthy devices {resource}"
             elif amount > free:
                 cause = (
                     f"requested number of devices unavailable for {resource}. "
@@ -346,17 +344,5 @@ def _finish(pod: dict, succeeded: bool) -> None:
 
 
 def _set_conditions(pod: dict, wanted: dict[str, str]) -> None:
-    conditions = pod["status"].setdefault("conditions", [])
     for kind, value in wanted.items():
-        existing = next((c for c in conditions if c["type"] == kind), None)
-        if existing is None:
-            conditions.append(
-                {
-                    "type": kind,
-                    "status": value,
-                    "lastProbeTime": None,
-                    "lastTransitionTime": now_rfc3339(),
-                }
-            )
-        elif existing["status"] != value:
-            existing.update(status=value, lastTransitionTime=now_rfc3339())
+        set_pod_condition(pod, kind, value)

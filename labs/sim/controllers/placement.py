@@ -9,6 +9,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from labs.sim.api_defaults import quantity
+from labs.sim.store import now_rfc3339
 
 _SCHEDULING_EFFECTS = ("NoSchedule", "NoExecute")
 # Taints a DaemonSet pod tolerates automatically (the DaemonSet controller adds them).
@@ -31,6 +32,26 @@ def pod_requests(pod: dict) -> dict[str, Decimal]:
         for name, value in wanted.items():
             total[name] = total.get(name, Decimal(0)) + quantity(value)
     return total
+
+
+def set_pod_condition(
+    pod: dict, kind: str, status: str, reason: str | None = None, message: str | None = None
+) -> None:
+    """Set one pod condition the way kubelet and the scheduler do: the transition time moves
+    only when the status changes; reason and message follow the latest call."""
+    conditions = pod.setdefault("status", {}).setdefault("conditions", [])
+    existing = next((c for c in conditions if c["type"] == kind), None)
+    if existing is None:
+        existing = {"type": kind, "status": status, "lastProbeTime": None}
+        existing["lastTransitionTime"] = now_rfc3339()
+        conditions.append(existing)
+    elif existing["status"] != status:
+        existing.update(status=status, lastTransitionTime=now_rfc3339())
+    if reason:
+        existing.update(reason=reason, message=message)
+    else:
+        existing.pop("reason", None)
+        existing.pop("message", None)
 
 
 def pod_is_terminal(pod: dict) -> bool:

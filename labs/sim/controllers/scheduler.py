@@ -27,9 +27,10 @@ from labs.sim.controllers.placement import (
     pod_requests,
     quantity,
     selector_matches,
+    set_pod_condition,
     untolerated_taints,
 )
-from labs.sim.store import NODES, PODS, NotFound, ObjectStore, now_rfc3339
+from labs.sim.store import NODES, PODS, NotFound, ObjectStore
 from labs.sim.timings import Timings
 
 SCHEDULER_NAME = "default-scheduler"
@@ -107,7 +108,7 @@ class Scheduler(Controller):
 
     def _reject(self, pod: dict, message: str) -> None:
         def mark(current: dict) -> None:
-            _set_condition(current, "PodScheduled", "False", "Unschedulable", message)
+            set_pod_condition(current, "PodScheduled", "False", "Unschedulable", message)
 
         try:
             updated = self.store.update(
@@ -120,7 +121,7 @@ class Scheduler(Controller):
     def _bind(self, pod: dict, node: str) -> None:
         def bind(current: dict) -> None:
             current["spec"]["nodeName"] = node
-            _set_condition(current, "PodScheduled", "True", None, None)
+            set_pod_condition(current, "PodScheduled", "True")
 
         try:
             bound = self.store.update(
@@ -217,18 +218,3 @@ def _fingerprint(nodes: list[dict], pods: list[dict]) -> object:
         )
     )
     return node_facts, placed
-
-
-def _set_condition(
-    pod: dict, kind: str, status: str, reason: str | None, message: str | None
-) -> None:
-    conditions = pod.setdefault("status", {}).setdefault("conditions", [])
-    existing = next((c for c in conditions if c["type"] == kind), None)
-    wanted = {"type": kind, "status": status}
-    if reason:
-        wanted |= {"reason": reason, "message": message}
-    if existing is not None and {k: existing.get(k) for k in wanted} == wanted:
-        return
-    if existing is not None:
-        conditions.remove(existing)
-    conditions.append(wanted | {"lastProbeTime": None, "lastTransitionTime": now_rfc3339()})
