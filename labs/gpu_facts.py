@@ -46,18 +46,13 @@ def gpu_nodes(view: ClusterView) -> list[dict[str, Any]]:
     return nodes.gpu_nodes(view.objects("nodes"))
 
 
-def _gpu_quantity(node: Mapping[str, Any], field: str) -> str | None:
-    value = (node.get("status", {}).get(field) or {}).get(nodes.GPU_RESOURCE)
-    return None if value is None else str(value)
-
-
 def allocatable_gpus(node: Mapping[str, Any]) -> str | None:
     """Allocatable nvidia.com/gpu exactly as the API shows it ("0"); None when the key is absent."""
-    return _gpu_quantity(node, "allocatable")
+    return nodes.gpu_quantity(node, "allocatable")
 
 
 def capacity_gpus(node: Mapping[str, Any]) -> str | None:
-    return _gpu_quantity(node, "capacity")
+    return nodes.gpu_quantity(node, "capacity")
 
 
 def allocatable_by_node(view: ClusterView) -> dict[str, str | None]:

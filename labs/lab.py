@@ -127,8 +127,8 @@ class Lab:
     def phase_done(self, phase: str) -> bool:
         return bool(self.record.get("phases", {}).get(phase))
 
-    def mark_phase(self, phase: str, done: bool = True) -> None:
-        self.record.setdefault("phases", {})[phase] = utc_now() if done else None
+    def mark_phase(self, phase: str) -> None:
+        self.record.setdefault("phases", {})[phase] = utc_now()
         self.save()
 
     def update(self, **fields: Any) -> None:

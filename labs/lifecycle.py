@@ -219,25 +219,20 @@ def _write_kubeconfig(lab: Lab, console: Console) -> None:
     )
 
 
-def _cluster_policy_ready(view: Any) -> Any:
-    for policy in view.objects("clusterpolicies"):
-        if (policy.get("status") or {}).get("state") == "ready":
-            return policy
-    return None
-
-
 def _wait_operator_ready(lab: Lab, console: Console) -> None:
+    from labs.gpu_facts import cluster_policy, policy_state
+
+    def ready(view: Any) -> dict[str, Any] | None:
+        policy = cluster_policy(view)
+        return policy if policy_state(policy) == "ready" else None
+
     def describe(view: Any) -> str:
-        states = [
-            (p.get("status") or {}).get("state", "?") for p in view.objects("clusterpolicies")
-        ]
-        return f"ClusterPolicy state: {', '.join(states) or 'not created yet'}"
+        return f"ClusterPolicy state: {policy_state(cluster_policy(view))}"
 
     with lab.view() as view:
         policy = view.wait_for(
-            _cluster_policy_ready, lab.settings.operator_ready_timeout,
-            "GPU Operator ClusterPolicy ready", describe,
-            console.waiter(lambda: describe(view)),
+            ready, lab.settings.operator_ready_timeout, "GPU Operator ClusterPolicy ready",
+            describe, console.waiter(lambda: describe(view)),
         )  # fmt: skip
     conditions = (policy.get("status") or {}).get("conditions") or []
     reasons = ", ".join(c["reason"] for c in conditions if c.get("reason")) or "no conditions"

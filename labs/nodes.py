@@ -7,6 +7,7 @@ The device-plugin trap lives here: a GPU node whose plugin is gone keeps the
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -27,9 +28,15 @@ def is_ready(node: dict[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
+def gpu_quantity(node: Mapping[str, Any], field: str = "allocatable") -> str | None:
+    """`status.<field>["nvidia.com/gpu"]` as the API shows it ("0"); None when the key is absent."""
+    value = (node.get("status", {}).get(field) or {}).get(GPU_RESOURCE)
+    return None if value is None else str(value)
+
+
 def gpu_allocatable(node: dict[str, Any]) -> int | None:
     """Allocatable `nvidia.com/gpu`: None when the key is absent, else its integer value."""
-    value = (node.get("status", {}).get("allocatable") or {}).get(GPU_RESOURCE)
+    value = gpu_quantity(node)
     return None if value is None else int(value)
 
 
