@@ -18,9 +18,13 @@ from labs.settings import config_defaults, flag_help
 
 if TYPE_CHECKING:
     from labs.console import Console
+    from labs.run.contract import Scenario
     from labs.settings import LabSettings
 
-LAB_HELP = {"lab": flag_help()["lab"]}
+# Every lab task takes --lab, or --kubeconfig/--context for a cluster that is not a lab
+# (read-only: the mutating tasks refuse it and say why).
+LAB_HELP = {key: flag_help()[key] for key in ("lab", "kubeconfig", "context")}
+DEMO_SCENARIO = "device-plugin-off"
 
 
 def _friendly(body: Callable[..., Any]) -> Callable[..., Any]:
@@ -72,8 +76,8 @@ def _confirm(question: str) -> bool:
     return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
 
 
-def _known_scenario(name: str, task_name: str) -> str:
-    """Check a scenario name before touching any lab (and catch `--help` typed after a task)."""
+def _known_scenario(name: str, task_name: str) -> Scenario:
+    """Look a scenario up before touching any lab (and catch `--help` typed after a task)."""
     import scenarios
     from labs.settings import SettingsError
 
@@ -81,14 +85,22 @@ def _known_scenario(name: str, task_name: str) -> str:
         raise SettingsError(
             f"{name!r} is not a scenario name; for help run: invoke --help {task_name}"
         )
-    scenarios.get(name)
-    return name
+    return scenarios.get(name)
 
 
 def _reverter() -> Callable[..., list[str]]:
-    from labs.engine import revert_scenarios
+    import scenarios
+    from labs.run.engine import revert_scenarios
 
-    return lambda lab, console: revert_scenarios(lab, None, out=console.say)
+    catalogue = scenarios.all_scenarios()
+    return lambda lab, console: revert_scenarios(lab, catalogue, None, out=console.say)
+
+
+def _open(c: Context, lab: str | None, kubeconfig: str | None, context: str | None) -> Any:
+    """The lab named (or the existing cluster a kubeconfig names), as every lab task opens it."""
+    from labs.lab import Lab
+
+    return Lab.open(_settings(c, lab=lab, kubeconfig=kubeconfig, context=context))
 
 
 # --- lab.* -----------------------------------------------------------------------------
@@ -111,47 +123,59 @@ def up(
     no_operator: bool = False,
     sim: bool = False,
     dry_run: bool = False,
+    kubeconfig: str | None = None,
+    context: str | None = None,
 ) -> None:
     """Bring up the lab: infra, kubeconfig, GPU Operator, GPU nodes, GPU probe."""
     from labs import lifecycle
 
-    settings = _settings(c, lab=lab, gpus=gpus, operator=False if no_operator else None)
+    operator = False if no_operator else None
+    settings = _settings(
+        c, lab=lab, gpus=gpus, operator=operator, kubeconfig=kubeconfig, context=context
+    )
     lifecycle.up(settings, sim=sim, dry_run=dry_run, console=_console())
 
 
 @task(help={**LAB_HELP, "count": "GPU nodes to scale to (0 to the node group's max)"})
 @_friendly
-def scale(c: Context, count: str, lab: str | None = None) -> None:
+def scale(
+    c: Context,
+    count: str,
+    lab: str | None = None,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+) -> None:
     """Scale the GPU node group through the EKS API and wait until the nodes are there (or gone)."""
     from labs import lifecycle
-    from labs.lab import Lab
     from labs.settings import SettingsError
 
     try:
         wanted = int(count)
     except ValueError:
         raise SettingsError(f"GPU count {count!r} is not a whole number; use e.g. 2") from None
-    lifecycle.scale(Lab.open(_settings(c, lab=lab)), wanted, _console())
+    lifecycle.scale(_open(c, lab, kubeconfig, context), wanted, _console())
 
 
 @task(help=LAB_HELP)
 @_friendly
-def status(c: Context, lab: str | None = None) -> None:
+def status(
+    c: Context, lab: str | None = None, kubeconfig: str | None = None, context: str | None = None
+) -> None:
     """Show backend, node groups, nodes and GPUs, operator components, faults, cost per hour."""
     from labs import status as lab_status
-    from labs.lab import Lab
 
-    print(lab_status.render(lab_status.gather(Lab.open(_settings(c, lab=lab)))))
+    print(lab_status.render(lab_status.gather(_open(c, lab, kubeconfig, context))))
 
 
 @task(help=LAB_HELP)
 @_friendly
-def env(c: Context, lab: str | None = None) -> None:
+def env(
+    c: Context, lab: str | None = None, kubeconfig: str | None = None, context: str | None = None
+) -> None:
     """Print shell exports for kubectl/aws by hand: eval "$(invoke lab.env)"."""
-    from labs.lab import Lab
     from labs.status import env_exports
 
-    print(env_exports(Lab.open(_settings(c, lab=lab))))
+    print(env_exports(_open(c, lab, kubeconfig, context)))
 
 
 @task(
@@ -162,12 +186,19 @@ def env(c: Context, lab: str | None = None) -> None:
     }
 )
 @_friendly
-def down(c: Context, lab: str | None = None, destroy: bool = False, yes: bool = False) -> None:
+def down(
+    c: Context,
+    lab: str | None = None,
+    destroy: bool = False,
+    yes: bool = False,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+) -> None:
     """Cost guard: revert injected faults, GPU nodes to 0 and wait; --destroy ends the week."""
     from labs import lifecycle
 
     lifecycle.down(
-        _settings(c, lab=lab),
+        _settings(c, lab=lab, kubeconfig=kubeconfig, context=context),
         destroy=destroy,
         confirm=(lambda _question: True) if yes else _confirm,
         revert=_reverter(),
@@ -182,9 +213,9 @@ def down(c: Context, lab: str | None = None, destroy: bool = False, yes: bool = 
 @_friendly
 def list_(c: Context) -> None:
     """List the scenarios: name, summary, needs, duration, risk."""
-    from labs.engine import list_scenarios
+    import scenarios
 
-    for info in list_scenarios():
+    for info in scenarios.all_scenarios().values():
         print(f"{info.name:<22} {info.summary}")
         print(f"{'':<22} needs: {info.needs}; takes {info.duration}; risk: {info.risk}")
 
@@ -193,7 +224,7 @@ def list_(c: Context) -> None:
 @_friendly
 def show(c: Context, name: str) -> None:
     """Show a scenario's runbook: what it does, what to expect, how to debug it."""
-    from labs.engine import describe_scenario
+    from labs.run.engine import describe_scenario
 
     print(describe_scenario(_known_scenario(name, "scenario.show")))
 
@@ -206,13 +237,20 @@ def show(c: Context, name: str) -> None:
     }
 )
 @_friendly
-def run(c: Context, name: str, lab: str | None = None, keep_fault: bool = False) -> None:
+def run(
+    c: Context,
+    name: str,
+    lab: str | None = None,
+    keep_fault: bool = False,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+) -> None:
     """Inject one fault, record symptoms, diagnose, revert, prove recovery, write a report."""
-    from labs.engine import run_scenario
-    from labs.lab import Lab
+    from labs.run.engine import run_scenario
 
-    name = _known_scenario(name, "scenario.run")
-    result = run_scenario(Lab.open(_settings(c, lab=lab)), name, keep_fault=keep_fault)
+    scenario = _known_scenario(name, "scenario.run")
+    target = _open(c, lab, kubeconfig, context)
+    result = run_scenario(target, scenario, keep_fault=keep_fault)
     if not result.ok:
         why = result.error or ", ".join(result.failed_checks)
         raise Exit(f"scenario {name} failed: {why}", code=result.exit_code)
@@ -220,12 +258,18 @@ def run(c: Context, name: str, lab: str | None = None, keep_fault: bool = False)
 
 @task(help={**LAB_HELP, "name": "scenario name (see scenario.list)"})
 @_friendly
-def inject(c: Context, name: str, lab: str | None = None) -> None:
+def inject(
+    c: Context,
+    name: str,
+    lab: str | None = None,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+) -> None:
     """Inject a fault and leave it, for hands-on debugging (undo: scenario.revert)."""
-    from labs.engine import inject_scenario
-    from labs.lab import Lab
+    from labs.run.engine import inject_scenario
 
-    inject_scenario(Lab.open(_settings(c, lab=lab)), _known_scenario(name, "scenario.inject"))
+    scenario = _known_scenario(name, "scenario.inject")
+    inject_scenario(_open(c, lab, kubeconfig, context), scenario)
 
 
 @task(
@@ -241,17 +285,19 @@ def revert(
     name: str | None = None,
     lab: str | None = None,
     all: bool = False,  # noqa: A002 - the flag users type is --all
+    kubeconfig: str | None = None,
+    context: str | None = None,
 ) -> None:
     """Undo injected faults from the journal (works after a crash); safe to repeat."""
-    from labs.engine import revert_scenarios
-    from labs.lab import Lab
+    import scenarios
+    from labs.run.engine import revert_scenarios
     from labs.settings import SettingsError
 
     if bool(name) == bool(all):
         raise SettingsError("name one scenario to revert, or pass --all (not both)")
-    if name:
-        _known_scenario(name, "scenario.revert")
-    reverted = revert_scenarios(Lab.open(_settings(c, lab=lab)), None if all else [name])
+    names = [_known_scenario(name, "scenario.revert").name] if name else None
+    target = _open(c, lab, kubeconfig, context)
+    reverted = revert_scenarios(target, scenarios.all_scenarios(), names)
     print("reverted: " + (", ".join(reverted) if reverted else "nothing was injected"))
 
 
@@ -262,9 +308,11 @@ def revert(
 @_friendly
 def demo(c: Context, lab: str = "demo") -> None:
     """The whole story on the local rehearsal backend: up, device-plugin-off, report, down."""
+    import scenarios
     from labs.demo import run_demo
 
-    code = run_demo(_settings(c, lab=lab), _console())
+    catalogue = scenarios.all_scenarios()
+    code = run_demo(_settings(c, lab=lab), catalogue[DEMO_SCENARIO], catalogue, _console())
     if code:
         raise Exit(code=code)
 

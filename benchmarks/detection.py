@@ -25,9 +25,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from scenario_support import ready_sim_lab  # noqa: E402
 
-from labs.engine import run_scenario  # noqa: E402
-from labs.gpu_facts import DEVICE_PLUGIN_DAEMONSET  # noqa: E402
+from labs.kube.gpu import DEVICE_PLUGIN_DAEMONSET  # noqa: E402
+from labs.run.engine import run_scenario  # noqa: E402
 from labs.sim.store import DAEMONSETS  # noqa: E402
+from scenarios.device_plugin_off import SCENARIO  # noqa: E402
 
 POLL_INTERVAL = 10.0
 SYMPTOM = "device-plugin DaemonSet deleted (NotFound, not scaled to 0)"
@@ -58,7 +59,7 @@ def main() -> int:
         )
         watcher.start()
         for run in range(args.runs):
-            result = run_scenario(ready.lab, "device-plugin-off", out=lambda _line: None)
+            result = run_scenario(ready.lab, SCENARIO, out=lambda _line: None)
             report = json.loads((result.report_dir / "report.json").read_text())
             seen = next(c for c in report["checks"] if c["name"] == SYMPTOM)
             if not result.ok or seen["wall_time"] is None or len(deleted_at) <= run:

@@ -7,19 +7,24 @@ torn down again (its report kept), even when the scenario fails.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 from labs.console import Console
 from labs.errors import LabError
+from labs.run.contract import Scenario
 from labs.settings import LabSettings
 
-DEMO_SCENARIO = "device-plugin-off"
 
-
-def run_demo(settings: LabSettings, console: Console) -> int:
+def run_demo(
+    settings: LabSettings,
+    scenario: Scenario,
+    catalogue: Mapping[str, Scenario],
+    console: Console,
+) -> int:
     """Run the demo; return the process exit code (0 only when the scenario proved recovery)."""
     from labs import lifecycle
-    from labs.engine import revert_scenarios, run_scenario
+    from labs.run.engine import revert_scenarios, run_scenario
 
     settings = replace(settings, gpus=max(settings.gpus, 2), operator=True)
     if settings.paths.exists():
@@ -31,13 +36,13 @@ def run_demo(settings: LabSettings, console: Console) -> int:
     console.say(f"eks-gpu-lab demo: rehearsal lab {settings.lab!r} (no AWS, nothing billed)")
     try:
         lab = lifecycle.up(settings, sim=True, dry_run=False, console=console)
-        result = run_scenario(lab, DEMO_SCENARIO, out=console.say)
+        result = run_scenario(lab, scenario, out=console.say)
     finally:
         lifecycle.down(
             settings,
             destroy=True,
             confirm=lambda _question: True,
-            revert=lambda lab, c: revert_scenarios(lab, None, out=c.say),
+            revert=lambda lab, c: revert_scenarios(lab, catalogue, None, out=c.say),
             console=console,
         )
     return result.exit_code

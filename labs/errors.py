@@ -8,3 +8,11 @@ else is a bug and keeps its traceback.
 
 class LabError(Exception):
     """A problem the user can fix; the message says what is wrong and what to do."""
+
+
+class InfraError(LabError, RuntimeError):
+    """Infrastructure could not be planned, applied, read or destroyed; the message says why."""
+
+
+class ReadOnlyTarget(LabError):
+    """The target is a cluster the tool did not create: it is only ever read."""

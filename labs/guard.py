@@ -25,7 +25,7 @@ def _same_url(a: str, b: str) -> bool:
 
 def check_cluster(lab: Lab) -> None:
     """The lab kubeconfig must point at the API server the lab's stack created."""
-    from labs.cluster import api_server_url
+    from labs.kube.view import api_server_url
 
     expected = str(lab.outputs.get("cluster_endpoint") or "")
     if not expected:
@@ -46,7 +46,7 @@ def check_account(lab: Lab) -> None:
     """Credentials must reach the lab's account; its cluster, the lab's region and endpoint."""
     from botocore.exceptions import ClientError
 
-    from labs.cloud import caller_identity
+    from labs.aws.cloud import caller_identity
 
     expected_account = lab.record.get("account_id")
     account = caller_identity(lab.aws).account_id
@@ -77,7 +77,11 @@ def check_account(lab: Lab) -> None:
 
 
 def check_lab_target(lab: Lab, cluster: bool = True, account: bool = True) -> None:
-    """Run the checks a mutation needs; raise GuardError before anything is changed."""
+    """Run the checks a mutation needs; raise GuardError before anything is changed.
+
+    A target the tool did not create is refused first, whatever else would match.
+    """
+    lab.backend.check_writable(lab, "a change")
     if account:
         check_account(lab)
     if cluster:

@@ -1,35 +1,30 @@
-"""One lab: its settings, its remembered state, and the clients that reach it.
+"""One lab: its settings, its remembered state, its backend, and the clients that reach it.
 
-A lab is created by `lab.up` and remembered in `<state_dir>/<lab>/state.json`:
-which backend it runs on (real AWS or the local rehearsal), the full Terraform
-variable set last applied, the stack outputs, the AWS account it lives in, and
-which phases of `lab.up` are done. Every later command for that lab name opens
-this record, so it talks to the same backend and the same cluster.
+A lab is created by `lab.up` and remembered in `<state_dir>/<lab>/state.json`: which
+backend it runs on, the full Terraform variable set last applied, the stack outputs,
+the AWS account it lives in, and which phases of `lab.up` are done. Every later command
+for that lab name opens this record, so it talks to the same backend and cluster. A
+cluster the tool did not create is attached to, read-only, and never recorded.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from labs.backends import CREATABLE, Backend, backend_named
 from labs.errors import LabError
 from labs.journal import Journal
+from labs.settings import OPERATOR_NAMESPACE
 from labs.state import LabPaths, atomic_write_json, read_json, utc_now
 
 if TYPE_CHECKING:
-    from labs.cloud import AwsSession
-    from labs.cluster import ClusterView
-    from labs.infra import Infra
+    from labs.aws.cloud import AwsSession
+    from labs.backends.base import Infra
+    from labs.kube.view import ClusterView
     from labs.settings import LabSettings
-
-AWS = "aws"
-SIM = "sim"
-BACKENDS = (AWS, SIM)
-
-# moto's fixed stand-in credentials; never real ones.
-SIM_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
-WORKLOAD_NAMESPACE = "default"
 
 
 class LabNotFound(LabError):
@@ -44,7 +39,6 @@ def known_labs(settings: LabSettings) -> list[str]:
     return sorted(p.name for p in root.iterdir() if (p / "state.json").exists())
 
 
-
 @dataclass
 class Lab:
     """A lab on disk plus lazily built clients for its cloud and cluster."""
@@ -54,7 +48,11 @@ class Lab:
 
     @classmethod
     def open(cls, settings: LabSettings) -> Lab:
-        """Open an existing lab, or raise LabNotFound naming the labs that do exist."""
+        """The lab named in settings (or the cluster its kubeconfig names); LabNotFound else."""
+        if settings.kubeconfig:
+            attached = cls.attach(settings)
+            attached.kube  # noqa: B018 - a bad kubeconfig or context fails here, named
+            return attached
         record = read_json(LabPaths.for_lab(settings.state_dir, settings.lab).state_file)
         if record is None:
             others = known_labs(settings)
@@ -67,10 +65,22 @@ class Lab:
         return cls(settings, record)
 
     @classmethod
+    def attach(cls, settings: LabSettings) -> Lab:
+        """A cluster reached through `settings.kubeconfig`: read-only, nothing written."""
+        record = {
+            "lab": settings.context or settings.lab,
+            "backend": "existing",
+            "region": settings.region,
+            "kubeconfig": str(Path(settings.kubeconfig).expanduser().resolve()),
+            "context": settings.context or None,
+        }
+        return cls(settings, record)
+
+    @classmethod
     def create(cls, settings: LabSettings, backend: str) -> Lab:
         """Start the record of a new lab on `backend` (nothing is written until `save`)."""
-        if backend not in BACKENDS:
-            raise ValueError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+        if backend not in CREATABLE:
+            raise ValueError(f"unknown backend {backend!r}; use one of {', '.join(CREATABLE)}")
         record = {
             "lab": settings.lab,
             "backend": backend,
@@ -86,15 +96,15 @@ class Lab:
 
     @property
     def name(self) -> str:
-        return self.settings.lab
+        return str(self.record.get("lab") or self.settings.lab)
 
     @cached_property
     def paths(self) -> LabPaths:
         return LabPaths.for_lab(self.settings.state_dir, self.settings.lab)
 
-    @property
-    def backend(self) -> str:
-        return str(self.record["backend"])
+    @cached_property
+    def backend(self) -> Backend:
+        return backend_named(str(self.record["backend"]))
 
     @property
     def region(self) -> str:
@@ -103,9 +113,7 @@ class Lab:
     @property
     def speed(self) -> float:
         """How much faster than a real cluster the lab's world runs (1 on AWS)."""
-        if self.backend != SIM:
-            return 1.0
-        return float(self.record.get("speed") or self.settings.speed)
+        return self.backend.speed(self)
 
     @property
     def cluster_name(self) -> str:
@@ -136,38 +144,15 @@ class Lab:
         self.save()
 
     def save(self) -> None:
+        self.backend.check_writable(self, "saving lab state")
         atomic_write_json(self.paths.state_file, self.record)
 
     # --- clients -------------------------------------------------------------------
 
-    def sim_endpoints(self) -> dict[str, Any]:
-        """The rehearsal process's endpoints file ({} when there is none or not a sim lab)."""
-        if self.backend != SIM:
-            return {}
-        return read_json(self.paths.sim_dir / "endpoints.json", {}) or {}
-
-    def running_sim(self) -> dict[str, Any]:
-        """The live rehearsal process's endpoints, or a LabError saying how to start it again."""
-        from labs.sim import process
-
-        endpoints = process.running_endpoints(self.paths.sim_dir)
-        if endpoints is None:
-            raise LabError(
-                f"the rehearsal backend of lab {self.name!r} is not running; start it again with "
-                f"`invoke lab.up --lab {self.name}`, or remove the lab with "
-                f"`invoke lab.down --lab {self.name} --destroy`"
-            )
-        return endpoints
-
     @cached_property
     def aws(self) -> AwsSession:
-        """The lab's AWS session: its region, and moto's endpoint for a rehearsal lab."""
-        from labs.cloud import aws_session
-
-        if self.backend == SIM:
-            endpoint = self.running_sim()["aws_endpoint_url"]
-            return aws_session(self.region, endpoint_url=endpoint, credentials=SIM_CREDENTIALS)
-        return aws_session(self.region)
+        """The lab's AWS session (its region; the backend's endpoint and credentials)."""
+        return self.backend.aws_session(self)
 
     def aws_client(self, service: str) -> Any:
         """A boto3 client of the lab's session."""
@@ -175,33 +160,21 @@ class Lab:
 
     @cached_property
     def kube(self) -> Any:
-        """The kubernetes ApiClient for the lab's own kubeconfig."""
-        from labs.cluster import api_client
-
-        return api_client(self.paths.kubeconfig)
+        """The kubernetes ApiClient for the lab's cluster."""
+        return self.backend.kube_client(self)
 
     def view(self) -> ClusterView:
         """A not-yet-started watched view of the kinds a GPU lab cares about."""
-        from labs.cluster import ClusterView, standard_kinds
+        from labs.kube.view import ClusterView, standard_kinds
 
-        return ClusterView(standard_kinds(self.kube, self.operator_namespace, WORKLOAD_NAMESPACE))
+        return ClusterView(standard_kinds(self.kube, self.operator_namespace))
 
     @property
     def operator_namespace(self) -> str:
-        from labs.stack import GPU_OPERATOR_NAMESPACE
+        from labs.aws.stack import GPU_OPERATOR_NAMESPACE
 
-        return str(self.variables.get(GPU_OPERATOR_NAMESPACE) or "gpu-operator")
+        return str(self.variables.get(GPU_OPERATOR_NAMESPACE) or OPERATOR_NAMESPACE)
 
     def infra(self) -> Infra:
-        """The lab's infrastructure backend behind the one Infra interface."""
-        if self.backend == SIM:
-            from labs.sim.infra import SimInfra
-
-            return SimInfra(self.running_sim())
-        from labs.terraform import TerraformInfra
-
-        return TerraformInfra(
-            working_dir=self.paths.terraform_dir,
-            stack_dir=self.settings.stack_dir,
-            stream_output=True,  # a real apply takes 15-20 minutes: show its progress
-        )
+        """The lab's infrastructure behind the one Infra interface."""
+        return self.backend.infra(self)

@@ -16,13 +16,21 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from labs import stack
+from labs.aws import stack
+from labs.backends import AWS, REHEARSAL
 from labs.console import Console
 from labs.errors import LabError
 from labs.guard import check_lab_target
-from labs.journal import REVERTED
-from labs.lab import AWS, SIM, Lab, LabNotFound
-from labs.nodes import describe_gpu_nodes, gpu_nodes, is_ready, schedulable_gpu_nodes
+from labs.kube.gpu import (
+    cluster_policy,
+    describe_gpu_nodes,
+    gpu_nodes,
+    policy_state,
+    ready_gpu_nodes,
+    schedulable_gpu_nodes,
+)
+from labs.kube.view import ClusterView
+from labs.lab import Lab, LabNotFound
 from labs.settings import LabSettings, SettingsError
 
 Reverter = Callable[[Lab, Console], list[str]]
@@ -40,10 +48,11 @@ def open_or_create(settings: LabSettings, sim: bool) -> tuple[Lab, bool]:
     try:
         lab = Lab.open(settings)
     except LabNotFound:
-        return Lab.create(settings, SIM if sim else AWS), True
-    if sim and lab.backend != SIM:
+        return Lab.create(settings, REHEARSAL if sim else AWS), True
+    lab.backend.check_writable(lab, "lab.up")
+    if sim and lab.backend.name != REHEARSAL:
         raise LifecycleError(
-            f"lab {lab.name!r} already exists on the {lab.backend} backend; drop --sim, "
+            f"lab {lab.name!r} already exists on the {lab.backend.name} backend; drop --sim, "
             "or pick another --lab name for a rehearsal"
         )
     return lab, False
@@ -65,8 +74,8 @@ def up(settings: LabSettings, sim: bool, dry_run: bool, console: Console) -> Lab
     if dry_run:
         _print_up_plan(lab, new, console)
         return lab
-    with console.phase(f"preflight ({lab.backend} backend, lab {lab.name!r})"):
-        _preflight(lab, console)
+    with console.phase(f"preflight ({lab.backend.name} backend, lab {lab.name!r})"):
+        lab.backend.start(lab, console)
     _apply(lab, _variables(lab), "base infrastructure (GPU nodes 0, operator off)", console)
     with console.phase("lab kubeconfig"):
         _write_kubeconfig(lab, console)
@@ -86,15 +95,11 @@ def up(settings: LabSettings, sim: bool, dry_run: bool, console: Console) -> Lab
 def _print_up_plan(lab: Lab, new: bool, console: Console) -> None:
     """What lab.up would do: read-only checks, the infra plan and the API calls."""
     s = lab.settings
-    console.say(f"Dry run for lab {lab.name!r} on the {lab.backend} backend: nothing is changed.")
+    console.say(
+        f"Dry run for lab {lab.name!r} on the {lab.backend.name} backend: nothing is changed."
+    )
     wanted = _variables(lab, **{stack.ENABLE_GPU_OPERATOR: s.operator})
-    if lab.backend == AWS:
-        _check_aws(lab, console)
-    if new and lab.backend == SIM:
-        console.say(
-            f"  would start the rehearsal backend (speed x{s.speed:g}) in {lab.paths.sim_dir}"
-        )
-    else:
+    if lab.backend.preview(lab, new, console):
         lines = lab.infra().plan(wanted)
         console.say(
             "  infrastructure plan: " + (f"{len(lines)} change(s)" if lines else "no changes")
@@ -110,63 +115,6 @@ def _print_up_plan(lab: Lab, new: bool, console: Console) -> None:
     )
     gpus = "with allocatable nvidia.com/gpu 1" if s.operator else "(no operator)"
     console.say(f"  would wait for {s.gpus} Ready GPU node(s) {gpus}")
-
-
-def _preflight(lab: Lab, console: Console) -> None:
-    if lab.backend == SIM:
-        from labs.sim import process
-
-        endpoints = process.start(lab.paths.sim_dir, lab.settings.speed, lab.name, lab.region)
-        console.say(
-            f"    rehearsal backend: kube {endpoints['kube_url']}, aws "
-            f"{endpoints['aws_endpoint_url']} (pid {endpoints['pid']})"
-        )
-        if lab.record.get("sim_kube_url") not in (None, endpoints["kube_url"]):
-            _forget_old_world(lab, console)
-        lab.update(
-            account_id=endpoints.get("account_id"),
-            sim_kube_url=endpoints["kube_url"],
-            speed=lab.settings.speed if lab.record.get("speed") is None else lab.record["speed"],
-        )
-        return
-    lab.update(account_id=_check_aws(lab, console))
-
-
-def _forget_old_world(lab: Lab, console: Console) -> None:
-    """A restarted rehearsal process holds an empty world: rebuild the lab from scratch.
-
-    Faults in the journal were injected into the world that is gone, so they are closed.
-    """
-    console.say("    the rehearsal backend restarted with an empty world: rebuilding the lab")
-    for entry in lab.journal.outstanding():
-        lab.journal.mark(entry["id"], REVERTED)
-        console.say(f"    {entry['scenario']}: its world is gone; journal entry closed")
-    lab.record.update(phases={}, outputs={}, variables={}, speed=None, gpu_scaled_at=None)
-    lab.save()
-
-
-def _check_aws(lab: Lab, console: Console) -> str:
-    """Read-only preflight for the AWS backend; returns the account id the credentials reach."""
-    from labs.cloud import aws_session, preflight
-
-    report = preflight(
-        aws_session(lab.region),
-        instance_type=lab.settings.gpu_instance_type,
-        gpu_max=lab.settings.gpu_max,
-        tools=("terraform", "kubectl", "aws"),
-    )
-    for line in report.lines():
-        console.say(f"    {line}")
-    if not report.ok:
-        raise LifecycleError("preflight found problems (above); nothing was created")
-    if lab.record.get("account_id") not in (None, report.account_id):
-        from labs.guard import GuardError
-
-        raise GuardError(
-            f"refusing to touch lab {lab.name!r}: it lives in account {lab.record['account_id']} "
-            f"but these credentials are for {report.account_id}. Nothing was changed."
-        )
-    return report.account_id
 
 
 def _apply(lab: Lab, variables: dict[str, Any], title: str, console: Console) -> None:
@@ -201,18 +149,7 @@ def apply_changes(lab: Lab, changes: dict[str, Any], console: Console) -> None:
 
 
 def _write_kubeconfig(lab: Lab, console: Console) -> None:
-    if lab.backend == SIM:
-        shutil.copyfile(lab.paths.sim_dir / "kubeconfig", lab.paths.kubeconfig)
-        lab.paths.kubeconfig.chmod(0o600)
-    else:
-        from labs.kubeconfig import write_eks_kubeconfig
-
-        name = lab.cluster_name
-        cluster = lab.aws_client("eks").describe_cluster(name=name)["cluster"]
-        write_eks_kubeconfig(
-            lab.paths.kubeconfig, name, lab.region, cluster["endpoint"],
-            (cluster.get("certificateAuthority") or {}).get("data"),
-        )  # fmt: skip
+    lab.backend.write_kubeconfig(lab)
     lab.__dict__.pop("kube", None)  # rebuild the client from the new file
     console.say(
         f'    {lab.paths.kubeconfig} (use it by hand: eval "$(invoke lab.env --lab {lab.name})")'
@@ -220,13 +157,11 @@ def _write_kubeconfig(lab: Lab, console: Console) -> None:
 
 
 def _wait_operator_ready(lab: Lab, console: Console) -> None:
-    from labs.gpu_facts import cluster_policy, policy_state
-
-    def ready(view: Any) -> dict[str, Any] | None:
+    def ready(view: ClusterView) -> dict[str, Any] | None:
         policy = cluster_policy(view)
         return policy if policy_state(policy) == "ready" else None
 
-    def describe(view: Any) -> str:
+    def describe(view: ClusterView) -> str:
         return f"ClusterPolicy state: {policy_state(cluster_policy(view))}"
 
     with lab.view() as view:
@@ -251,7 +186,7 @@ def _gpu_nodegroup(lab: Lab) -> tuple[str, str]:
 
 def scale(lab: Lab, count: int, console: Console) -> None:
     """Scale the GPU node group through the EKS API and wait until the nodes are there or gone."""
-    from labs.cloud import scale_gpu_nodegroup
+    from labs.aws.cloud import scale_gpu_nodegroup
 
     maximum = int(lab.variables.get(stack.GPU_MAX_SIZE, lab.settings.gpu_max))
     if not 0 <= count <= maximum:
@@ -271,43 +206,39 @@ def scale(lab: Lab, count: int, console: Console) -> None:
             lab.update(gpu_scaled_at=datetime.now(UTC).isoformat())
     if lab.paths.kubeconfig.exists():
         _wait_gpu_nodes(lab, count, console)
-    if count == 0 and lab.backend == AWS:
-        from labs.cloud import wait_nodegroup_instances_gone
-
+    if count == 0 and lab.backend.bills:
         with console.phase(f"wait until no EC2 instance of {nodegroup} runs (billing stops)"):
-            wait_nodegroup_instances_gone(
-                lab.aws_client("ec2"), cluster, nodegroup, timeout=lab.settings.node_ready_timeout
-            )
+            lab.backend.wait_billing_stopped(lab, cluster, nodegroup)
 
 
 def _wait_gpu_nodes(lab: Lab, count: int, console: Console) -> None:
     operator = bool(lab.variables.get(stack.ENABLE_GPU_OPERATOR))
     if count == 0:
-        title, check = "wait until no GPU node remains", lambda v: not gpu_nodes(v.objects("nodes"))
+        title = "wait until no GPU node remains"
+
+        def check(view: ClusterView) -> bool:
+            return not gpu_nodes(view)
     elif operator:
         title = f"wait for {count} Ready GPU node(s) with allocatable nvidia.com/gpu 1"
 
-        def check(view: Any) -> bool:
-            nodes = view.objects("nodes")
-            return len(gpu_nodes(nodes)) == count and len(schedulable_gpu_nodes(nodes)) == count
+        def check(view: ClusterView) -> bool:
+            return len(gpu_nodes(view)) == count == len(schedulable_gpu_nodes(view))
     else:
         title = f"wait for {count} Ready GPU node(s) (no operator: GPUs not advertised)"
 
-        def check(view: Any) -> bool:
-            ready = [n for n in gpu_nodes(view.objects("nodes")) if is_ready(n)]
-            return len(ready) == count == len(gpu_nodes(view.objects("nodes")))
+        def check(view: ClusterView) -> bool:
+            return len(gpu_nodes(view)) == count == len(ready_gpu_nodes(view))
 
     with console.phase(title), lab.view() as view:
         view.wait_for(
-            check, lab.settings.node_ready_timeout, title,
-            lambda v: describe_gpu_nodes(v.objects("nodes")),
-            console.waiter(lambda: describe_gpu_nodes(view.objects("nodes"))),
+            check, lab.settings.node_ready_timeout, title, describe_gpu_nodes,
+            console.waiter(lambda: describe_gpu_nodes(view)),
         )  # fmt: skip
-        console.say(f"    {describe_gpu_nodes(view.objects('nodes'))}")
+        console.say(f"    {describe_gpu_nodes(view)}")
 
 
 def _run_probe(lab: Lab, console: Console) -> None:
-    from labs.probes import run_probe
+    from labs.kube.probes import run_probe
 
     with lab.view() as view:
         probe = run_probe(lab, view, timeout=lab.settings.probe_timeout)
@@ -315,19 +246,20 @@ def _run_probe(lab: Lab, console: Console) -> None:
 
 
 def _print_billing(lab: Lab, console: Console) -> None:
-    from labs.pricing import gpu_node_minutes_cost
+    from labs.aws.pricing import gpu_node_minutes_cost
 
     started = lab.record.get("gpu_scaled_at")
     if not started:
         return
     with lab.view() as view:
-        nodes = gpu_nodes(view.objects("nodes"))
-    elapsed_min = (datetime.now(UTC) - datetime.fromisoformat(started)).total_seconds() / 60
-    if lab.backend == SIM:
-        elapsed_min *= lab.settings.speed
+        nodes = gpu_nodes(view)
+    elapsed_s = (datetime.now(UTC) - datetime.fromisoformat(started)).total_seconds()
+    elapsed_min = elapsed_s * lab.speed / 60  # real-cluster minutes
     node_minutes = elapsed_min * len(nodes)
     cost = gpu_node_minutes_cost(lab.region, lab.settings.gpu_instance_type, node_minutes)
-    where = "rehearsal: nothing billed; on AWS this would be" if lab.backend == SIM else "billed"
+    where = "billed"
+    if not lab.backend.bills:
+        where = f"{lab.backend.describe(lab)}: nothing billed; on AWS this would be"
     console.say(
         f"GPU node-minutes so far: {node_minutes:.1f} ({len(nodes)} x {elapsed_min:.1f} min), "
         f"{where} ~${cost:.2f} (estimate, {lab.settings.gpu_instance_type} on-demand "
@@ -353,12 +285,13 @@ def down(
             f"lab {settings.lab!r} does not exist under {settings.state_dir}: nothing to do"
         )
         return
-    running = lab.backend != SIM or _sim_running(lab)
+    lab.backend.check_writable(lab, "lab.down")
+    running = lab.backend.reachable(lab)
     unreverted = _revert_journal(lab, revert, console) if running else []
     if running and lab.phase_done("infra"):
         scale(lab, 0, console)
     if not destroy:
-        _say_what_still_bills(lab, running, console)
+        console.say(lab.backend.idle_message(lab, running))
         if unreverted:
             raise LifecycleError(
                 f"GPU nodes are at 0, but these faults could not be reverted: "
@@ -366,21 +299,13 @@ def down(
                 f"`invoke scenario.revert --all --lab {lab.name}`"
             )
         return
-    question = f"Destroy lab {lab.name!r} ({lab.backend}) and everything in it?"
+    question = f"Destroy lab {lab.name!r} ({lab.backend.name}) and everything in it?"
     if not confirm(question):
         raise LifecycleError(
             "not destroyed: confirmation refused (pass --yes to skip the question)"
         )
     with console.phase(f"destroy lab {lab.name!r}"):
-        if lab.backend == AWS:
-            # Always: a first apply that failed half-way leaves resources in the state.
-            check_lab_target(lab, cluster=False, account=True)
-            lab.infra().destroy()
-        else:
-            from labs.sim import process
-
-            if process.stop(lab.paths.sim_dir):
-                console.say("    rehearsal backend stopped")
+        lab.backend.destroy(lab, console)
         _remove_state_keeping_reports(lab)
     kept = f"; its reports stay in {lab.paths.runs_dir}" if lab.paths.runs_dir.exists() else ""
     console.say(f"lab {lab.name!r} is gone{kept}")
@@ -399,19 +324,6 @@ def _revert_journal(lab: Lab, revert: Reverter, console: Console) -> list[str]:
     return [entry["scenario"] for entry in lab.journal.outstanding()]
 
 
-def _say_what_still_bills(lab: Lab, running: bool, console: Console) -> None:
-    if lab.backend == SIM:
-        state = "is at 0" if running else "is not running (nothing to scale)"
-        console.say(
-            f"Rehearsal lab {lab.name!r} {state}; nothing bills. `lab.down --destroy` removes it."
-        )
-        return
-    console.say(
-        f"GPU node group of lab {lab.name!r} is at 0: no GPU bills. "
-        "The control plane and NAT still bill hourly; add --destroy to end the week."
-    )
-
-
 def _remove_state_keeping_reports(lab: Lab) -> None:
     """Remove the lab's state (so the name is free again) but keep runs/: reports outlive labs."""
     for entry in lab.paths.root.iterdir():
@@ -423,9 +335,3 @@ def _remove_state_keeping_reports(lab: Lab) -> None:
             entry.unlink()
     if not any(lab.paths.root.iterdir()):
         lab.paths.root.rmdir()
-
-
-def _sim_running(lab: Lab) -> bool:
-    from labs.sim import process
-
-    return process.running_endpoints(lab.paths.sim_dir) is not None

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from labs import stack
+from labs.aws import stack
 from labs.errors import LabError
 from labs.state import LabPaths
 
@@ -90,6 +90,13 @@ class LabSettings:
     )
     speed: float = dataclasses.field(
         default=60.0, metadata=_help("rehearsal speed-up factor for simulated delays")
+    )
+    kubeconfig: str = dataclasses.field(
+        default="",
+        metadata=_help("read an existing cluster through this kubeconfig instead of a lab"),
+    )
+    context: str = dataclasses.field(
+        default="", metadata=_help("the kubeconfig context to read (default: its current one)")
     )
 
     @property
@@ -197,7 +204,7 @@ def _unknown_key_message(key: str, source: str) -> str:
 
 def _coerce(name: str, value: Any, source: str) -> Any:
     """Turn config and environment text into the field's type, or say why not."""
-    kind = _FIELDS[name].type
+    kind = str(_FIELDS[name].type)  # a string: annotations are postponed
     try:
         if kind == "bool":
             return _to_bool(value)
@@ -277,3 +284,7 @@ def _validate(settings: LabSettings, described: Callable[[str], str]) -> None:
             fail(name, "is not positive", "use a number above 0")
     if not str(settings.state_dir).strip():
         fail("state_dir", "is empty", "name a directory, e.g. .labs")
+    if settings.context and not settings.kubeconfig:
+        fail("context", "names a context without a kubeconfig", "pass --kubeconfig FILE too")
+    if settings.kubeconfig and not Path(settings.kubeconfig).expanduser().is_file():
+        fail("kubeconfig", "is not a readable file", "name an existing kubeconfig file")

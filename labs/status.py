@@ -8,35 +8,42 @@ instead of failing the whole view.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from typing import Any
 
-from labs import stack
-from labs.lab import SIM, SIM_CREDENTIALS, Lab
-from labs.nodes import gpu_allocatable, is_gpu_node, is_ready
+from labs.aws import stack
+from labs.kube import gpu
+from labs.kube.view import Snapshot, list_objects
+from labs.lab import Lab
 
 
 def gather(lab: Lab) -> dict[str, Any]:
     """Everything lab.status shows, as plain data."""
+    backend = lab.backend
     status: dict[str, Any] = {
         "lab": lab.name,
-        "backend": lab.backend,
+        "backend": backend.name,
+        "backend_label": backend.describe(lab),
         "region": lab.region,
         "cluster": lab.outputs.get("cluster_name"),
         "endpoint": lab.outputs.get("cluster_endpoint"),
         "variables": lab.variables,
-        "injected": [e["scenario"] for e in lab.journal.outstanding()],
+        "injected": (
+            [e["scenario"] for e in lab.journal.outstanding()] if backend.keeps_files else None
+        ),
         "problems": [],
     }
-    status["nodegroups"] = _read(status, "node groups", lambda: _nodegroups(lab))
-    if lab.paths.kubeconfig.exists():
+    if backend.keeps_files:
+        status["nodegroups"] = _read(status, "node groups", lambda: _nodegroups(lab))
+    if not backend.keeps_files or lab.paths.kubeconfig.exists():
         status["nodes"] = _read(status, "nodes", lambda: _nodes(lab))
         status["daemonsets"] = _read(status, "operator DaemonSets", lambda: _daemonsets(lab))
         status["clusterpolicy"] = _read(status, "ClusterPolicy", lambda: _cluster_policy(lab))
-    status["cost"] = _cost(lab, status)
+    status["cost"] = _cost(lab, status) if backend.keeps_files else None
     return status
 
 
-def _read(status: dict[str, Any], what: str, reader: Any) -> Any:
+def _read(status: dict[str, Any], what: str, reader: Callable[[], Any]) -> Any:
     try:
         return reader()
     except Exception as exc:  # noqa: BLE001 - status shows what it can and names the rest
@@ -45,7 +52,7 @@ def _read(status: dict[str, Any], what: str, reader: Any) -> Any:
 
 
 def _nodegroups(lab: Lab) -> list[dict[str, Any]]:
-    from labs.cloud import describe_gpu_nodegroup
+    from labs.aws.cloud import describe_gpu_nodegroup
 
     cluster = lab.cluster_name
     names = (
@@ -59,89 +66,81 @@ def _nodegroups(lab: Lab) -> list[dict[str, Any]]:
 def _nodes(lab: Lab) -> list[dict[str, Any]]:
     from kubernetes import client as k8s
 
-    from labs.cluster import list_objects
-
     nodes = list_objects(k8s.CoreV1Api(lab.kube).list_node)
     return [
         {
-            "name": n["metadata"]["name"],
+            "name": gpu.name_of(n),
             "instance_type": n["metadata"]
             .get("labels", {})
             .get("node.kubernetes.io/instance-type"),
-            "gpu_node": is_gpu_node(n),
-            "ready": is_ready(n),
-            "gpu_allocatable": gpu_allocatable(n),
+            "gpu_node": gpu.is_gpu_node(n),
+            "ready": gpu.is_ready(n),
+            "gpu_allocatable": gpu.gpu_quantity(n),
         }
-        for n in sorted(nodes, key=lambda n: n["metadata"]["name"])
+        for n in sorted(nodes, key=gpu.name_of)
     ]
 
 
 def _daemonsets(lab: Lab) -> list[dict[str, Any]]:
     from kubernetes import client as k8s
 
-    from labs.cluster import list_objects
-
     apps = k8s.AppsV1Api(lab.kube)
     daemonsets = list_objects(apps.list_namespaced_daemon_set, namespace=lab.operator_namespace)
-    return [
-        {
-            "name": d["metadata"]["name"],
-            "desired": d.get("status", {}).get("desiredNumberScheduled", 0),
-            "ready": d.get("status", {}).get("numberReady", 0),
-        }
-        for d in sorted(daemonsets, key=lambda d: d["metadata"]["name"])
-    ]
+    result = []
+    for ds in sorted(daemonsets, key=gpu.name_of):
+        desired, _current, ready = gpu.daemonset_counts(ds)
+        result.append({"name": gpu.name_of(ds), "desired": desired, "ready": ready})
+    return result
 
 
 def _cluster_policy(lab: Lab) -> dict[str, Any] | None:
     from kubernetes import client as k8s
 
-    from labs.cluster import list_objects
-
     custom = k8s.CustomObjectsApi(lab.kube)
-    policies = list_objects(
-        custom.list_cluster_custom_object,
-        group="nvidia.com",
-        version="v1",
-        plural="clusterpolicies",
+    try:
+        policies = list_objects(
+            custom.list_cluster_custom_object,
+            group="nvidia.com",
+            version="v1",
+            plural="clusterpolicies",
+        )
+    except k8s.ApiException as error:
+        if error.status == 404:  # the CRD is not installed: no GPU Operator
+            return None
+        raise
+    policy = gpu.cluster_policy(Snapshot({"clusterpolicies": policies})) or (
+        policies[0] if policies else None
     )
-    if not policies:
+    if policy is None:
         return None
-    policy = policies[0]
-    spec = policy.get("spec", {})
-    toggles = {
-        key: value.get("enabled")
-        for key, value in sorted(spec.items())
-        if isinstance(value, dict) and "enabled" in value
-    }
     return {
-        "name": policy["metadata"]["name"],
-        "state": policy.get("status", {}).get("state"),
-        "toggles": toggles,
+        "name": gpu.name_of(policy),
+        "state": (policy.get("status") or {}).get("state"),
+        "toggles": gpu.component_toggles(policy),
     }
 
 
 def _cost(lab: Lab, status: dict[str, Any]) -> dict[str, Any]:
-    from labs.pricing import estimate_hourly_cost
+    from labs.aws.pricing import estimate_hourly_cost
 
     system_group, gpu_group = status.get("nodegroups") or [{}, {}]
-    gpu = gpu_group.get("desired_size") or 0
-    system = system_group.get("desired_size") or 0
     estimate = estimate_hourly_cost(
         lab.region,
-        gpu_nodes=gpu,
-        system_nodes=system,
+        gpu_nodes=gpu_group.get("desired_size") or 0,
+        system_nodes=system_group.get("desired_size") or 0,
         gpu_instance_type=lab.settings.gpu_instance_type,
     ).as_dict()
-    if lab.backend == SIM:
-        estimate["notes"].insert(0, "rehearsal lab: nothing bills; this is the AWS cost")
+    if not lab.backend.bills:
+        note = f"{lab.backend.describe(lab)}: nothing bills; this is the AWS cost"
+        estimate["notes"].insert(0, note)
     return estimate
 
 
 def render(status: dict[str, Any]) -> str:
     """The status as the terminal shows it."""
     lines = [
-        f"lab {status['lab']}  backend {status['backend']}  region {status['region']}",
+        f"lab {status['lab']}  backend {status['backend']} ({status['backend_label']})  "
+        f"region {status['region']}",
         f"cluster {status.get('cluster') or '-'}  {status.get('endpoint') or '(not created yet)'}",
     ]
     if status.get("nodegroups"):
@@ -170,27 +169,38 @@ def render(status: dict[str, Any]) -> str:
     elif "clusterpolicy" in status:
         lines.append("ClusterPolicy: none (GPU Operator not installed)")
     injected = status["injected"]
-    lines.append("injected faults: " + (", ".join(injected) if injected else "none"))
-    cost = status["cost"]
-    lines.append(f"running cost (estimate, USD/hour): {cost['total']:.3f}")
-    for item in cost["items"]:
-        hourly = item["usd_per_hour"]
-        lines.append(f"  {item['what']:<40} {'unknown' if hourly is None else f'{hourly:.3f}'}")
-    for note in cost.get("notes", []):
-        lines.append(f"  note: {note}")
+    if injected is not None:
+        lines.append("injected faults: " + (", ".join(injected) if injected else "none"))
+    lines += _cost_lines(status["cost"])
     for problem in status["problems"]:
         lines.append(f"! {problem}")
     return "\n".join(lines)
 
 
+def _cost_lines(cost: dict[str, Any] | None) -> list[str]:
+    if cost is None:
+        return ["running cost: not a lab (the tool created nothing here, so it bills nothing)"]
+    lines = [f"running cost (estimate, USD/hour): {cost['total']:.3f}"]
+    for item in cost["items"]:
+        hourly = item["hourly"]
+        lines.append(f"  {item['label']:<40} {'unknown' if hourly is None else f'{hourly:.3f}'}")
+    lines += [f"  note: {note}" for note in cost.get("notes", [])]
+    return lines
+
+
 def env_exports(lab: Lab) -> str:
-    """Shell lines that point kubectl and the aws CLI at the lab (for `eval "$(...)"`)."""
-    lines = [f"export KUBECONFIG={shlex.quote(str(lab.paths.kubeconfig))}"]
-    lines.append(f"export AWS_REGION={shlex.quote(lab.region)}")
-    if lab.backend == SIM:
-        endpoint = lab.sim_endpoints().get("aws_endpoint_url", "")
-        lines.append(f"export AWS_ENDPOINT_URL={shlex.quote(endpoint)}")
-        lines.append(f"export AWS_ACCESS_KEY_ID={SIM_CREDENTIALS['aws_access_key_id']}")
-        lines.append(f"export AWS_SECRET_ACCESS_KEY={SIM_CREDENTIALS['aws_secret_access_key']}")
-        lines.append("# rehearsal lab: these are moto's dummy credentials, not real ones")
+    """Shell lines that point kubectl and the aws CLI at the lab (for `eval "$(...)"`).
+
+    Both region variables: boto3 reads AWS_REGION, the aws CLI only AWS_DEFAULT_REGION.
+    """
+    kubeconfig = lab.record.get("kubeconfig") or lab.paths.kubeconfig
+    variables = {
+        "KUBECONFIG": str(kubeconfig),
+        "AWS_REGION": lab.region,
+        "AWS_DEFAULT_REGION": lab.region,
+        **lab.backend.env_exports(lab),
+    }
+    lines = [f"export {name}={shlex.quote(value)}" for name, value in variables.items()]
+    if not lab.backend.bills and "AWS_ACCESS_KEY_ID" in variables:
+        lines.append(f"# {lab.backend.describe(lab)}: stand-in credentials, not real ones")
     return "\n".join(lines)

@@ -1,35 +1,19 @@
 """One module per injectable GPU fault, registered by its dashed name.
 
-Every module in this package that sets `name` is a scenario; adding a fault means
-adding one module. `register()` adds one at run time (plug-ins, tests).
+Every module in this package that defines `SCENARIO` (a `labs.run.contract.Scenario`) is
+a scenario; adding a fault means adding one module. `_`-prefixed modules hold what
+several scenarios share and are skipped. `register()` adds one at run time (tests).
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
-import re
-from typing import Any
 
 from labs.errors import LabError
+from labs.run.contract import Scenario
 
-# What every scenario must declare (labs.checks.Scenario documents each).
-REQUIRED = (
-    "name",
-    "summary",
-    "needs",
-    "risk",
-    "duration",
-    "baseline",
-    "inject",
-    "revert",
-    "symptoms",
-    "recovery",
-    "diagnose",
-    "traps",
-)
-_DASHED = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
-_registry: dict[str, Any] = {}
+_registry: dict[str, Scenario] = {}
 _discovered = False
 
 
@@ -41,15 +25,12 @@ class InvalidScenario(TypeError):
     """A scenario module does not declare what the engine needs."""
 
 
-def register(scenario: Any) -> Any:
-    """Register a scenario (a module or any object with the REQUIRED attributes)."""
-    missing = [attribute for attribute in REQUIRED if not hasattr(scenario, attribute)]
-    label = getattr(scenario, "__name__", None) or getattr(scenario, "name", repr(scenario))
-    if missing:
-        raise InvalidScenario(f"scenario {label} does not declare: {', '.join(missing)}")
-    if not _DASHED.fullmatch(scenario.name):
+def register(scenario: object, origin: str = "") -> Scenario:
+    """Register a scenario; InvalidScenario when it is not a `Scenario`."""
+    if not isinstance(scenario, Scenario):
+        where = f" in {origin}" if origin else ""
         raise InvalidScenario(
-            f"scenario name {scenario.name!r} must be dashed lower case, e.g. device-plugin-off"
+            f"SCENARIO{where} is a {type(scenario).__name__}, not a labs.run.contract.Scenario"
         )
     _registry[scenario.name] = scenario
     return scenario
@@ -69,17 +50,17 @@ def _discover() -> None:
         if module_info.name.startswith("_"):
             continue
         module = importlib.import_module(f"{__name__}.{module_info.name}")
-        if hasattr(module, "name"):
-            register(module)
+        if hasattr(module, "SCENARIO"):
+            register(module.SCENARIO, module.__name__)
 
 
-def all_scenarios() -> dict[str, Any]:
+def all_scenarios() -> dict[str, Scenario]:
     """Every known scenario by name, sorted."""
     _discover()
     return dict(sorted(_registry.items()))
 
 
-def get(name: str) -> Any:
+def get(name: str) -> Scenario:
     """The scenario called `name`; UnknownScenario lists the known names otherwise."""
     known = all_scenarios()
     if name not in known:

@@ -11,18 +11,17 @@ same Pending pod runs with the baseline's output.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
-from labs import gpu_facts as gpu
-from labs import probes
-from labs.checks import Check, Context, Finding, Needs, Trap, Verdict
-from labs.gpu_debug import NVML_TRAP, node_internals
+from labs.kube import gpu, probes
+from labs.kube.changes import patch_cluster_policy
+from labs.kube.logs import operator_step
+from labs.kube.view import ClusterView
+from labs.lab import Lab
+from labs.run.contract import Check, Context, Finding, Needs, Scenario, Trap, Verdict
+from scenarios._node_internals import NVML_TRAP, node_internals
 
-name = "device-plugin-off"
-summary = "ClusterPolicy devicePlugin.enabled=false: GPU nodes advertise 0 GPUs, GPU pods Pending"
-needs = Needs(gpu_nodes=2, operator=True)
-risk = "low: one reversible ClusterPolicy field; running GPU pods keep their GPU, new ones wait"
-duration = "about 2 minutes on EKS (reconcile < 10 s, full recovery < 40 s)"
 PROBE = probes.probe_name()
 gauges = gpu.gpu_gauges(PROBE)
 STATE_STAYS_READY = "ClusterPolicy status.state stays ready (trap)"
@@ -38,7 +37,7 @@ traps = [
 ]  # fmt: skip
 
 
-def baseline(lab: Any, view: Any) -> dict[str, Any]:
+def baseline(lab: Lab, view: ClusterView) -> dict[str, Any]:
     """Run gpu-probe on the healthy lab; keep its output, the GPU nodes and the DaemonSet uid."""
     run = probes.run_probe(lab, view, lab.settings.probe_timeout)
     plugin = gpu.daemonset(view)
@@ -50,19 +49,19 @@ def baseline(lab: Any, view: Any) -> dict[str, Any]:
     }
 
 
-def inject(lab: Any) -> None:
+def inject(lab: Lab) -> None:
     """Delete the baseline probe, then merge-patch ClusterPolicy spec.devicePlugin.enabled=false.
 
     The probe goes first: a pod holding a GPU across a device-plugin restart can confuse
     kubelet's device checkpoint, and the name must be free for the probe that follows.
     """
     probes.delete_probe(lab, lab.settings.probe_timeout)
-    gpu.patch_cluster_policy(lab, {"spec": {"devicePlugin": {"enabled": False}}})
+    patch_cluster_policy(lab, {"spec": {"devicePlugin": {"enabled": False}}})
 
 
-def revert(lab: Any) -> None:
+def revert(lab: Lab) -> None:
     """Merge-patch ClusterPolicy spec.devicePlugin.enabled=true (safe to repeat)."""
-    gpu.patch_cluster_policy(lab, {"spec": {"devicePlugin": {"enabled": True}}})
+    patch_cluster_policy(lab, {"spec": {"devicePlugin": {"enabled": True}}})
 
 
 def state(ctx: Context) -> dict[str, str]:
@@ -112,7 +111,7 @@ def state_still_ready(ctx: Context) -> Verdict:
 def operator_logged_disabled(ctx: Context) -> Verdict:
     if gpu.daemonset(ctx.view) is not None:
         return False, "the operator has not reconciled the patch yet"
-    line = gpu.operator_step(ctx.lab, ctx.view, "state-device-plugin", "disabled")
+    line = operator_step(ctx.lab, ctx.view, "state-device-plugin", "disabled")
     return line is not None, line or "no state-device-plugin/disabled line in the operator log"
 
 
@@ -129,7 +128,7 @@ symptoms = [
 # --- diagnosis: Pod -> Node -> DaemonSet -> ClusterPolicy/operator -> node internals -------
 
 
-def diagnose(lab: Any, view: Any) -> list[Finding]:
+def diagnose(lab: Lab, view: ClusterView) -> list[Finding]:
     """Pod events -> node allocatable -> DaemonSet and its node label -> ClusterPolicy spec,
     status and operator log -> node internals (socket dir, driver from a device-mounted pod)."""
     phase, events = gpu.pod_story(view, PROBE)
@@ -167,7 +166,7 @@ def diagnose(lab: Any, view: Any) -> list[Finding]:
                 "the controller runs and reconciles: the deletion was intended, not a crash"),
         Finding("4d. Operator log", f"kubectl logs -n {ns} deploy/gpu-operator --tail=120 "
                 "| grep -i device-plugin",
-                gpu.operator_step(lab, view, "state-device-plugin", "disabled") or "no such line",
+                operator_step(lab, view, "state-device-plugin", "disabled") or "no such line",
                 "the operator recorded the state-device-plugin step as disabled"),
         *node_internals(view, ns, "only kubelet.sock and kubelet_internal_checkpoint"),
     ]  # fmt: skip
@@ -183,7 +182,7 @@ def ds_recreated(ctx: Context) -> Verdict:
     return held, f"uid {uid} (baseline {ctx.baseline['daemonset_uid']})"
 
 
-def plugins_ready(on_nodes: int | None) -> Any:
+def plugins_ready(on_nodes: int | None) -> Callable[[Context], Verdict]:
     """Device-plugin pods ready on `on_nodes` nodes (None: desired/current/ready all N)."""
 
     def condition(ctx: Context) -> Verdict:
@@ -228,3 +227,24 @@ recovery = [
           probe_ran_after_waiting, 420),
     Check("gpu-probe output identical to baseline", probe_output_as_baseline, 420),
 ]  # fmt: skip
+
+
+SCENARIO = Scenario(
+    name="device-plugin-off",
+    summary="ClusterPolicy devicePlugin.enabled=false: GPU nodes advertise 0 GPUs, GPU pods "
+    "Pending",
+    about=__doc__ or "",
+    needs=Needs(gpu_nodes=2, operator=True),
+    risk="low: one reversible ClusterPolicy field; running GPU pods keep their GPU, new ones "
+    "wait",
+    duration="about 2 minutes on EKS (reconcile < 10 s, full recovery < 40 s)",
+    baseline=baseline,
+    inject=inject,
+    revert=revert,
+    symptoms=symptoms,
+    recovery=recovery,
+    diagnose=diagnose,
+    traps=traps,
+    state=state,
+    gauges=gauges,
+)

@@ -13,17 +13,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from labs.cloud import scale_gpu_nodegroup
-from labs.gpu_facts import daemonset, daemonset_counts, policy_state
-from labs.lab import SIM, Lab
-from labs.nodes import schedulable_gpu_nodes
+from labs.aws.cloud import scale_gpu_nodegroup
+from labs.backends import REHEARSAL
+from labs.kube.gpu import daemonset, daemonset_counts, policy_state, schedulable_gpu_nodes
+from labs.lab import Lab
 from labs.settings import load_settings
 from labs.sim.infra import SimInfra
 from labs.sim.world import World, start_world
 
 LAB_NAME = "myeks"
 GPU_NODES = 2
-# A fast world; the engine never gives a check under labs.checks.MIN_TIMEOUT seconds.
+# A fast world; the engine never gives a check under labs.run.contract.MIN_TIMEOUT seconds.
 SCENARIO_SPEED = 600.0
 READY_TIMEOUT = 60.0
 
@@ -51,7 +51,7 @@ def lab_ready(view) -> bool:
 def ready_sim_lab(state_dir: Path, speed: float = SCENARIO_SPEED) -> Iterator[SimLab]:
     """Start a world under `state_dir`'s lab, install the operator, scale GPUs, wait for ready."""
     settings = load_settings(None, {"lab": LAB_NAME, "state_dir": str(state_dir), "speed": speed})
-    lab = Lab.create(settings, SIM)
+    lab = Lab.create(settings, REHEARSAL)
     world = start_world(lab.paths.sim_dir, speed=speed, cluster_name=LAB_NAME)
     try:
         variables = settings.stack_variables(operator_enabled=True)
@@ -81,7 +81,7 @@ def another_lab_record(ready: SimLab, state_dir: Path) -> SimLab:
     settings = load_settings(
         None, {"lab": source.name, "state_dir": str(state_dir), "speed": source.settings.speed}
     )
-    lab = Lab.create(settings, SIM)
+    lab = Lab.create(settings, REHEARSAL)
     lab.update(variables=source.variables, outputs=source.outputs)
     lab.paths.sim_dir.mkdir(parents=True)
     for name in ("endpoints.json", "kubeconfig"):

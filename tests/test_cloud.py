@@ -15,8 +15,8 @@ from botocore.stub import ANY, Stubber
 from moto import mock_aws
 from moto.server import ThreadedMotoServer
 
-from labs import cloud, pricing
-from labs.cloud import CloudError, NodegroupNotFound, aws_session
+from labs.aws import cloud, pricing
+from labs.aws.cloud import CloudError, NodegroupNotFound, aws_session
 
 REGION = "ap-northeast-2"
 CLUSTER = "myeks"
@@ -460,7 +460,7 @@ def test_cost_estimate_is_itemised_and_gpu_nodes_dominate():
     assert session.lines()[0] == f"Estimated cost in {REGION} (USD, on-demand):"
     as_dict = session.as_dict()
     assert as_dict["total"] == session.total_hourly
-    assert [item["what"] for item in as_dict["items"]] == labels
+    assert [item["label"] for item in as_dict["items"]] == labels
 
 
 def test_an_unknown_region_uses_us_east_1_prices_and_says_so():

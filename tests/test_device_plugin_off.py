@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import queue
@@ -11,7 +12,6 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -28,9 +28,10 @@ from scenario_support import (
 )
 
 import scenarios
-from labs import gpu_facts
-from labs.engine import EXIT_CHECK_FAILED, revert_scenarios, run_scenario
 from labs.journal import INJECTED, REVERTED
+from labs.kube import gpu as gpu_facts
+from labs.run.contract import Scenario
+from labs.run.engine import EXIT_CHECK_FAILED, revert_scenarios, run_scenario
 
 NAME = "device-plugin-off"
 PROBE_LINE = "NVIDIA A10G, 580.126.09, 23028 MiB"
@@ -63,7 +64,7 @@ def checks_by_name(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def test_full_run_shows_the_fault_and_proves_recovery(sim_lab):
     lines: list[str] = []
-    result = run_scenario(sim_lab.lab, NAME, out=lines.append)
+    result = run_scenario(sim_lab.lab, scenarios.get(NAME), out=lines.append)
 
     assert result.ok, result.failed_checks
     report = json.loads((result.report_dir / "report.json").read_text())
@@ -98,7 +99,8 @@ def test_full_run_shows_the_fault_and_proves_recovery(sim_lab):
 
 CHILD = """
 import sys, time
-from labs.engine import run_scenario
+import scenarios
+from labs.run.engine import run_scenario
 from labs.lab import Lab
 from labs.settings import load_settings
 
@@ -110,7 +112,7 @@ def out(line):
         print("WATCHING", flush=True)
         time.sleep(600)
 
-run_scenario(Lab.open(settings), "device-plugin-off", out=out)
+run_scenario(Lab.open(settings), scenarios.get("device-plugin-off"), out=out)
 """
 
 
@@ -157,7 +159,7 @@ def test_a_run_killed_after_injection_is_reverted_from_the_journal(sim_lab, chil
     policy = sim_lab.world.store.get("clusterpolicies.nvidia.com", "cluster-policy")
     assert policy["spec"]["devicePlugin"]["enabled"] is False
 
-    assert revert_scenarios(lab, None, out=quiet) == [NAME]
+    assert revert_scenarios(lab, scenarios.all_scenarios(), None, out=quiet) == [NAME]
 
     policy = sim_lab.world.store.get("clusterpolicies.nvidia.com", "cluster-policy")
     assert policy["spec"]["devicePlugin"]["enabled"] is True
@@ -167,7 +169,7 @@ def test_a_run_killed_after_injection_is_reverted_from_the_journal(sim_lab, chil
 
 
 @pytest.fixture
-def operator_dies_while_diagnosing(sim_lab: SimLab) -> Iterator[None]:
+def operator_dies_while_diagnosing(sim_lab: SimLab) -> Iterator[Scenario]:
     """device-plugin-off, but the operator's Deployment is scaled to 0 during the diagnosis."""
     original = scenarios.get(NAME)
 
@@ -186,17 +188,14 @@ def operator_dies_while_diagnosing(sim_lab: SimLab) -> Iterator[None]:
         )
         return findings
 
-    fields = {k: getattr(original, k) for k in dir(original) if not k.startswith("__")}
-    scenarios.register(SimpleNamespace(**{**fields, "diagnose": diagnose}))
-    yield
-    scenarios.register(original)
+    yield dataclasses.replace(original, diagnose=diagnose)
     set_operator_replicas(sim_lab.lab, 1)
     wait_ready(sim_lab.lab)
 
 
 def test_recovery_that_never_comes_fails_naming_the_check(sim_lab, operator_dies_while_diagnosing):
     lab = sim_lab.lab
-    result = run_scenario(lab, NAME, out=quiet)
+    result = run_scenario(lab, operator_dies_while_diagnosing, out=quiet)
 
     assert result.exit_code == EXIT_CHECK_FAILED
     assert "recovery: device-plugin DaemonSet re-created with a new uid" in result.failed_checks

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from labs import gpu_facts
-from labs.probes import gpu_summary, load_probe
+from labs.kube import changes
+from labs.kube import gpu as gpu_facts
+from labs.kube.probes import gpu_summary, load_probe
 
 PROBE_LOG = """GPU 0: NVIDIA A10G (UUID: GPU-1a2b3c4d-0000-1111-2222-333344445555)
 name, driver_version, memory.total [MiB]
@@ -15,7 +16,7 @@ NVIDIA A10G, 580.126.09, 23028 MiB
 
 def test_the_scenario_patches_fit_the_cluster_policy_schema():
     for enabled in (False, True):
-        gpu_facts.validate_policy_patch({"spec": {"devicePlugin": {"enabled": enabled}}})
+        changes.validate_policy_patch({"spec": {"devicePlugin": {"enabled": enabled}}})
 
 
 @pytest.mark.parametrize(
@@ -29,7 +30,7 @@ def test_the_scenario_patches_fit_the_cluster_policy_schema():
 )
 def test_a_patch_outside_the_schema_is_refused(patch, message):
     with pytest.raises(ValueError, match=message):
-        gpu_facts.validate_policy_patch(patch)
+        changes.validate_policy_patch(patch)
 
 
 def test_probe_output_is_compared_without_the_per_gpu_uuid():

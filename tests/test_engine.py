@@ -2,128 +2,142 @@
 
 The scenario flips a ConfigMap's `mode` from "on" to "off" (inject) and back (revert). It
 lives in a file the test writes and registers at run time, which is all a new scenario
-needs. The lab runs at speed 1, so the checks' time limits are the ones declared.
+needs: a module that fills in one `Scenario`. The lab runs at speed 1, so the checks'
+time limits are the ones declared.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 import scenarios
-from labs.checks import Check
-from labs.engine import (
+from labs.backends import REHEARSAL
+from labs.guard import GuardError
+from labs.journal import INJECTED, KEPT, REVERTED
+from labs.lab import Lab
+from labs.run.contract import Check, Needs, Scenario
+from labs.run.engine import (
     EXIT_CHECK_FAILED,
     EXIT_ERROR,
     EXIT_INTERRUPTED,
     ScenarioError,
     describe_scenario,
     inject_scenario,
-    list_scenarios,
     revert_scenarios,
     run_scenario,
 )
-from labs.guard import GuardError
-from labs.journal import INJECTED, KEPT, REVERTED
-from labs.lab import SIM, Lab
 from labs.settings import load_settings
 
 TOGGLE_SCENARIO = '''
 """Flip the lab-toggle ConfigMap off and on again."""
 
+from typing import Any
+
 from kubernetes import client
 
-from labs.cluster import WatchedKind
-from labs.checks import Check, Finding, Needs, Trap
-
-name = "configmap-toggle"
-summary = "ConfigMap lab-toggle mode=off"
-needs = Needs()
-risk = "none"
-duration = "seconds"
-traps = [Trap("looks harmless", "nothing changes", "mode is off", "read the data", "mode is off")]
+from labs.kube.view import ClusterView, Objects, WatchedKind
+from labs.lab import Lab
+from labs.run.contract import Check, Context, Finding, Needs, Scenario, Trap
 
 
-def _mode(view):
+def _mode(view: Objects) -> str:
     found = view.find("configmaps", "lab-toggle")
-    return (found or {}).get("data", {}).get("mode", "absent")
+    return str((found or {}).get("data", {}).get("mode", "absent"))
 
 
-def _set(lab, mode):
+def _set(lab: Lab, mode: str) -> None:
     client.CoreV1Api(lab.kube).patch_namespaced_config_map(
         "lab-toggle", "default", {"data": {"mode": mode}}
     )
 
 
-def watch(lab):
+def watch(lab: Lab) -> list[WatchedKind]:
     core = client.CoreV1Api(lab.kube)
     return [WatchedKind("configmaps", core.list_namespaced_config_map, {"namespace": "default"})]
 
 
-gauges = {"mode": _mode}
-
-
-def state(ctx):
+def state(ctx: Context) -> dict[str, str]:
     return {"mode": _mode(ctx.view)}
 
 
-def baseline(lab, view):
+def baseline(lab: Lab, view: ClusterView) -> dict[str, Any]:
     """Read the mode."""
     return {"mode": _mode(view)}
 
 
-def inject(lab):
+def inject(lab: Lab) -> None:
     """Set mode=off."""
     _set(lab, "off")
 
 
-def revert(lab):
+def revert(lab: Lab) -> None:
     """Set mode=on."""
     _set(lab, "on")
 
 
-def diagnose(lab, view):
+def diagnose(lab: Lab, view: ClusterView) -> list[Finding]:
     """Read the ConfigMap."""
     return [Finding("1. ConfigMap", "kubectl get cm lab-toggle", _mode(view), "it is off",
                     trap="looks harmless")]
 
 
-symptoms = [Check("mode is off", lambda ctx: (_mode(ctx.view) == "off", _mode(ctx.view)), 30)]
-recovery = [Check("mode is back as baseline",
-                  lambda ctx: (_mode(ctx.view) == ctx.baseline["mode"], _mode(ctx.view)), 30)]
+SCENARIO = Scenario(
+    name="configmap-toggle",
+    summary="ConfigMap lab-toggle mode=off",
+    about=__doc__ or "",
+    needs=Needs(),
+    risk="none",
+    duration="seconds",
+    baseline=baseline,
+    inject=inject,
+    revert=revert,
+    symptoms=[Check("mode is off", lambda ctx: (_mode(ctx.view) == "off", _mode(ctx.view)), 30)],
+    recovery=[Check("mode is back as baseline",
+                    lambda ctx: (_mode(ctx.view) == ctx.baseline["mode"], _mode(ctx.view)), 30)],
+    diagnose=diagnose,
+    traps=[Trap("looks harmless", "nothing changes", "mode is off", "read the data",
+                "mode is off")],
+    state=state,
+    gauges={"mode": _mode},
+    watch=watch,
+)
 '''
 NAME = "configmap-toggle"
 
 
-def load_module(path: Path) -> ModuleType:
+def load_scenario(path: Path) -> Scenario:
     spec = importlib.util.spec_from_file_location("configmap_toggle", path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module
+    return scenarios.register(module.SCENARIO, module.__name__)
 
 
 @pytest.fixture
-def toggle(tmp_path: Path) -> Iterator[ModuleType]:
+def toggle(tmp_path: Path) -> Iterator[Scenario]:
     """The tiny scenario, written as a module file and registered at run time."""
     path = tmp_path / "configmap_toggle.py"
     path.write_text(TOGGLE_SCENARIO)
-    module = scenarios.register(load_module(path))
-    yield module
+    yield load_scenario(path)
     scenarios.unregister(NAME)
 
 
-def variant(module: ModuleType, **changes: Any) -> SimpleNamespace:
+def variant(scenario: Scenario, **changes: Any) -> Scenario:
     """The same scenario with some parts replaced, registered under the same name."""
-    fields = {k: getattr(module, k) for k in dir(module) if not k.startswith("__")}
-    return scenarios.register(SimpleNamespace(**{**fields, **changes}))
+    return scenarios.register(dataclasses.replace(scenario, **changes))
+
+
+def catalogue() -> dict[str, Scenario]:
+    return scenarios.all_scenarios()
 
 
 @pytest.fixture
@@ -131,7 +145,7 @@ def lab(emulator, tmp_path: Path) -> Lab:
     """A lab record pointing at the emulator (real-time speed), with lab-toggle mode=on."""
     flags = {"lab": "tiny", "state_dir": str(tmp_path / "state"), "speed": 1}
     settings = load_settings(None, flags)
-    lab = Lab.create(settings, SIM)
+    lab = Lab.create(settings, REHEARSAL)
     lab.update(outputs={"cluster_endpoint": emulator.url})
     shutil.copyfile(emulator.kubeconfig_path, lab.paths.kubeconfig)
     emulator.store.create(
@@ -150,7 +164,7 @@ def journal_states(lab: Lab) -> list[str]:
 
 def test_a_scenario_written_as_one_module_runs_end_to_end(toggle, lab, emulator):
     lines: list[str] = []
-    result = run_scenario(lab, NAME, out=lines.append)
+    result = run_scenario(lab, scenarios.get(NAME), out=lines.append)
 
     assert result.ok and result.exit_code == 0 and result.failed_checks == []
     assert mode(emulator) == "on"
@@ -173,9 +187,7 @@ def test_a_scenario_written_as_one_module_runs_end_to_end(toggle, lab, emulator)
 
 def test_recovery_that_never_comes_fails_and_names_the_check(toggle, lab, emulator):
     never = Check("mode reads 'restored'", lambda ctx: (False, "mode on, no 'restored'"), 0.5)
-    variant(toggle, recovery=[never])
-
-    result = run_scenario(lab, NAME, out=lambda _line: None)
+    result = run_scenario(lab, variant(toggle, recovery=[never]), out=lambda _line: None)
 
     assert result.exit_code == EXIT_CHECK_FAILED
     assert result.failed_checks == ["recovery: mode reads 'restored'"]
@@ -189,9 +201,8 @@ def test_an_error_after_injection_reverts_first_then_reports(toggle, lab, emulat
     def broken(_ctx: Any) -> tuple[bool, str]:
         raise RuntimeError("the check itself broke")
 
-    variant(toggle, symptoms=[Check("mode is off", broken, 30)])
-
-    result = run_scenario(lab, NAME, out=lambda _line: None)
+    broken_toggle = variant(toggle, symptoms=[Check("mode is off", broken, 30)])
+    result = run_scenario(lab, broken_toggle, out=lambda _line: None)
 
     assert result.exit_code == EXIT_ERROR
     assert "the check itself broke" in (result.error or "")
@@ -204,9 +215,8 @@ def test_ctrl_c_after_injection_reverts(toggle, lab, emulator):
     def interrupted(_ctx: Any) -> tuple[bool, str]:
         raise KeyboardInterrupt
 
-    variant(toggle, symptoms=[Check("mode is off", interrupted, 30)])
-
-    result = run_scenario(lab, NAME, out=lambda _line: None)
+    stopped = variant(toggle, symptoms=[Check("mode is off", interrupted, 30)])
+    result = run_scenario(lab, stopped, out=lambda _line: None)
 
     assert result.exit_code == EXIT_INTERRUPTED
     assert mode(emulator) == "on" and journal_states(lab) == [REVERTED]
@@ -217,9 +227,8 @@ def test_a_failed_revert_leaves_the_journal_saying_injected(toggle, lab, emulato
         raise ConnectionError("API unreachable")
 
     never = Check("never", lambda ctx: (False, "-"), 0.2)
-    variant(toggle, revert=stuck, symptoms=[never])
-
-    result = run_scenario(lab, NAME, out=lambda _line: None)
+    stuck_toggle = variant(toggle, revert=stuck, symptoms=[never])
+    result = run_scenario(lab, stuck_toggle, out=lambda _line: None)
 
     assert result.exit_code == EXIT_ERROR
     assert f"invoke scenario.revert --name {NAME} --lab tiny" in (result.error or "")
@@ -227,11 +236,11 @@ def test_a_failed_revert_leaves_the_journal_saying_injected(toggle, lab, emulato
 
 
 def test_keep_fault_leaves_it_and_revert_undoes_it_later(toggle, lab, emulator):
-    result = run_scenario(lab, NAME, keep_fault=True, out=lambda _line: None)
+    result = run_scenario(lab, toggle, keep_fault=True, out=lambda _line: None)
 
     assert result.ok
     assert mode(emulator) == "off" and journal_states(lab) == [KEPT]
-    assert revert_scenarios(lab, None, out=lambda _line: None) == [NAME]
+    assert revert_scenarios(lab, catalogue(), None, out=lambda _line: None) == [NAME]
     assert mode(emulator) == "on" and journal_states(lab) == [REVERTED]
 
 
@@ -241,17 +250,17 @@ def test_revert_after_a_crash_needs_only_the_journal(toggle, lab, emulator):
     toggle.inject(lab)
     lab.journal.mark(entry, INJECTED)
 
-    assert revert_scenarios(lab, None, out=lambda _line: None) == [NAME]
+    assert revert_scenarios(lab, catalogue(), None, out=lambda _line: None) == [NAME]
     assert mode(emulator) == "on" and journal_states(lab) == [REVERTED]
     # Idempotent: nothing is left to do.
     lines: list[str] = []
-    assert revert_scenarios(lab, None, out=lines.append) == []
+    assert revert_scenarios(lab, catalogue(), None, out=lines.append) == []
     assert "nothing to revert" in lines[0]
 
 
 def test_inject_for_practice_leaves_the_fault_kept(toggle, lab, emulator):
     lines: list[str] = []
-    entry = inject_scenario(lab, NAME, out=lines.append)
+    entry = inject_scenario(lab, toggle, out=lines.append)
 
     assert mode(emulator) == "off"
     assert lab.journal.entries()[0]["id"] == entry and journal_states(lab) == [KEPT]
@@ -262,48 +271,48 @@ def test_nothing_is_injected_when_the_guard_refuses(toggle, lab, emulator):
     lab.update(outputs={"cluster_endpoint": "https://ABCDEF.gr7.ap-northeast-2.eks.amazonaws.com"})
 
     with pytest.raises(GuardError, match="refusing"):
-        run_scenario(lab, NAME, out=lambda _line: None)
+        run_scenario(lab, toggle, out=lambda _line: None)
 
     assert mode(emulator) == "on" and lab.journal.entries() == []
 
 
 def test_missing_gpu_nodes_name_the_scale_command(toggle, lab):
-    variant(toggle, needs=toggle.Needs(gpu_nodes=2))
-
     expected = r"has 0 Ready GPU node\(s\).*invoke lab\.scale 2 --lab tiny"
     with pytest.raises(ScenarioError, match=expected):
-        run_scenario(lab, NAME, out=lambda _line: None)
+        run_scenario(lab, variant(toggle, needs=Needs(gpu_nodes=2)), out=lambda _line: None)
     assert lab.journal.entries() == []
 
 
 def test_missing_operator_names_lab_up(toggle, lab):
-    variant(toggle, needs=toggle.Needs(operator=True))
-
     expected = r"GPU Operator is not installed.*invoke lab\.up --lab tiny"
     with pytest.raises(ScenarioError, match=expected):
-        run_scenario(lab, NAME, out=lambda _line: None)
+        run_scenario(lab, variant(toggle, needs=Needs(operator=True)), out=lambda _line: None)
 
 
 def test_unknown_scenario_lists_the_known_ones(lab):
     with pytest.raises(scenarios.UnknownScenario, match="known scenarios: .*device-plugin-off"):
-        run_scenario(lab, "no-such-fault", out=lambda _line: None)
-    with pytest.raises(scenarios.UnknownScenario, match="device-plugin-off"):
-        revert_scenarios(lab, ["no-such-fault"], out=lambda _line: None)
+        scenarios.get("no-such-fault")
 
 
-def test_a_scenario_missing_parts_is_refused_at_registration():
-    with pytest.raises(scenarios.InvalidScenario, match="does not declare: .*revert"):
-        scenarios.register(SimpleNamespace(name="half-done", summary="x"))
-    with pytest.raises(scenarios.InvalidScenario, match="dashed lower case"):
-        fields = {attribute: None for attribute in scenarios.REQUIRED}
-        scenarios.register(SimpleNamespace(**{**fields, "name": "Not_Dashed"}))
+def test_a_journal_naming_an_unknown_scenario_is_reported_not_skipped(lab):
+    lab.journal.record_injecting("no-such-fault", None)
+
+    with pytest.raises(ScenarioError, match="'no-such-fault', which this version does not know"):
+        revert_scenarios(lab, catalogue(), None, out=lambda _line: None)
+    assert journal_states(lab) == ["injecting"]
+
+
+def test_a_scenario_that_is_not_a_scenario_is_refused_at_registration():
+    with pytest.raises(scenarios.InvalidScenario, match="not a labs.run.contract.Scenario"):
+        scenarios.register(SimpleNamespace(name="half-done", summary="x"), "half_done.py")
+    with pytest.raises(ValueError, match="dashed lower case"):
+        dataclasses.replace(scenarios.get("device-plugin-off"), name="Not_Dashed")
 
 
 def test_list_and_describe_show_the_reference_scenario():
-    names = [info.name for info in list_scenarios()]
-    assert "device-plugin-off" in names
+    assert "device-plugin-off" in scenarios.all_scenarios()
 
-    runbook = describe_scenario("device-plugin-off")
+    runbook = describe_scenario(scenarios.get("device-plugin-off"))
     assert "2 Ready GPU node(s), the GPU Operator installed and running" in runbook
     assert "spec.devicePlugin.enabled=false" in runbook
     assert "status.state stays ready" in runbook

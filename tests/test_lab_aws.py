@@ -19,9 +19,10 @@ from pathlib import Path
 import boto3
 import pytest
 
-from labs import lifecycle, stack
+from labs import lifecycle
+from labs.aws import stack
 from labs.console import Console
-from labs.infra import InfraError
+from labs.errors import InfraError
 from labs.lab import Lab
 from labs.lifecycle import LifecycleError
 from labs.settings import load_settings
@@ -125,7 +126,7 @@ def test_aws_lab_up_applies_with_terraform_then_scales_through_the_eks_api(aws_w
     console, out = _console()
     lab = lifecycle.up(settings, sim=False, dry_run=False, console=console)
     text = out.getvalue()
-    assert lab.backend == "aws"
+    assert lab.backend.name == "aws"
     assert _scaling(world) == {"minSize": 0, "maxSize": 2, "desiredSize": 2}
     assert _tfvars(settings)[stack.ENABLE_GPU_OPERATOR] is True
     assert _tfvars(settings)[stack.GPU_DESIRED_SIZE] == 0, "scaling must never use the variable"

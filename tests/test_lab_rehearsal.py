@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
-from lab_support import invoke_env, pid_alive, run_invoke, sim_pid
+from lab_support import ROOT, invoke_env, pid_alive, run_invoke, sim_pid
 
 LAB = "t1"
 
@@ -75,6 +77,26 @@ def test_lab_env_prints_exports_that_reach_the_lab(rehearsal):
     assert exports["AWS_ACCESS_KEY_ID"] == "testing"
     endpoints = json.loads((state_dir / LAB / "sim" / "endpoints.json").read_text())
     assert exports["AWS_ENDPOINT_URL"] == endpoints["aws_endpoint_url"]
+
+
+def test_the_aws_cli_answers_after_evaluating_lab_env(rehearsal):
+    """What a person types: eval the exports, then the project's own aws CLI, no flags."""
+    _, env, _ = rehearsal
+    bin_dir = Path(sys.executable).parent
+    assert (bin_dir / "aws").exists(), f"the aws CLI is not in {bin_dir} (pip install -e '.[test]')"
+    script = (
+        f'eval "$({bin_dir / "invoke"} lab.env --lab {LAB})" && '
+        f"aws eks describe-nodegroup --cluster-name {LAB} --nodegroup-name {LAB}-ng-gpu "
+        "--query nodegroup.scalingConfig --output json"
+    )
+    shell_env = {**env, "PATH": f"{bin_dir}:{env.get('PATH', '')}"}
+    result = subprocess.run(
+        ["bash", "-c", script], cwd=ROOT, env=shell_env, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert json.loads(result.stdout) == {"minSize": 0, "maxSize": 2, "desiredSize": 2}
 
 
 def test_lab_up_twice_does_no_second_apply_or_scale(rehearsal):

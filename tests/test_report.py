@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from labs.checks import CheckResult, Finding, Trap
-from labs.report import RunRecord, render_markdown, write_report
+from labs.backends import backend_named
+from labs.run.contract import CheckResult, Finding, Trap
+from labs.run.report import RunRecord, render_markdown, write_report
 
 TRAP = Trap(
     "status.state stays ready", "notReady", "ready", "a disable reconciles fine",
@@ -20,6 +21,8 @@ def record(backend: str = "sim", **changes) -> RunRecord:
         summary="devicePlugin.enabled=false",
         lab="myeks",
         backend=backend,
+        backend_label="rehearsal, 60x speed" if backend == "sim" else "AWS EKS",
+        proof=backend_named(backend).proof(),
         speed=60.0 if backend == "sim" else 1.0,
         started_at="2026-01-01T00:00:00Z",
         finished_at="2026-01-01T00:02:00Z",

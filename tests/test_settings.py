@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from invoke import Config
 
-from labs import stack
+from labs.aws import stack
 from labs.settings import (
     AVAILABILITY_ZONES_VARIABLE,
     LabSettings,

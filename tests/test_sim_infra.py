@@ -10,11 +10,11 @@ import pytest
 from hcl2 import SerializationOptions
 from sim_support import lab_variables, running_world
 
-from labs.infra import InfraError
+from labs.aws.stack import STACK_OUTPUTS
+from labs.errors import InfraError
 from labs.sim.aws_seed import moto_clients
 from labs.sim.infra import SimInfra, cluster_policy_spec, load_values
 from labs.sim.world import World
-from labs.stack import STACK_OUTPUTS
 
 OUTPUTS_TF = Path(__file__).resolve().parents[1] / "terraform" / "outputs.tf"
 

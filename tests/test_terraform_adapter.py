@@ -16,10 +16,10 @@ import hcl2
 import pytest
 from hcl2 import SerializationOptions
 
-from labs import stack
-from labs.infra import InfraError
+from labs.aws import stack
+from labs.aws.terraform import VARIABLES_FILE, TerraformInfra
+from labs.errors import InfraError
 from labs.settings import AVAILABILITY_ZONES_VARIABLE, load_settings
-from labs.terraform import VARIABLES_FILE, TerraformInfra
 
 FIXTURE_STACK = Path(__file__).parent / "fixtures" / "stack"
 REAL_STACK = Path(__file__).parent.parent / "terraform"

@@ -41,12 +41,12 @@ def scale_of(obj: dict) -> dict:
     }
 
 
-def read_scale(store: ObjectStore, rtype: ResourceType, name: str, namespace: str) -> dict:
+def read_scale(store: ObjectStore, rtype: ResourceType, name: str, namespace: str | None) -> dict:
     return scale_of(store.get(rtype, name, namespace))
 
 
 def replace_scale(
-    store: ObjectStore, rtype: ResourceType, name: str, namespace: str, body: Any
+    store: ObjectStore, rtype: ResourceType, name: str, namespace: str | None, body: Any
 ) -> dict:
     """PUT: `body` is the whole Scale the client wants."""
     return _write(store, rtype, name, namespace, lambda _current: body)
@@ -56,7 +56,7 @@ def patch_scale(
     store: ObjectStore,
     rtype: ResourceType,
     name: str,
-    namespace: str,
+    namespace: str | None,
     patch: Any,
     patch_type: str,
 ) -> dict:
@@ -75,7 +75,7 @@ def _write(
     store: ObjectStore,
     rtype: ResourceType,
     name: str,
-    namespace: str,
+    namespace: str | None,
     wanted_from: Callable[[dict], Any],
 ) -> dict:
     def change(obj: dict) -> None:

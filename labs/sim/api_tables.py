@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
 from labs.sim.store import ResourceType
 
@@ -50,8 +51,9 @@ def _since(timestamp: str | None) -> str:
     return human_duration((datetime.now(UTC) - moment).total_seconds())
 
 
-def _path(obj: dict, dotted: str, default: object = None) -> object:
-    value: object = obj
+def _path(obj: dict, dotted: str, default: Any = None) -> Any:
+    """The JSON value at `dotted` (Any: whatever the object holds there), else `default`."""
+    value: Any = obj
     for part in dotted.split("."):
         value = value.get(part) if isinstance(value, dict) else None
     return default if value is None else value

@@ -96,6 +96,13 @@ class _Target:
         details = {"group": self.rtype.group, "kind": self.rtype.plural}
         return {"name": self.name, **details} if self.name else details
 
+    @property
+    def object_name(self) -> str:
+        """The name, for verbs on one object: the router sends only named URLs to those."""
+        if self.name is None:
+            raise RuntimeError(f"no object name on the URL for {self.rtype.plural}")
+        return self.name
+
 
 class ApiServer:
     """The emulator: `start()` returns its URL; `stop()` also ends open watch streams."""
@@ -117,8 +124,7 @@ class ApiServer:
     def url(self) -> str:
         if self._httpd is None:
             raise RuntimeError("the API server is not running: call start() first")
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{self._httpd.authority}"
 
     def start(self) -> str:
         """Bind, serve in a background thread and return the base URL."""
@@ -189,6 +195,10 @@ class _HttpServer(ThreadingHTTPServer):
     def __init__(self, address: tuple[str, int], handler: type, api: ApiServer) -> None:
         self.api = api
         super().__init__(address, handler)
+        # `host:port` as bound (the OS picks the port when asked for 0), read from the socket:
+        # typeshed allows a bytes host in `server_address`, which an AF_INET socket never gives.
+        host, port = self.socket.getsockname()[:2]
+        self.authority = f"{host}:{port}"
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -328,8 +338,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "version":
             self._send_json(200, api_discovery.KUBERNETES_VERSION)
         elif path == "api":
-            host, port = self.server.server_address[:2]
-            self._send_json(200, api_discovery.api_versions(f"{host}:{port}"))
+            self._send_json(200, api_discovery.api_versions(self.server.authority))
         elif path == "apis":
             self._send_json(200, api_discovery.api_group_list(types))
         elif len(segments) == 2 and segments[0] == "apis":
@@ -433,7 +442,7 @@ class _Handler(BaseHTTPRequestHandler):
         return self.query.get("includeObject") != "None"
 
     def _get(self, target: _Target) -> None:
-        obj = self.store.get(target.rtype, target.name, target.namespace)
+        obj = self.store.get(target.rtype, target.object_name, target.namespace)
         self._respond_object(200, target, obj)
 
     def _list_or_watch(self, target: _Target) -> None:
@@ -473,12 +482,12 @@ class _Handler(BaseHTTPRequestHandler):
         self._respond_object(200, target, replaced)
 
     def _get_scale(self, target: _Target) -> None:
-        scale = api_scale.read_scale(self.store, target.rtype, target.name, target.namespace)
+        scale = api_scale.read_scale(self.store, target.rtype, target.object_name, target.namespace)
         self._send_json(200, scale)
 
     def _replace_scale(self, target: _Target) -> None:
         scale = api_scale.replace_scale(
-            self.store, target.rtype, target.name, target.namespace, self._json_body()
+            self.store, target.rtype, target.object_name, target.namespace, self._json_body()
         )
         self._send_json(200, scale)
 
@@ -504,7 +513,7 @@ class _Handler(BaseHTTPRequestHandler):
             scale = api_scale.patch_scale(
                 self.store,
                 target.rtype,
-                target.name,
+                target.object_name,
                 target.namespace,
                 self._json_body(),
                 patch_type,
@@ -513,7 +522,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         patched = self.store.patch(
             target.rtype,
-            target.name,
+            target.object_name,
             self._json_body(),
             patch_type,
             target.namespace,
@@ -525,7 +534,7 @@ class _Handler(BaseHTTPRequestHandler):
         options = self._json_body() if self.body else None  # DeleteOptions
         preconditions = options.get("preconditions") if isinstance(options, dict) else None
         deleted = self.store.delete(
-            target.rtype, target.name, target.namespace, preconditions or None
+            target.rtype, target.object_name, target.namespace, preconditions or None
         )
         self._send_json(200, deleted)
 
@@ -585,9 +594,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _get_log(self, target: _Target) -> None:
         namespace = target.namespace or "default"
-        pod = self.store.get(PODS, target.name, namespace)
+        name = target.object_name
+        pod = self.store.get(PODS, name, namespace)
         self._check_log_container(pod)
-        text = self.store.pod_log(namespace, target.name)
+        text = self.store.pod_log(namespace, name)
         shown = text
         if "tailLines" in self.query:
             lines = text.splitlines(keepends=True)
@@ -600,7 +610,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if shown:
                 self._write_chunk(shown.encode())
-            self._follow_log(namespace, target.name, len(text))
+            self._follow_log(namespace, name, len(text))
             self._write_chunk(b"")
         except OSError:
             self.close_connection = True

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from labs.stack import gpu_node_group_name, system_node_group_name
+from labs.aws.stack import gpu_node_group_name, system_node_group_name
 
 ACCOUNT_ID = "123456789012"
 KUBERNETES_VERSION = "1.35"

@@ -22,8 +22,8 @@ from typing import Any
 
 import yaml
 
-from labs import stack
-from labs.infra import InfraError
+from labs.aws import stack
+from labs.errors import InfraError
 from labs.sim.aws_seed import (
     AUX_VPC_ALLOW_RULE,
     AZ_SUFFIXES,
@@ -79,7 +79,7 @@ def _node_sg_address(rule: SgRule) -> str:
 
 
 class SimInfra:
-    """labs.infra.Infra for a running rehearsal world, reached through its endpoints."""
+    """The `Infra` of a running rehearsal world, reached through its endpoints."""
 
     def __init__(self, endpoints: Mapping[str, Any]) -> None:
         missing = {"aws_endpoint_url", "kube_url", "region", "cluster_name"} - set(endpoints)
@@ -152,7 +152,7 @@ class SimInfra:
                 changes.append(
                     (
                         f"~ {HELM_RELEASE} (update in-place)",
-                        lambda: (self._uninstall(release), self._install(namespace, version)),
+                        lambda: self._reinstall(release, namespace, version),
                     )
                 )
         elif release is not None:
@@ -283,7 +283,14 @@ class SimInfra:
         if not found:
             return None
         meta = found[0].metadata
-        return meta.namespace, meta.labels.get("app.kubernetes.io/version", "")
+        if meta is None or meta.namespace is None:  # a listed Deployment always has both
+            raise InfraError(f"the API server listed a {OPERATOR} Deployment without a namespace")
+        return meta.namespace, (meta.labels or {}).get("app.kubernetes.io/version", "")
+
+    def _reinstall(self, release: tuple[str, str], namespace: str, version: str) -> None:
+        """An update in place: the old release out, the wanted one in."""
+        self._uninstall(release)
+        self._install(namespace, version)
 
     def _install(self, namespace: str, version: str) -> None:
         from kubernetes import client
@@ -293,7 +300,8 @@ class SimInfra:
         custom = client.CustomObjectsApi(self._api())
         labels = _chart_labels(version)
         try:
-            core.create_namespace({"metadata": {"name": namespace}})
+            # The ignores here and below: the client takes plain dicts for its model-typed bodies.
+            core.create_namespace({"metadata": {"name": namespace}})  # type: ignore[arg-type]
         except ApiException as error:
             if error.status != 409:
                 raise
@@ -306,8 +314,9 @@ class SimInfra:
             container="worker",
         )
         nfd["metadata"]["labels"] |= labels
-        apps.create_namespaced_daemon_set(namespace, nfd)
-        apps.create_namespaced_deployment(namespace, _operator_deployment(version, labels))
+        apps.create_namespaced_daemon_set(namespace, nfd)  # type: ignore[arg-type]
+        deployment = _operator_deployment(version, labels)
+        apps.create_namespaced_deployment(namespace, deployment)  # type: ignore[arg-type]
         custom.create_cluster_custom_object(
             "nvidia.com",
             "v1",

@@ -59,9 +59,6 @@ class Controller:
         self._threads.clear()
         self._watches.clear()
 
-    def wake(self) -> None:
-        self._wake.set()
-
     def _spawn(self, name: str, target: Callable[..., None], *args: object) -> None:
         thread = threading.Thread(target=target, args=args, name=name, daemon=True)
         self._threads.append(thread)

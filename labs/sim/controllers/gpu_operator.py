@@ -325,13 +325,16 @@ def _log_line(message: str, **fields: object) -> str:
 
 def _condition(kind: str, values: tuple[str, str, str], old: dict | None) -> dict:
     status, reason, message = values
-    unchanged = old is not None and (old.get("status"), old.get("reason")) == (status, reason)
+    if old is not None and (old.get("status"), old.get("reason")) == (status, reason):
+        since = old["lastTransitionTime"]
+    else:
+        since = now_rfc3339()
     return {
         "type": kind,
         "status": status,
         "reason": reason,
         "message": message,
-        "lastTransitionTime": old["lastTransitionTime"] if unchanged else now_rfc3339(),
+        "lastTransitionTime": since,
     }
 
 

@@ -28,7 +28,7 @@ import ipaddress
 import logging
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Protocol
@@ -220,7 +220,7 @@ class Kubelet(Controller):
         host_ip = _internal_ip(node)
         self._update(pod, lambda p: _run(p, host_ip, _pod_ip(host_ip, p["metadata"]["uid"])))
 
-    def _update(self, pod: dict, mutate) -> None:
+    def _update(self, pod: dict, mutate: Callable[[dict], None]) -> None:
         try:
             self.store.update(PODS, pod["metadata"]["name"], mutate, pod["metadata"]["namespace"])
         except NotFound:

@@ -55,7 +55,9 @@ def _admits(rule: dict, port: int, member_of: set[str]) -> bool:
     if source_group:
         return source_group in member_of
     cidr = rule.get("CidrIpv4")
-    return bool(cidr) and ipaddress.ip_network(VPC_CIDR).subnet_of(ipaddress.ip_network(cidr))
+    if not cidr:
+        return False
+    return ipaddress.IPv4Network(VPC_CIDR).subnet_of(ipaddress.IPv4Network(cidr))
 
 
 class ConnectProbe:

@@ -16,20 +16,18 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from labs import gpu_facts
-from labs.checks import CheckResult, Context, Needs, watch_checks
-from labs.cluster import list_objects
 from labs.errors import LabError
 from labs.guard import check_lab_target
 from labs.journal import INJECTED, KEPT, REVERTED
-from labs.lab import SIM
-from labs.nodes import gpu_nodes, is_ready
-from labs.report import RunRecord, write_report
+from labs.kube import gpu
+from labs.kube.view import ClusterView, Snapshot, list_objects
+from labs.run.contract import CheckResult, Context, Needs, Scenario
+from labs.run.report import RunRecord, write_report
+from labs.run.timeline import Timeline
+from labs.run.watch import watch_checks
 from labs.state import utc_now
-from labs.timeline import Timeline
 
 if TYPE_CHECKING:
-    from labs.cluster import ClusterView
     from labs.lab import Lab
 
 Out = Callable[[str], None]
@@ -58,48 +56,19 @@ class RunResult:
         return self.exit_code == EXIT_OK
 
 
-@dataclass(frozen=True)
-class ScenarioInfo:
-    name: str
-    summary: str
-    risk: str
-    duration: str
-    needs: Needs
-
-
-# --- looking scenarios up ---------------------------------------------------------------------
-
-
-def _scenario(name: str) -> Any:
-    import scenarios
-
-    return scenarios.get(name)
-
-
-def list_scenarios() -> list[ScenarioInfo]:
-    """Every registered scenario, by name."""
-    import scenarios
-
-    return [
-        ScenarioInfo(s.name, s.summary, s.risk, s.duration, s.needs)
-        for s in scenarios.all_scenarios().values()
-    ]
-
-
-def _doc(function: Any) -> str:
+def _doc(function: Callable[..., Any]) -> str:
     return inspect.getdoc(function) or ""
 
 
-def _first_line(function: Any) -> str:
+def _first_line(function: Callable[..., Any]) -> str:
     return _doc(function).split("\n", 1)[0]
 
 
-def describe_scenario(name: str) -> str:
+def describe_scenario(scenario: Scenario) -> str:
     """The runbook of one scenario: what it does, what to expect, the traps, how it is undone."""
-    scenario = _scenario(name)
     lines = [f"{scenario.name}: {scenario.summary}", ""]
-    if inspect.ismodule(scenario) and scenario.__doc__:
-        lines += [inspect.cleandoc(scenario.__doc__), ""]
+    if scenario.about:
+        lines += [inspect.cleandoc(scenario.about), ""]
     lines += [
         f"needs:    {scenario.needs}",
         f"risk:     {scenario.risk}",
@@ -131,12 +100,9 @@ def describe_scenario(name: str) -> str:
 
 def check_prerequisites(lab: Lab, needs: Needs) -> None:
     """Raise ScenarioError, naming the command that fixes it, when the lab lacks what is needed."""
-    from kubernetes import client as k8s
-
     fix_up = f"run `invoke lab.up --lab {lab.name}` and try again. Nothing was changed."
     if needs.gpu_nodes:
-        nodes = list_objects(k8s.CoreV1Api(lab.kube).list_node)
-        ready = [n for n in gpu_nodes(nodes) if is_ready(n)]
+        ready = gpu.ready_gpu_nodes(_read(lab, "nodes"))
         if len(ready) < needs.gpu_nodes:
             raise ScenarioError(
                 f"lab {lab.name!r} has {len(ready)} Ready GPU node(s) and this scenario needs "
@@ -144,37 +110,36 @@ def check_prerequisites(lab: Lab, needs: Needs) -> None:
                 "and try again. Nothing was changed."
             )
     if needs.operator:
-        policies = []
-        try:
-            policies = list_objects(
-                k8s.CustomObjectsApi(lab.kube).list_cluster_custom_object,
-                group="nvidia.com",
-                version="v1",
-                plural="clusterpolicies",
-            )
-        except k8s.ApiException as error:
-            if error.status != 404:
-                raise
-        if not any(p["metadata"]["name"] == gpu_facts.CLUSTER_POLICY_NAME for p in policies):
+        if gpu.cluster_policy(_read(lab, "clusterpolicies")) is None:
             raise ScenarioError(
                 f"the GPU Operator is not installed in lab {lab.name!r} (no ClusterPolicy "
-                f"{gpu_facts.CLUSTER_POLICY_NAME!r}): {fix_up}"
+                f"{gpu.CLUSTER_POLICY_NAME!r}): {fix_up}"
             )
-        deployments = list_objects(
-            k8s.AppsV1Api(lab.kube).list_namespaced_deployment, namespace=lab.operator_namespace
-        )
-        operator = next(
-            (d for d in deployments if d["metadata"]["name"] == gpu_facts.OPERATOR_DEPLOYMENT), None
-        )
-        if operator is None or not (operator.get("status") or {}).get("availableReplicas"):
+        operator = gpu.operator_deployment(_read(lab, "deployments"))
+        if not gpu.operator_available(operator):
             raise ScenarioError(
                 f"the GPU Operator controller of lab {lab.name!r} is not running (deployment "
-                f"{lab.operator_namespace}/{gpu_facts.OPERATOR_DEPLOYMENT}: "
-                f"{gpu_facts.describe_deployment(operator)}): {fix_up}"
+                f"{lab.operator_namespace}/{gpu.OPERATOR_DEPLOYMENT}: "
+                f"{gpu.describe_deployment(operator)}): {fix_up}"
             )
 
 
-def check_ready(lab: Lab, scenario: Any) -> None:
+def _read(lab: Lab, kind: str) -> Snapshot:
+    """One list of one of the lab's standard kinds (a kind the API does not serve is empty)."""
+    from kubernetes import client as k8s
+
+    from labs.kube.view import standard_kinds
+
+    watched = next(k for k in standard_kinds(lab.kube, lab.operator_namespace) if k.name == kind)
+    try:
+        return Snapshot({kind: list_objects(watched.list_call, **watched.kwargs)})
+    except k8s.ApiException as error:
+        if error.status != 404:
+            raise
+        return Snapshot()
+
+
+def check_ready(lab: Lab, scenario: Scenario) -> None:
     """Before any change: the lab is the lab's own, holds no other fault, and has what it needs."""
     check_lab_target(lab, cluster=True, account=False)
     outstanding = [entry["scenario"] for entry in lab.journal.outstanding()]
@@ -186,21 +151,12 @@ def check_ready(lab: Lab, scenario: Any) -> None:
     check_prerequisites(lab, scenario.needs)
 
 
-def time_scale(lab: Lab) -> float:
-    """How much faster than a real cluster the lab's world runs (1 on AWS)."""
-    return lab.speed
+def _open_view(lab: Lab, scenario: Scenario) -> ClusterView:
+    return ClusterView(scenario.watch(lab)) if scenario.watch else lab.view()
 
 
-def _open_view(lab: Lab, scenario: Any) -> ClusterView:
-    from labs.cluster import ClusterView
-
-    watch = getattr(scenario, "watch", None)
-    return ClusterView(watch(lab)) if watch else lab.view()
-
-
-def _state(scenario: Any, ctx: Context) -> dict[str, str]:
-    state = getattr(scenario, "state", None)
-    return dict(state(ctx)) if state else {}
+def _state(scenario: Scenario, ctx: Context) -> dict[str, str]:
+    return dict(scenario.state(ctx)) if scenario.state else {}
 
 
 def _new_run_dir(lab: Lab, name: str) -> Path:
@@ -259,7 +215,7 @@ class _Story:
 # --- the run ------------------------------------------------------------------------------------
 
 
-def _revert_or_explain(lab: Lab, scenario: Any, entry: str, out: Out) -> str | None:
+def _revert_or_explain(lab: Lab, scenario: Scenario, entry: str, out: Out) -> str | None:
     """Revert after an error; on failure return what the user must do (journal unchanged)."""
     try:
         out(f"reverting first: {_first_line(scenario.revert)}")
@@ -273,28 +229,31 @@ def _revert_or_explain(lab: Lab, scenario: Any, entry: str, out: Out) -> str | N
         )
 
 
-def run_scenario(lab: Lab, name: str, keep_fault: bool = False, out: Out = print) -> RunResult:
-    """Run scenario `name` on `lab` from baseline to proven recovery and write its report.
+def run_scenario(
+    lab: Lab, scenario: Scenario, keep_fault: bool = False, out: Out = print
+) -> RunResult:
+    """Run `scenario` on `lab` from baseline to proven recovery and write its report.
 
     With `keep_fault` the fault is left in place after the diagnosis (journal "kept").
     Raises ScenarioError/GuardError before anything changes when the lab is not ready.
     """
-    scenario = _scenario(name)
+    name = scenario.name
     check_ready(lab, scenario)
-    scale = time_scale(lab)
+    scale = lab.speed
     run = RunRecord(
         scenario=name,
         summary=scenario.summary,
         lab=lab.name,
-        backend=lab.backend,
+        backend=lab.backend.name,
+        backend_label=lab.backend.describe(lab),
+        proof=lab.backend.proof(),
         speed=scale,
         started_at=utc_now(),
         traps=list(scenario.traps),
     )
-    timeline = Timeline(getattr(scenario, "gauges", {}))
+    timeline = Timeline(scenario.gauges)
     story = _Story(out, scale, timeline)
-    backend = f"rehearsal, {scale:g}x speed" if lab.backend == SIM else "AWS"
-    out(f"{name} on lab {lab.name} ({backend}): {scenario.summary}")
+    out(f"{name} on lab {lab.name} ({run.backend_label}): {scenario.summary}")
     with _open_view(lab, scenario) as view:
         view.on_change(timeline.sample)
         timeline.sample(view)
@@ -340,7 +299,7 @@ def run_scenario(lab: Lab, name: str, keep_fault: bool = False, out: Out = print
 
 def _inject_observe_revert(
     lab: Lab,
-    scenario: Any,
+    scenario: Scenario,
     ctx: Context,
     run: RunRecord,
     story: _Story,
@@ -385,15 +344,15 @@ def _inject_observe_revert(
 # --- practice and clean-up ----------------------------------------------------------------------
 
 
-def inject_scenario(lab: Lab, name: str, out: Out = print) -> str:
-    """Inject scenario `name` and leave it for a learner to debug by hand; returns the entry id.
+def inject_scenario(lab: Lab, scenario: Scenario, out: Out = print) -> str:
+    """Inject `scenario` and leave it for a learner to debug by hand; returns the entry id.
 
     The symptoms are watched (and printed) so the fault is fully in place before this
     returns; an error after the injection reverts it.
     """
-    scenario = _scenario(name)
+    name = scenario.name
     check_ready(lab, scenario)
-    scale = time_scale(lab)
+    scale = lab.speed
     story = _Story(out, scale, Timeline({}))
     with _open_view(lab, scenario) as view:
         ctx = Context(lab, view)
@@ -419,19 +378,26 @@ def inject_scenario(lab: Lab, name: str, out: Out = print) -> str:
     return entry
 
 
-def revert_scenarios(lab: Lab, names: list[str] | None = None, out: Out = print) -> list[str]:
+def revert_scenarios(
+    lab: Lab,
+    catalogue: Mapping[str, Scenario],
+    names: list[str] | None = None,
+    out: Out = print,
+) -> list[str]:
     """Undo faults; None means every fault the journal says may still be in the lab.
 
-    Needs only the journal and each scenario's idempotent `revert`, so it works after a
-    crash. Named scenarios are reverted even without a journal entry (a hand-made fault).
-    Returns the names reverted; raises ScenarioError naming any revert that failed.
+    Needs only the journal and each scenario's idempotent `revert` (looked up by name in
+    `catalogue`), so it works after a crash. Named scenarios are reverted even without a
+    journal entry (a hand-made fault). Returns the names reverted; raises ScenarioError
+    naming any revert that failed.
     """
+    lab.backend.check_writable(lab, "scenario.revert")
     outstanding = lab.journal.outstanding()
     if names is None:
         # Undo in reverse order of injection, each scenario once.
         targets = list(dict.fromkeys(e["scenario"] for e in reversed(outstanding)))
     else:
-        targets = [_scenario(n).name for n in names]
+        targets = list(names)
     if not targets:
         out(f"nothing to revert: the journal of lab {lab.name} records no injected fault")
         return []
@@ -440,7 +406,7 @@ def revert_scenarios(lab: Lab, names: list[str] | None = None, out: Out = print)
     failures: list[str] = []
     for target in targets:
         try:
-            scenario = _scenario(target)
+            scenario = _lookup(catalogue, target)
             out(f"revert {target}: {_first_line(scenario.revert)}")
             scenario.revert(lab)
         except Exception as error:  # try every fault, then report all failures
@@ -456,3 +422,12 @@ def revert_scenarios(lab: Lab, names: list[str] | None = None, out: Out = print)
             f"cause and run `invoke scenario.revert --all --lab {lab.name}` again."
         )
     return reverted
+
+
+def _lookup(catalogue: Mapping[str, Scenario], name: str) -> Scenario:
+    if name not in catalogue:
+        raise ScenarioError(
+            f"the journal names {name!r}, which this version does not know "
+            f"(known: {', '.join(catalogue) or 'none'})"
+        )
+    return catalogue[name]

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Final
 
 # The EKS stack this checkout ships (the AWS backend applies it from the lab's own dir).
-STACK_DIR: Final = Path(__file__).resolve().parent.parent / "terraform"
+STACK_DIR: Final = Path(__file__).resolve().parents[2] / "terraform"
 
 # Input variables the orchestrator sets on every apply (the lab's full variable set).
 CLUSTER_BASE_NAME: Final = "ClusterBaseName"

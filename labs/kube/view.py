@@ -9,37 +9,70 @@ scenario symptoms both stand on it.
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from labs.errors import LabError
 
 T = TypeVar("T")
+# Where the lab's own workloads (the probe, scenario pods) run.
+WORKLOAD_NAMESPACE = "default"
 
 
 class WaitTimeout(LabError, TimeoutError):
     """A condition did not hold within its time limit; the message says which and what was seen."""
 
 
-def api_client(kubeconfig: Path) -> Any:
-    """A kubernetes ApiClient for the lab's own kubeconfig (never the user's default one)."""
+def api_client(kubeconfig: Path | str, context: str | None = None) -> Any:
+    """A kubernetes ApiClient for one kubeconfig (never the user's default one by accident)."""
     from kubernetes import config
 
     if not Path(kubeconfig).exists():
         raise FileNotFoundError(
             f"kubeconfig {kubeconfig} does not exist; run `invoke lab.up` for this lab first"
         )
-    return config.new_client_from_config(config_file=str(kubeconfig))
+    return config.new_client_from_config(config_file=str(kubeconfig), context=context or None)
 
 
 def api_server_url(client: Any) -> str:
     """The API server URL a client talks to (what the guard compares with the lab's)."""
     return str(client.configuration.host).rstrip("/")
+
+
+class Objects(Protocol):
+    """What the GPU facts read from: the objects of named kinds, live (a view) or not."""
+
+    def objects(self, kind: str) -> list[dict[str, Any]]: ...
+
+    def find(self, kind: str, name: str, namespace: str = "") -> dict[str, Any] | None: ...
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Objects read once (one list call per kind): the facts of a status or a doctor run."""
+
+    kinds: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def objects(self, kind: str) -> list[dict[str, Any]]:
+        return list(self.kinds.get(kind, []))
+
+    def find(self, kind: str, name: str, namespace: str = "") -> dict[str, Any] | None:
+        return _find(self.objects(kind), name, namespace)
+
+
+def _find(objects: list[dict[str, Any]], name: str, namespace: str) -> dict[str, Any] | None:
+    """The object called `name` (in `namespace` when one is given), or None."""
+    for obj in objects:
+        meta = obj["metadata"]
+        if meta["name"] == name and (not namespace or meta.get("namespace") == namespace):
+            return obj
+    return None
 
 
 @dataclass(frozen=True)
@@ -52,7 +85,7 @@ class WatchedKind:
 
 
 def standard_kinds(
-    client: Any, operator_namespace: str, workload_namespace: str
+    client: Any, operator_namespace: str, workload_namespace: str = WORKLOAD_NAMESPACE
 ) -> list[WatchedKind]:
     """The kinds a GPU lab watches: nodes, workload pods and events, operator DaemonSets,
     the operator Deployment and pods, and ClusterPolicies."""
@@ -157,7 +190,7 @@ class _Informer(threading.Thread):
         ):
             if self._stopping.is_set():
                 return
-            self._apply(lambda event=event: self._record(event))
+            self._apply(functools.partial(self._record, event))
 
     def _record(self, event: dict[str, Any]) -> None:
         obj = event.get("object") or {}
@@ -172,6 +205,7 @@ class ClusterView:
 
     def __init__(self, kinds: Iterable[WatchedKind], relist_pause: float = 0.5) -> None:
         self._changed = threading.Condition()
+        self._generation = 0  # bumped on every change, so a waiter knows what it has seen
         self._listeners: list[Callable[[ClusterView], None]] = []
         self._informers = {kind.name: _Informer(kind, self._apply, relist_pause) for kind in kinds}
 
@@ -216,21 +250,20 @@ class ClusterView:
 
     def find(self, kind: str, name: str, namespace: str = "") -> dict[str, Any] | None:
         """One object by name, or None when it does not exist."""
-        with self._changed:
-            exact = self._informers[kind].objects.get(f"{namespace}/{name}")
-        return exact or next((o for o in self.objects(kind) if o["metadata"]["name"] == name), None)
+        return _find(self.objects(kind), name, namespace)
 
     def _apply(self, mutation: Callable[[], None]) -> None:
         """Change the cache under the view's lock, wake the waiters, then tell listeners."""
         with self._changed:
             mutation()
+            self._generation += 1
             self._changed.notify_all()
         for listener in list(self._listeners):
             listener(self)
 
     def wait_for(
         self,
-        check: Callable[[ClusterView], T],
+        check: Callable[[ClusterView], T | None],
         timeout: float,
         what: str,
         describe: Callable[[ClusterView], str] | None = None,
@@ -239,22 +272,27 @@ class ClusterView:
     ) -> T:
         """Return the first truthy `check(view)`, re-checked on every change, or raise WaitTimeout.
 
+        `check` runs outside the view's lock (it may read logs over HTTP), so a slow check
+        never stalls the informers; a change that lands while it runs is not missed.
         `on_wait(elapsed)` is called about every `tick` seconds while waiting (progress line).
         """
         start = time.monotonic()
         deadline = start + timeout
-        with self._changed:
-            while True:
-                result = check(self)
-                if result:
-                    return result
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    seen = f"; last seen: {describe(self)}" if describe else ""
-                    raise WaitTimeout(f"{what}: not true after {timeout:.0f} s{seen}")
-                self._changed.wait(min(remaining, tick))
-                if on_wait is not None:
-                    on_wait(time.monotonic() - start)
+        while True:
+            with self._changed:
+                seen = self._generation
+            result = check(self)
+            if result:
+                return result
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                last = f"; last seen: {describe(self)}" if describe else ""
+                raise WaitTimeout(f"{what}: not true after {timeout:.0f} s{last}")
+            with self._changed:
+                if self._generation == seen:
+                    self._changed.wait(min(remaining, tick))
+            if on_wait is not None:
+                on_wait(time.monotonic() - start)
 
 
 def list_objects(list_call: Callable[..., Any], **kwargs: Any) -> list[dict[str, Any]]:

@@ -23,7 +23,7 @@ from typing import Any
 
 from python_terraform import IsFlagged, IsNotFlagged, Terraform
 
-from labs.infra import InfraError
+from labs.errors import InfraError
 from labs.state import atomic_write_json
 
 VARIABLES_FILE = "terraform.tfvars.json"
@@ -55,7 +55,7 @@ _ACTION_LABELS = {
 
 
 class TerraformInfra:
-    """`labs.infra.Infra` for AWS: runs the real `terraform` binary in the lab's own root."""
+    """The `Infra` of an AWS lab: runs the real `terraform` binary in the lab's own root."""
 
     def __init__(
         self,
@@ -113,7 +113,7 @@ class TerraformInfra:
             if exit_code == 0:
                 return []
             _, shown = self._run("show", _PLAN_FILE, json=IsFlagged, capture=True)
-            return describe_plan(json.loads(shown))
+            return describe_plan(json.loads(shown or "{}"))
         finally:
             plan_variables.unlink(missing_ok=True)
             plan_file.unlink(missing_ok=True)
@@ -191,7 +191,7 @@ class TerraformInfra:
 
     def _has_resources(self) -> bool:
         state_bytes = self._state_bytes()
-        return bool(state_bytes) and bool(json.loads(state_bytes).get("resources"))
+        return bool(state_bytes and json.loads(state_bytes).get("resources"))
 
 
 def describe_plan(plan: Mapping[str, Any]) -> list[str]:

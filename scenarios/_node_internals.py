@@ -8,13 +8,9 @@ node shows.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from labs.checks import Finding, Trap
-from labs.gpu_facts import debug_node_command
-
-if TYPE_CHECKING:
-    from labs.cluster import ClusterView
+from labs.kube.gpu import gpu_nodes, name_of
+from labs.kube.view import Objects
+from labs.run.contract import Finding, Trap
 
 NVML_TRAP = Trap(
     "NVML error in a debug pod",
@@ -24,12 +20,19 @@ NVML_TRAP = Trap(
 )
 
 
-def node_internals(view: ClusterView, operator_namespace: str, socket_seen: str) -> list[Finding]:
+def debug_node_command(objects: Objects) -> str:
+    """`kubectl debug node/...` on the first GPU node, ready for `chroot /host ...`."""
+    nodes = gpu_nodes(objects)
+    node = name_of(nodes[0]) if nodes else "<gpu-node>"
+    return f"kubectl debug node/{node} -it --image=public.ecr.aws/amazonlinux/amazonlinux:2023 --"
+
+
+def node_internals(objects: Objects, operator_namespace: str, socket_seen: str) -> list[Finding]:
     """Socket directory, the NVML trap, and the driver checked from a device-mounted pod.
 
     `socket_seen` is what the fault leaves in /var/lib/kubelet/device-plugins/.
     """
-    debug = debug_node_command(view)
+    debug = debug_node_command(objects)
     return [
         Finding(
             "5. Node: device-plugin socket",

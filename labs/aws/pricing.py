@@ -8,7 +8,7 @@ the AWS Price List API has current ones.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from labs.errors import LabError
@@ -77,23 +77,10 @@ class CostEstimate:
         return sum(item.hourly for item in self.items if item.hourly is not None)
 
     def as_dict(self) -> dict[str, Any]:
-        """Plain values for JSON reports and status views."""
-        return {
-            "region": self.region,
-            "price_region": self.price_region,
-            "total": self.total_hourly,
-            "items": [
-                {
-                    "what": item.label,
-                    "quantity": item.quantity,
-                    "unit_price": item.unit_price,
-                    "unit": item.unit,
-                    "usd_per_hour": item.hourly,
-                }
-                for item in self.items
-            ],
-            "notes": list(self.notes),
-        }
+        """Plain values for JSON reports and status views, with the total."""
+        fields = asdict(self)
+        return {**fields, "items": list(fields["items"]), "notes": list(self.notes),
+                "total": self.total_hourly}  # fmt: skip
 
     def lines(self) -> list[str]:
         """A printable, itemised estimate."""

@@ -9,12 +9,11 @@ traps, and what the run does and does not prove.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labs.checks import CheckResult, Finding, Trap
-from labs.lab import SIM
+from labs.run.contract import CheckResult, Finding, Trap
 from labs.state import atomic_write_json, atomic_write_text
 
 STATE_COLUMNS = ("baseline", "fault", "recovered")
@@ -28,6 +27,8 @@ class RunRecord:
     summary: str
     lab: str
     backend: str
+    backend_label: str
+    proof: dict[str, list[str]]
     speed: float
     started_at: str
     finished_at: str = ""
@@ -52,11 +53,13 @@ class RunRecord:
         return failed
 
     def to_dict(self) -> dict[str, Any]:
+        """The report.json document (the run's fields, grouped the way a reader looks)."""
         return {
             "scenario": self.scenario,
             "summary": self.summary,
             "lab": self.lab,
             "backend": self.backend,
+            "backend_label": self.backend_label,
             "speed": self.speed,
             "started_at": self.started_at,
             "finished_at": self.finished_at,
@@ -70,55 +73,30 @@ class RunRecord:
             },
             "baseline": self.baseline,
             "states": self.states,
-            "checks": [c.to_dict() for c in self.checks],
+            "checks": [_rounded(asdict(c)) for c in self.checks],
             "reverted_at": None if self.reverted_at is None else round(self.reverted_at, 3),
             "comparison": {"equal": not self.differences, "differences": self.differences},
-            "findings": [f.to_dict() for f in self.findings],
+            "findings": [asdict(f) for f in self.findings],
             "traps": [trap_record(t, self.findings, self.checks) for t in self.traps],
-            "proof": proof(self.backend),
+            "proof": self.proof,
             "timeline": self.timeline,
         }
+
+
+def _rounded(check: dict[str, Any]) -> dict[str, Any]:
+    """A check result with T+ to the millisecond."""
+    return {**check, "t": None if check["t"] is None else round(check["t"], 3)}
 
 
 def trap_record(trap: Trap, findings: list[Finding], checks: list[CheckResult]) -> dict[str, Any]:
     """A trap with its debugging step, and whether this run's checks actually showed it."""
     shown = [f for f in findings if f.trap == trap.name]
+    fields = asdict(trap)
+    fields.pop("shown_by")
     return {
-        **trap.to_dict(),
+        **fields,
         "step": shown[0].step if shown else None,
         "observed": any(c.name == trap.shown_by and c.held for c in checks),
-    }
-
-
-def proof(backend: str) -> dict[str, list[str]]:
-    """What a run on this backend shows, and what it cannot."""
-    if backend == SIM:
-        return {
-            "proves": [
-                "the orchestration: guard, prerequisites, baseline, journal entry before the "
-                "mutation, inject, watch-based detection, revert, recovery checks and the "
-                "comparison with the baseline",
-                "the debugging path: every finding was read from cluster objects through the "
-                "official client, the way a person reads them, with the real message formats",
-            ],
-            "does_not_prove": [
-                "anything about AWS or EKS: instances, the NVIDIA AMI, the real GPU Operator, "
-                "device plugin, kubelet and scheduler are played by the rehearsal world",
-                "real timings: T+ values are the rehearsal's; the 'real-time' column only "
-                "scales them by the speed factor",
-                "the steps marked 'real cluster only' (node internals)",
-            ],
-        }
-    return {
-        "proves": [
-            "the fault, its symptoms and the recovery on this EKS cluster, with the timings "
-            "measured here, and that the revert restored the baseline",
-        ],
-        "does_not_prove": [
-            "other GPU Operator versions, AMIs or instance types",
-            "the steps marked 'real cluster only': the tool does not open node shells; run "
-            "them yourself",
-        ],
     }
 
 
@@ -160,7 +138,7 @@ def _summary_section(run: RunRecord) -> list[str]:
 
 
 def _timeline_section(run: RunRecord) -> list[str]:
-    scaled = run.backend == SIM and run.speed != 1
+    scaled = run.speed != 1
     header = ["phase", "T+ (s)", *(["real-time (s)"] if scaled else []), "check", "held", "seen"]
     rows = []
     phases = list(dict.fromkeys(c.phase for c in run.checks))
@@ -216,14 +194,13 @@ def _traps_section(run: RunRecord) -> list[str]:
 
 def render_markdown(run: RunRecord, plot_name: str | None = "timeline.png") -> str:
     """The human report."""
-    backend = f"rehearsal (local sim, speed {run.speed:g}x)" if run.backend == SIM else "AWS EKS"
     lines = [
         f"# Scenario run: {run.scenario}",
         "",
         run.summary,
         "",
         f"- result: {_result_line(run)}",
-        f"- lab: `{run.lab}`, backend: {backend}",
+        f"- lab: `{run.lab}`, backend: {run.backend_label}",
         f"- started {run.started_at}, finished {run.finished_at}",
         f"- journal entry: `{run.journal_id or 'none (nothing injected)'}`",
         "",
@@ -239,15 +216,14 @@ def render_markdown(run: RunRecord, plot_name: str | None = "timeline.png") -> s
     lines += _traps_section(run)
     if run.baseline:
         lines += ["## Baseline facts", "", "```json", json.dumps(run.baseline, indent=2), "```", ""]
-    claims = proof(run.backend)
-    lines += ["## What this run proves", ""] + [f"- {p}" for p in claims["proves"]] + [""]
-    lines += ["## What it does not prove", ""] + [f"- {p}" for p in claims["does_not_prove"]]
+    lines += ["## What this run proves", ""] + [f"- {p}" for p in run.proof["proves"]] + [""]
+    lines += ["## What it does not prove", ""] + [f"- {p}" for p in run.proof["does_not_prove"]]
     return "\n".join(lines) + "\n"
 
 
 def write_report(run: RunRecord, run_dir: Path) -> Path:
     """Write report.md, report.json and timeline.png into `run_dir`; return report.md's path."""
-    from labs.plot import plot_timeline
+    from labs.run.plot import plot_timeline
 
     run_dir.mkdir(parents=True, exist_ok=True)
     plotted = plot_timeline(run.timeline, run_dir / "timeline.png", run.scenario, run.speed)

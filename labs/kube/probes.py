@@ -1,7 +1,7 @@
 """The GPU probe pod: apply it, wait for it to finish, read what it printed, remove it.
 
-The probe (`scenarios/gpu-probe.yaml`) asks for one GPU and prints the GPU's name,
-driver and memory. The same manifest proves a fresh lab works (`lab.up`), gives a
+The probe (`manifests/gpu-probe.yaml` beside this module) asks for one GPU and prints
+the GPU's name, driver and memory. The same manifest proves a fresh lab works (`lab.up`), gives a
 scenario its baseline, and shows the fault (Pending) and the recovery (same output).
 """
 
@@ -13,13 +13,15 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from labs.cluster import ClusterView, WatchedKind
 from labs.errors import LabError
+from labs.kube.gpu import pod_story, scheduling_failure
+from labs.kube.logs import pod_log
+from labs.kube.view import WORKLOAD_NAMESPACE, ClusterView, WatchedKind
 
 if TYPE_CHECKING:
     from labs.lab import Lab
 
-PROBE_MANIFEST = Path(__file__).resolve().parent.parent / "scenarios" / "gpu-probe.yaml"
+PROBE_MANIFEST = Path(__file__).resolve().parent / "manifests" / "gpu-probe.yaml"
 FINISHED_PHASES = ("Succeeded", "Failed")
 
 
@@ -82,8 +84,6 @@ def delete_probe(lab: Lab, timeout: float, manifest: Path = PROBE_MANIFEST) -> N
     """Delete the probe if it exists and wait until it is gone (so its name is free)."""
     from kubernetes.client.exceptions import ApiException
 
-    from labs.lab import WORKLOAD_NAMESPACE
-
     name = probe_name(manifest)
     with _pod_view(lab, name, WORKLOAD_NAMESPACE) as view:
         if view.find("pods", name) is None:
@@ -100,8 +100,6 @@ def delete_probe(lab: Lab, timeout: float, manifest: Path = PROBE_MANIFEST) -> N
 
 def create_probe(lab: Lab, manifest: Path = PROBE_MANIFEST) -> dict[str, Any]:
     """Create the probe pod (like `kubectl apply -f gpu-probe.yaml` on a free name)."""
-    from labs.lab import WORKLOAD_NAMESPACE
-
     core = _core(lab)
     created = core.create_namespaced_pod(WORKLOAD_NAMESPACE, load_probe(manifest))
     return core.api_client.sanitize_for_serialization(created)
@@ -114,9 +112,7 @@ def recreate_probe(lab: Lab, timeout: float, manifest: Path = PROBE_MANIFEST) ->
 
 
 def read_probe_log(lab: Lab, name: str) -> str:
-    from labs.lab import WORKLOAD_NAMESPACE
-
-    return str(_core(lab).read_namespaced_pod_log(name, WORKLOAD_NAMESPACE))
+    return pod_log(lab, WORKLOAD_NAMESPACE, name)
 
 
 def run_probe(
@@ -126,8 +122,6 @@ def run_probe(
 
     `view` must watch the workload namespace's pods and events (the lab's standard view).
     """
-    from labs.gpu_facts import pod_story, scheduling_failure
-
     name = probe_name(manifest)
     uid = recreate_probe(lab, timeout, manifest)
 

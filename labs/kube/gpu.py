@@ -1,0 +1,300 @@
+"""Facts about a GPU lab, read off Kubernetes objects and named the way a person checks them.
+
+Scenarios, waits, status and reports all ask the same questions (which nodes are GPU
+nodes, what do they advertise, is the device plugin there, what does the ClusterPolicy
+say, what did the scheduler tell the pod), so the answers live here once. Everything
+here is a pure read of `Objects` (a live view or a one-off snapshot); nothing calls the API.
+
+The device-plugin trap lives here too: a GPU node whose plugin is gone keeps the
+`nvidia.com/gpu` key with value "0", while a system node has no key at all, so "how many
+GPUs does this node offer" has three answers: None, "0", or a number.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from labs.kube.view import Objects
+
+GPU_RESOURCE = "nvidia.com/gpu"
+# Labels the stack's GPU node group puts on its nodes (terraform/eks.tf).
+GPU_NODE_LABELS = {"tier": "gpu", "nvidia.com/gpu": "true"}
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+DEVICE_PLUGIN_DAEMONSET = "nvidia-device-plugin-daemonset"
+DEVICE_PLUGIN_DEPLOY_LABEL = "nvidia.com/gpu.deploy.device-plugin"
+CLUSTER_POLICY_NAME = "cluster-policy"
+OPERATOR_DEPLOYMENT = "gpu-operator"
+
+Obj = dict[str, Any]
+
+
+def name_of(obj: Mapping[str, Any]) -> str:
+    return str(obj["metadata"]["name"])
+
+
+# --- nodes -----------------------------------------------------------------------------
+
+
+def is_gpu_node(node: Mapping[str, Any]) -> bool:
+    """A node with an NVIDIA GPU: by the lab node group's labels (there before any operator),
+    GPU feature discovery's `gpu.present` label, or a GPU capacity (any cluster's nodes)."""
+    labels = node.get("metadata", {}).get("labels") or {}
+    return (
+        all(labels.get(key) == value for key, value in GPU_NODE_LABELS.items())
+        or labels.get(GPU_PRESENT_LABEL) == "true"
+        or gpu_quantity(node, "capacity") is not None
+    )
+
+
+def is_ready(node: Mapping[str, Any]) -> bool:
+    """The node's Ready condition is True."""
+    conditions = node.get("status", {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def gpu_quantity(node: Mapping[str, Any], field: str = "allocatable") -> str | None:
+    """`status.<field>["nvidia.com/gpu"]` as the API shows it ("0"); None when the key is absent."""
+    value = (node.get("status", {}).get(field) or {}).get(GPU_RESOURCE)
+    return None if value is None else str(value)
+
+
+def _count(quantity: str | None) -> int:
+    return int(quantity) if quantity and quantity.isdigit() else 0
+
+
+def gpu_nodes(objects: Objects) -> list[Obj]:
+    """GPU nodes, sorted by name."""
+    return sorted((n for n in objects.objects("nodes") if is_gpu_node(n)), key=name_of)
+
+
+def schedulable_gpu_nodes(objects: Objects) -> list[Obj]:
+    """GPU nodes that are Ready and advertise at least one allocatable GPU."""
+    return [n for n in gpu_nodes(objects) if is_ready(n) and _count(gpu_quantity(n)) >= 1]
+
+
+def ready_gpu_nodes(objects: Objects) -> list[Obj]:
+    return [n for n in gpu_nodes(objects) if is_ready(n)]
+
+
+def describe_gpu_nodes(objects: Objects) -> str:
+    """One-line summary for progress output: `2 GPU node(s): a Ready gpu=1, b NotReady gpu=-`."""
+    gpus = gpu_nodes(objects)
+    if not gpus:
+        return "no GPU nodes"
+    parts = []
+    for node in gpus:
+        state = "Ready" if is_ready(node) else "NotReady"
+        parts.append(f"{name_of(node)} {state} gpu={gpu_quantity(node) or '-'}")
+    return f"{len(gpus)} GPU node(s): " + ", ".join(parts)
+
+
+def allocatable_by_node(objects: Objects) -> dict[str, str | None]:
+    """Allocatable nvidia.com/gpu per GPU node."""
+    return {name_of(n): gpu_quantity(n) for n in gpu_nodes(objects)}
+
+
+def describe_allocatable(objects: Objects) -> str:
+    """`node: value` per GPU node ("absent" when the key is gone), or "no GPU nodes"."""
+    values = allocatable_by_node(objects)
+    if not values:
+        return "no GPU nodes"
+    return ", ".join(f"{name}: {'absent' if v is None else v}" for name, v in values.items())
+
+
+def total_allocatable(objects: Objects) -> int:
+    """GPUs the scheduler can hand out right now, over all GPU nodes."""
+    return sum(_count(v) for v in allocatable_by_node(objects).values())
+
+
+def describe_advertised(objects: Objects) -> str:
+    """Allocatable and capacity nvidia.com/gpu of every node (None: the key is absent)."""
+    return "; ".join(
+        f"{name_of(n)}: allocatable {gpu_quantity(n)}, capacity {gpu_quantity(n, 'capacity')}"
+        for n in sorted(objects.objects("nodes"), key=name_of)
+    )
+
+
+def describe_gpu_node_label(objects: Objects, label: str) -> str:
+    """`node=value` of one label on every GPU node."""
+    return ", ".join(
+        f"{name_of(n)}={(n['metadata'].get('labels') or {}).get(label)}"
+        for n in gpu_nodes(objects)
+    )
+
+
+# --- operator objects ------------------------------------------------------------------
+
+
+def daemonset(objects: Objects, name: str = DEVICE_PLUGIN_DAEMONSET) -> Obj | None:
+    return objects.find("daemonsets", name)
+
+
+def daemonset_counts(ds: Mapping[str, Any]) -> tuple[int, int, int]:
+    """(desired, current, ready) as `kubectl get ds` prints them."""
+    status = ds.get("status") or {}
+    return (
+        int(status.get("desiredNumberScheduled", 0)),
+        int(status.get("currentNumberScheduled", 0)),
+        int(status.get("numberReady", 0)),
+    )
+
+
+def describe_daemonset(objects: Objects, name: str = DEVICE_PLUGIN_DAEMONSET) -> str:
+    ds = daemonset(objects, name)
+    if ds is None:
+        return "NotFound"
+    desired, current, ready = daemonset_counts(ds)
+    return f"{desired}/{current}/{ready} (desired/current/ready)"
+
+
+def daemonset_names(objects: Objects) -> list[str]:
+    return sorted(name_of(d) for d in objects.objects("daemonsets"))
+
+
+def cluster_policy(objects: Objects) -> Obj | None:
+    return objects.find("clusterpolicies", CLUSTER_POLICY_NAME)
+
+
+def component_enabled(policy: Mapping[str, Any], component: str) -> bool | None:
+    """`spec.<component>.enabled` of a ClusterPolicy (None when unset)."""
+    value = (policy.get("spec", {}).get(component) or {}).get("enabled")
+    return None if value is None else bool(value)
+
+
+def component_toggles(policy: Mapping[str, Any]) -> dict[str, bool | None]:
+    """Every `spec.<component>.enabled` the ClusterPolicy sets, by component."""
+    spec = policy.get("spec") or {}
+    return {
+        key: component_enabled(policy, key)
+        for key, value in sorted(spec.items())
+        if isinstance(value, dict) and "enabled" in value
+    }
+
+
+def policy_state(policy: Mapping[str, Any] | None) -> str:
+    if policy is None:
+        return "NotFound"
+    return str((policy.get("status") or {}).get("state") or "unset")
+
+
+def operator_deployment(objects: Objects) -> Obj | None:
+    return objects.find("deployments", OPERATOR_DEPLOYMENT)
+
+
+def describe_deployment(deployment: Mapping[str, Any] | None) -> str:
+    if deployment is None:
+        return "NotFound"
+    wanted = int((deployment.get("spec") or {}).get("replicas", 1))
+    available = int((deployment.get("status") or {}).get("availableReplicas", 0))
+    return f"{available}/{wanted} available"
+
+
+def operator_available(deployment: Mapping[str, Any] | None) -> bool:
+    return bool(deployment and (deployment.get("status") or {}).get("availableReplicas"))
+
+
+def running_pods_of(deployment: Mapping[str, Any], pods: Iterable[Obj]) -> list[Obj]:
+    """The Running pods a Deployment's selector matches (what `kubectl logs deploy/X` reads)."""
+    selector = (deployment.get("spec", {}).get("selector") or {}).get("matchLabels") or {}
+    return [
+        p
+        for p in pods
+        if selector
+        and all((p["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())
+        and (p.get("status") or {}).get("phase") == "Running"
+    ]
+
+
+def operator_step_line(lines: list[str], step: str, status: str) -> str | None:
+    """The last `ClusterPolicy step completed` log line for `step` with `status`, if any."""
+    for line in reversed(lines):
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if (
+            isinstance(entry, dict)
+            and entry.get("msg") == "ClusterPolicy step completed"
+            and entry.get("state:") == step
+            and entry.get("status") == status
+        ):
+            return line
+    return None
+
+
+# --- pods and their events ---------------------------------------------------------------
+
+
+def pod(objects: Objects, name: str) -> Obj | None:
+    return objects.find("pods", name)
+
+
+def pod_phase(objects: Objects, name: str) -> str:
+    found = pod(objects, name)
+    return "absent" if found is None else str((found.get("status") or {}).get("phase") or "Pending")
+
+
+def _event_order(event: Mapping[str, Any]) -> tuple[str, int]:
+    meta = event.get("metadata") or {}
+    stamp = event.get("firstTimestamp") or event.get("eventTime") or meta.get("creationTimestamp")
+    version = str(meta.get("resourceVersion", ""))
+    return (str(stamp or ""), int(version) if version.isdigit() else 0)
+
+
+def pod_events(objects: Objects, pod_obj: Mapping[str, Any]) -> list[Obj]:
+    """Events about this very pod (matched by uid), oldest first, as `kubectl describe` lists."""
+    uid = pod_obj["metadata"].get("uid")
+    mine = [
+        e for e in objects.objects("events") if (e.get("involvedObject") or {}).get("uid") == uid
+    ]
+    return sorted(mine, key=_event_order)
+
+
+def event_reasons(events: list[Obj]) -> list[str]:
+    """Reasons in order, with repeats as kubectl shows them: `FailedScheduling (x3)`."""
+    return [
+        f"{e.get('reason')} (x{e['count']})"
+        if int(e.get("count") or 1) > 1
+        else str(e.get("reason"))
+        for e in events
+    ]
+
+
+def scheduling_failure(events: list[Obj]) -> str | None:
+    """The latest FailedScheduling message among a pod's events, if the scheduler gave one."""
+    messages = [str(e.get("message", "")) for e in events if e.get("reason") == "FailedScheduling"]
+    return messages[-1] if messages else None
+
+
+def pod_story(objects: Objects, name: str) -> tuple[str, list[Obj]]:
+    """A pod's phase ("absent" when it does not exist) and its events, oldest first."""
+    found = pod(objects, name)
+    return pod_phase(objects, name), pod_events(objects, found) if found else []
+
+
+def waited_then_scheduled(events: list[Obj]) -> bool:
+    """The pod's events tell the whole story: FailedScheduling first, Scheduled after it."""
+    reasons = [e.get("reason") for e in events]
+    return (
+        "FailedScheduling" in reasons
+        and "Scheduled" in reasons[reasons.index("FailedScheduling") :]
+    )
+
+
+# --- timeline gauges -----------------------------------------------------------------------
+
+
+def _ready_device_plugins(objects: Objects) -> int | None:
+    ds = daemonset(objects)
+    return None if ds is None else daemonset_counts(ds)[2]
+
+
+def gpu_gauges(probe_name: str) -> dict[str, Callable[[Objects], Any]]:
+    """The three curves of a GPU timeline: GPUs advertised, device plugins ready, probe phase."""
+    return {
+        "allocatable nvidia.com/gpu (all GPU nodes)": total_allocatable,
+        "device-plugin pods ready": _ready_device_plugins,
+        f"{probe_name} phase": lambda objects: pod_phase(objects, probe_name),
+    }

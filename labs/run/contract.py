@@ -1,0 +1,139 @@
+"""The typed contract of a scenario: what it declares, and what its checks and findings are.
+
+A scenario module fills in one `Scenario` (its facts plus four small functions and two
+lists of checks); the registry and the engine take nothing else, so a scenario that
+forgets a field or gives a check the wrong signature fails the type check, not a run.
+A check is a named condition over the live cluster view plus a time limit.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from labs.kube.view import ClusterView, Objects, WatchedKind
+    from labs.lab import Lab
+
+# A condition answers (holds, what was seen): the second part is the evidence when it
+# holds, and the "last seen" explanation when it never did.
+Verdict = tuple[bool, str]
+DASHED_NAME = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
+
+
+@dataclass
+class Context:
+    """What a condition or action may look at: the lab, the live view and the baseline."""
+
+    lab: Lab
+    view: ClusterView
+    baseline: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Check:
+    """A named condition with a time limit in real-cluster seconds.
+
+    `then` runs once, right after the check first holds (e.g. "now apply the probe again").
+    """
+
+    name: str
+    condition: Callable[[Context], Verdict]
+    timeout: float
+    then: Callable[[Context], None] | None = None
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """When a check held (seconds after its phase began), or why it did not."""
+
+    phase: str
+    name: str
+    held: bool
+    t: float | None
+    seen: str
+    wall_time: float | None = None
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a scenario needs from the lab before it may run."""
+
+    gpu_nodes: int = 0
+    operator: bool = False
+
+    def __str__(self) -> str:
+        parts = [f"{self.gpu_nodes} Ready GPU node(s)"] if self.gpu_nodes else []
+        parts += ["the GPU Operator installed and running"] if self.operator else []
+        return ", ".join(parts) or "nothing beyond a reachable cluster"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One step of the debugging path: what to look at, what it showed, what it means.
+
+    `real_cluster_only` marks steps the tool cannot observe for you (node internals):
+    `saw` then says what a real cluster shows. `trap` names the trap this step exposes.
+    """
+
+    step: str
+    look: str
+    saw: str
+    means: str
+    real_cluster_only: bool = False
+    trap: str | None = None
+
+
+@dataclass(frozen=True)
+class Trap:
+    """A belief the fault makes look true: what one expects, what happens, why it matters."""
+
+    name: str
+    expected: str
+    actual: str
+    why: str
+    # The symptom check whose holding shows the trap in a run ("" when no backend check can).
+    shown_by: str = ""
+
+
+Baseline = Callable[["Lab", "ClusterView"], dict[str, Any]]
+Mutation = Callable[["Lab"], None]
+Diagnosis = Callable[["Lab", "ClusterView"], list[Finding]]
+StateRows = Callable[[Context], dict[str, str]]
+Gauge = Callable[["Objects"], Any]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One injectable fault: its facts, four functions, and its checks.
+
+    `about` is the runbook's opening (the module docstring); the functions' docstrings are
+    its steps. Optional: `state` (summary rows compared between baseline and recovery),
+    `gauges` (curves for the timeline plot) and `watch` (kinds the checks read; default:
+    the lab's standard view).
+    """
+
+    name: str
+    summary: str
+    about: str
+    needs: Needs
+    risk: str
+    duration: str
+    baseline: Baseline
+    inject: Mutation
+    revert: Mutation
+    symptoms: Sequence[Check]
+    recovery: Sequence[Check]
+    diagnose: Diagnosis
+    traps: Sequence[Trap]
+    state: StateRows | None = None
+    gauges: Mapping[str, Gauge] = field(default_factory=dict)
+    watch: Callable[[Lab], list[WatchedKind]] | None = None
+
+    def __post_init__(self) -> None:
+        if not DASHED_NAME.fullmatch(self.name):
+            raise ValueError(
+                f"scenario name {self.name!r} must be dashed lower case, e.g. device-plugin-off"
+            )

@@ -1,0 +1,81 @@
+"""The watcher that stamps a scenario's checks on a timeline.
+
+It evaluates every pending check on each watch event (not on a polling tick), so each
+one gets the moment it first held, measured from one starting instant (the injection
+for symptoms, the revert for recovery).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from labs.kube.view import ClusterView
+from labs.run.contract import Check, CheckResult, Context
+
+# Rehearsal worlds run many times faster than a real cluster; a check never gets less
+# than this many wall-clock seconds, so a busy test machine cannot fail it.
+MIN_TIMEOUT = 10.0
+
+
+def watch_checks(
+    ctx: Context,
+    checks: Sequence[Check],
+    phase: str,
+    started: float,
+    time_scale: float,
+    report: Callable[[CheckResult], None],
+) -> list[CheckResult]:
+    """Evaluate `checks` on every change until each held or ran out of time.
+
+    `started` is the time.monotonic() instant T+0; a check's limit is its timeout
+    divided by `time_scale` (a rehearsal's speed-up; then never under MIN_TIMEOUT).
+    `report` is called for each result as it is decided (the live story).
+    """
+    pending = list(checks)
+    results: dict[str, CheckResult] = {}
+    last_seen: dict[str, str] = {}
+    actions: list[Callable[[Context], None]] = []
+
+    def decide(check: Check, held: bool, now: float) -> None:
+        elapsed = now - started
+        result = CheckResult(
+            phase=phase,
+            name=check.name,
+            held=held,
+            t=elapsed if held else None,
+            seen=last_seen.get(check.name, "nothing seen yet"),
+            wall_time=time.time() if held else None,
+        )
+        results[check.name] = result
+        pending.remove(check)
+        report(result)
+        if held and check.then is not None:
+            actions.append(check.then)
+
+    def evaluate(_view: ClusterView) -> bool:
+        now = time.monotonic()
+        for check in list(pending):
+            held, seen = check.condition(ctx)
+            last_seen[check.name] = seen
+            if held:
+                decide(check, True, now)
+            elif now - started >= limit(check, time_scale):
+                decide(check, False, now)
+        return bool(actions) or not pending
+
+    longest = max((limit(c, time_scale) for c in checks), default=0.0)
+    while pending or actions:
+        if pending:
+            remaining = started + longest - time.monotonic()
+            ctx.view.wait_for(evaluate, timeout=max(remaining, 0.0) + 5.0, what=f"{phase} checks")
+        while actions:
+            actions.pop(0)(ctx)
+    return [results[c.name] for c in checks]
+
+
+def limit(check: Check, time_scale: float) -> float:
+    """A check's time limit in wall-clock seconds on this backend."""
+    if time_scale == 1:
+        return check.timeout
+    return max(check.timeout / time_scale, MIN_TIMEOUT)
