@@ -26,7 +26,6 @@ REVERTED = "reverted"
 OUTSTANDING_STATES = frozenset({INJECTING, INJECTED, KEPT})
 
 
-
 class Journal:
     """The fault journal of one lab (a JSON file beside a lock file)."""
 

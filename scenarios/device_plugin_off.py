@@ -235,8 +235,7 @@ SCENARIO = Scenario(
     "Pending",
     about=__doc__ or "",
     needs=Needs(gpu_nodes=2, operator=True),
-    risk="low: one reversible ClusterPolicy field; running GPU pods keep their GPU, new ones "
-    "wait",
+    risk="low: one reversible ClusterPolicy field; running GPU pods keep their GPU, new ones wait",
     duration="about 2 minutes on EKS (reconcile < 10 s, full recovery < 40 s)",
     baseline=baseline,
     inject=inject,

@@ -1,6 +1,6 @@
 # Names and settings more than one file relies on.
 locals {
-  # labs/stack.py derives the same names; scaling goes through them (EKS API).
+  # labs/aws/stack.py derives the same names; scaling goes through them (EKS API).
   system_node_group_name = "${var.ClusterBaseName}-ng-1"
   gpu_node_group_name    = "${var.ClusterBaseName}-ng-gpu"
 

@@ -1,4 +1,4 @@
-# Output names are the contract in labs/stack.py (STACK_OUTPUTS); the rehearsal
+# Output names are the contract in labs/aws/stack.py (STACK_OUTPUTS); the rehearsal
 # backend returns the same set.
 
 output "region" {

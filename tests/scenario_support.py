@@ -23,7 +23,7 @@ from labs.sim.world import World, start_world
 
 LAB_NAME = "myeks"
 GPU_NODES = 2
-# A fast world; the engine never gives a check under labs.run.contract.MIN_TIMEOUT seconds.
+# A fast world; the engine never gives a check under labs.run.watch.MIN_TIMEOUT seconds.
 SCENARIO_SPEED = 600.0
 READY_TIMEOUT = 60.0
 
@@ -39,7 +39,7 @@ def lab_ready(view) -> bool:
     plugin = daemonset(view)
     policies = view.objects("clusterpolicies")
     return (
-        len(schedulable_gpu_nodes(view.objects("nodes"))) == GPU_NODES
+        len(schedulable_gpu_nodes(view)) == GPU_NODES
         and plugin is not None
         and daemonset_counts(plugin) == (GPU_NODES,) * 3
         and bool(policies)

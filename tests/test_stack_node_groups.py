@@ -20,7 +20,7 @@ from stack_spec import (
     stack,
 )
 
-from labs import stack as contract
+from labs.aws import stack as contract
 
 GROUPS = ("system", "gpu")
 TAINT_EFFECTS = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute"}

@@ -1,11 +1,11 @@
-"""Stack outputs: exactly the contract in labs/stack.py, each explained and wired right."""
+"""Stack outputs: exactly the contract in labs/aws/stack.py, each explained and wired right."""
 
 from __future__ import annotations
 
 import pytest
 from stack_spec import resolve, stack
 
-from labs import stack as contract
+from labs.aws import stack as contract
 
 
 def outputs() -> dict:

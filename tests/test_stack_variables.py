@@ -22,7 +22,7 @@ from stack_spec import (
     stack,
 )
 
-from labs import stack as contract
+from labs.aws import stack as contract
 
 PLAN_FILES = ("variables.tf", "input_checks.tf")
 TERRAFORM_TYPES = {bool: "bool", int: "number", str: "string", list: "${list(string)}"}

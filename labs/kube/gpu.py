@@ -119,8 +119,7 @@ def describe_advertised(objects: Objects) -> str:
 def describe_gpu_node_label(objects: Objects, label: str) -> str:
     """`node=value` of one label on every GPU node."""
     return ", ".join(
-        f"{name_of(n)}={(n['metadata'].get('labels') or {}).get(label)}"
-        for n in gpu_nodes(objects)
+        f"{name_of(n)}={(n['metadata'].get('labels') or {}).get(label)}" for n in gpu_nodes(objects)
     )
 
 
