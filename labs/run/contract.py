@@ -13,8 +13,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from labs.run.timeline import Gauge
+
 if TYPE_CHECKING:
-    from labs.kube.view import ClusterView, Objects, WatchedKind
+    from labs.kube.view import ClusterView, WatchedKind
     from labs.lab import Lab
 
 # A condition answers (holds, what was seen): the second part is the evidence when it
@@ -102,7 +104,6 @@ Baseline = Callable[["Lab", "ClusterView"], dict[str, Any]]
 Mutation = Callable[["Lab"], None]
 Diagnosis = Callable[["Lab", "ClusterView"], list[Finding]]
 StateRows = Callable[[Context], dict[str, str]]
-Gauge = Callable[["Objects"], Any]
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-Gauge = Callable[[Any], Any]
+from labs.kube.view import Objects
+
+Gauge = Callable[[Objects], Any]  # one curve: a reading of the cluster
 
 
 @dataclass
@@ -27,7 +29,7 @@ class Timeline:
     _marks: list[tuple[float, str, str]] = field(default_factory=list, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def sample(self, view: Any) -> None:
+    def sample(self, view: Objects) -> None:
         """Read every gauge; keep the reading when a value changed (an on_change listener)."""
         if not self.gauges:
             return
