@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from labs import stack  # noqa: E402
+from labs.aws import stack  # noqa: E402
 from labs.settings import LabSettings  # noqa: E402
 from labs.sim.aws_seed import moto_clients  # noqa: E402
 from labs.sim.infra import SimInfra  # noqa: E402
