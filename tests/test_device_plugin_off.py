@@ -32,6 +32,7 @@ from labs.journal import INJECTED, REVERTED
 from labs.kube import gpu as gpu_facts
 from labs.run.contract import Scenario
 from labs.run.engine import EXIT_CHECK_FAILED, revert_scenarios, run_scenario
+from labs.sim.store import CLUSTER_POLICY, DEPLOYMENTS
 
 NAME = "device-plugin-off"
 PROBE_LINE = "NVIDIA A10G, 580.126.09, 23028 MiB"
@@ -45,16 +46,38 @@ def quiet(_line: str) -> None:
 
 @pytest.fixture(scope="module")
 def world_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimLab]:
-    """One ready world for this module; every test must leave it ready again."""
+    """One ready world for this module; each test makes it healthy again at its start."""
     with ready_sim_lab(tmp_path_factory.mktemp("world")) as ready:
         yield ready
 
 
+def operator_available(view: Any) -> bool:
+    deployment = gpu_facts.operator_deployment(view) or {}
+    return bool((deployment.get("status") or {}).get("availableReplicas"))
+
+
+def restore_healthy(sim: SimLab) -> None:
+    """Undo whatever an earlier test left (a fault, a stopped operator) and wait until the
+    lab is ready and its operator runs, so no test depends on another's clean-up."""
+    store = sim.world.store
+    device_plugin_on = {"spec": {"devicePlugin": {"enabled": True}}}
+    store.patch(CLUSTER_POLICY, gpu_facts.CLUSTER_POLICY_NAME, device_plugin_on, "merge")
+    operator_up = {"spec": {"replicas": 1}}
+    namespace = sim.lab.operator_namespace
+    store.patch(DEPLOYMENTS, gpu_facts.OPERATOR_DEPLOYMENT, operator_up, "merge", namespace)
+    with sim.lab.view() as view:
+        view.wait_for(
+            lambda v: lab_ready(v) and operator_available(v),
+            READY_TIMEOUT,
+            "rehearsal lab ready with 2 GPUs and the GPU Operator running",
+        )
+
+
 @pytest.fixture
 def sim_lab(world_lab: SimLab, tmp_path: Path) -> SimLab:
-    """A fresh lab record (empty journal, no runs) on the shared world, which is ready."""
+    """A fresh lab record (empty journal, no runs) on the shared world, made healthy first."""
     fresh = another_lab_record(world_lab, tmp_path / "state")
-    wait_ready(fresh.lab)
+    restore_healthy(fresh)
     return fresh
 
 

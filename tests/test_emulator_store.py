@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
+from sim_support import WAIT_SECONDS, wait_for
 
 from labs.sim.store import (
     CLUSTER_POLICY,
@@ -15,6 +17,7 @@ from labs.sim.store import (
     Invalid,
     NotFound,
     ObjectStore,
+    Watch,
 )
 
 
@@ -287,14 +290,66 @@ def test_watch_from_forgotten_history_is_gone():
     assert error.value.code == 410
 
 
+class CountedReads:
+    """A watch's queue that counts the reads that reached it: a reader counted here has
+    passed every early return of `Watch.next` and waits on the queue itself."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.reads = 0
+
+    def get(self, *args: Any, **kwargs: Any) -> Any:
+        self.reads += 1
+        return self._inner.get(*args, **kwargs)
+
+    def put(self, item: Any) -> None:
+        self._inner.put(item)
+
+
+class BlockedReader:
+    """A thread reading a watch with `next()` and no timeout: only an event or close() can
+    return it, so whatever it got came from the store, never from a timeout."""
+
+    def __init__(self, stream: Watch) -> None:
+        self.queue = CountedReads(stream._queue)
+        stream._queue = self.queue
+        self.got: list[tuple[str, str] | None] = []
+        self.thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self.thread.start()
+
+    def _read(self, stream: Watch) -> None:
+        while True:
+            event = stream.next()
+            self.got.append(event and (event[0], event[1]["metadata"]["name"]))
+            if event is None:
+                return
+
+    def wait_until_blocked(self, reads: int) -> None:
+        """Until the reader is waiting in its `reads`-th read, with nothing got from it yet."""
+        wait_for(lambda: self.queue.reads == reads, what=f"the reader waiting in read {reads}")
+        assert len(self.got) == reads - 1
+
+
+def test_a_write_wakes_a_blocked_reader(store):
+    stream = store.watch("pods", resource_version=store.resource_version)
+    reader = BlockedReader(stream)
+    reader.wait_until_blocked(reads=1)
+    store.create("pods", pod("woken"))
+    reader.wait_until_blocked(reads=2)
+    assert reader.got == [("ADDED", "woken")]
+    stream.close()
+    reader.thread.join(WAIT_SECONDS)
+    assert not reader.thread.is_alive()
+
+
 def test_closing_a_watch_wakes_a_blocked_reader(store):
     stream = store.watch("pods", resource_version=store.resource_version)
-    results = []
-    reader = threading.Thread(target=lambda: results.append(stream.next()))
-    reader.start()
+    reader = BlockedReader(stream)
+    reader.wait_until_blocked(reads=1)
     stream.close()
-    reader.join(timeout=5)
-    assert results == [None]
+    reader.thread.join(WAIT_SECONDS)
+    assert not reader.thread.is_alive(), "close() did not wake the blocked reader"
+    assert reader.got == [None]
 
 
 def test_deleting_a_namespace_deletes_its_objects(store):

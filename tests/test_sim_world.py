@@ -190,8 +190,14 @@ def test_device_plugin_off_reference_scenario(world: World) -> None:
     # the reconcile that deleted the DaemonSet also writes the state: a disable stays ready
     assert wait_for(lambda: policy_state() == "ready", what="state written after the disable")
     operator_pod = core.list_namespaced_pod("gpu-operator", label_selector="app=gpu-operator")
+    disabled = '"state:":"state-device-plugin","status":"disabled"'
+    # that reconcile logs its steps last: the DaemonSet can be gone before the line is written
+    wait_for(
+        lambda: disabled in read_log(core, operator_pod.items[0]),
+        what="the operator logging state-device-plugin disabled",
+    )
     log = core.read_namespaced_pod_log(operator_pod.items[0].metadata.name, "gpu-operator")
-    assert '"state:":"state-device-plugin","status":"disabled"' in log
+    assert disabled in log
 
     core.create_namespaced_pod("default", probe_pod())
 
@@ -312,12 +318,25 @@ def test_cross_node_traffic_follows_security_groups(world: World) -> None:
     assert phase == "Succeeded"
 
 
+def is_request_handler(thread: threading.Thread) -> bool:
+    """A server's per-connection thread (socketserver.ThreadingMixIn, under moto and the
+    emulator): a daemon that ends by itself once its client's connection is closed."""
+    return thread.daemon and thread.name.endswith("(process_request_thread)")
+
+
 def test_stop_joins_every_thread_and_frees_the_process_for_another_world(tmp_path: Path) -> None:
     before = set(threading.enumerate())
     first = start_world(tmp_path / "one", speed=600)
     with pytest.raises(RuntimeError, match="already running in this process"):
         start_world(tmp_path / "two", speed=600)
     first.stop()
+    # stop() has joined every thread the world runs (controllers, both servers) ...
+    left = set(threading.enumerate()) - before
+    assert {t.name for t in left if not is_request_handler(t)} == set()
+    # ... and no server accepts a new connection, so the request handlers end by themselves.
+    wait_for(
+        lambda: not set(threading.enumerate()) - before, what="the request handler threads to end"
+    )
     assert set(threading.enumerate()) - before == set()
     second = start_world(tmp_path / "two", speed=600)
     second.stop()
