@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from tool_support import require_tool
 
 from labs.sim.apiserver import ApiServer
 from labs.sim.store import CLUSTER_POLICY, ObjectStore
-
-KUBECTL = "/usr/bin/kubectl"
 
 
 @dataclass(frozen=True)
@@ -46,11 +44,11 @@ def kubectl(emulator: Emulator, tmp_path: Path) -> Kubectl:
 
     Each emulator gets its own --cache-dir, because kubectl caches discovery per host:port.
     """
-    assert shutil.which(KUBECTL), f"{KUBECTL} is not installed (README prerequisites)"
+    kubectl_bin = require_tool("kubectl")
     cache_dir = tmp_path / "kubectl-cache"
 
     def run(*args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
-        command = [KUBECTL, "--kubeconfig", str(emulator.kubeconfig_path)]
+        command = [kubectl_bin, "--kubeconfig", str(emulator.kubeconfig_path)]
         command += ["--cache-dir", str(cache_dir), *args]
         result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
         if check and result.returncode != 0:

@@ -1,4 +1,4 @@
-"""kubectl (the /usr/bin/kubectl version dispatcher) against the emulator, command by command."""
+"""kubectl (found on PATH) against the emulator, command by command."""
 
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import boto3
 import pytest
+from tool_support import require_tool, require_venv_tool
 
 from labs import lifecycle
 from labs.aws import stack
@@ -40,6 +41,12 @@ SimInfra(endpoints).apply(json.loads(base64.b64decode(sys.argv[2])))
 """
 
 
+def require_aws_backend_tools() -> None:
+    """What `lab.up` on AWS runs (its preflight checks both): terraform and kubectl on PATH."""
+    require_tool("terraform")
+    require_tool("kubectl")
+
+
 def _override(kube_url: str, endpoints_file: Path, standin: Path) -> str:
     variables = ", ".join(f"{name} = var.{name}" for name in sorted(stack.ORCHESTRATOR_VARIABLES))
     encoded = f"${{base64encode(jsonencode({{ {variables} }}))}}"
@@ -59,6 +66,8 @@ resource "terraform_data" "gpu_operator" {{
 @pytest.fixture(scope="module")
 def aws_world(tmp_path_factory: pytest.TempPathFactory):
     """A world for an AWS-backend lab: moto server + emulator, and the fixture stack."""
+    require_aws_backend_tools()
+    require_venv_tool("aws")  # the lab kubeconfig's `aws eks get-token`
     root = tmp_path_factory.mktemp("aws")
     world = start_world(root / "world", speed=300, cluster_name=LAB, region=REGION)
     stack_dir = root / "stack"
@@ -206,6 +215,7 @@ def test_destroy_of_a_half_built_lab_still_runs_terraform_destroy(tmp_path: Path
     """A first apply that fails half-way leaves resources; --destroy must not orphan them."""
     from moto.server import ThreadedMotoServer
 
+    require_aws_backend_tools()
     stack_dir = tmp_path / "stack"
     shutil.copytree(FIXTURE_STACK, stack_dir)
     marker = tmp_path / "destroyed"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import boto3
@@ -10,6 +9,7 @@ import pytest
 import yaml
 from lab_support import invoke_env, run_invoke
 from moto.server import ThreadedMotoServer
+from tool_support import require_tool, require_venv_tool
 
 from labs.lab import Lab
 from labs.settings import load_settings
@@ -57,12 +57,8 @@ def moto_server():
 def test_aws_lab_up_without_terraform_on_path_stops_at_preflight(tmp_path, moto_server):
     tools = tmp_path / "bin"
     tools.mkdir()
-    for tool in ("kubectl", "aws"):
-        found = [
-            p for p in (Path(sys.executable).parent / tool, Path("/usr/bin") / tool) if p.exists()
-        ]
-        if found:
-            (tools / tool).symlink_to(found[0])
+    (tools / "kubectl").symlink_to(require_tool("kubectl"))
+    (tools / "aws").symlink_to(require_venv_tool("aws"))
     env = invoke_env(
         tmp_path / "labs", PATH=str(tools), AWS_ENDPOINT_URL=moto_server,
         AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing",

@@ -13,14 +13,13 @@ import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from sim_support import lab_variables, probe_pod, running_world, wait_for
+from tool_support import require_tool, require_venv_tool
 
 from labs.sim.aws_seed import moto_clients
 from labs.sim.controllers.gpu_operator import STEP_ORDER
 from labs.sim.infra import SimInfra
 from labs.sim.world import World, start_world
 
-AWS_CLI = Path("/work/main/.venv/bin/aws")
-KUBECTL = "/usr/bin/kubectl"
 GPU_LABEL = "node.kubernetes.io/instance-type=g5.xlarge"
 NOT_AVAILABLE = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
 
@@ -105,7 +104,7 @@ def test_desired_size_above_max_size_never_launches_more_than_max(world: World) 
 
 
 def kubectl(world: World, tmp_path: Path, *args: str) -> str:
-    command = [KUBECTL, "--kubeconfig", str(world.kubeconfig_path)]
+    command = [require_tool("kubectl"), "--kubeconfig", str(world.kubeconfig_path)]
     command += ["--cache-dir", str(tmp_path / "kubectl-cache"), *args]
     result = subprocess.run(command, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
@@ -116,7 +115,6 @@ def operator_pods(core: client.CoreV1Api) -> list:
     return core.list_namespaced_pod("gpu-operator", label_selector="app=gpu-operator").items
 
 
-@pytest.mark.skipif(not Path(KUBECTL).exists(), reason="kubectl not installed")
 def test_kubectl_scales_the_operator_down_and_a_restarted_operator_logs_again(
     world: World, tmp_path: Path
 ) -> None:
@@ -239,8 +237,8 @@ def test_device_plugin_off_reference_scenario(world: World) -> None:
     assert story["FailedScheduling"].first_timestamp <= story["Scheduled"].first_timestamp
 
 
-@pytest.mark.skipif(not AWS_CLI.exists(), reason="aws CLI not installed in the venv")
 def test_aws_cli_scales_the_world(world: World) -> None:
+    aws_cli = require_venv_tool("aws")
     environment = dict(
         os.environ,
         AWS_ENDPOINT_URL=world.endpoints["aws_endpoint_url"],
@@ -250,7 +248,7 @@ def test_aws_cli_scales_the_world(world: World) -> None:
     )
     subprocess.run(
         [
-            str(AWS_CLI),
+            aws_cli,
             "eks",
             "update-nodegroup-config",
             "--cluster-name",

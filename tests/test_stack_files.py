@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 
 from stack_spec import STACK_DIR, VARIABLE_DEFAULTS, load_hcl, offline_terraform_env
+from tool_support import require_tool
 
 
 def test_stack_is_terraform_fmt_clean():
-    terraform = shutil.which("terraform")
-    assert terraform, "terraform is not on PATH (README prerequisites)"
+    terraform = require_tool("terraform")
     result = subprocess.run(
         [terraform, "fmt", "-check", "-recursive", "-list=true", "-no-color", str(STACK_DIR)],
         env=offline_terraform_env(),

@@ -21,6 +21,7 @@ from stack_spec import (
     offline_terraform_env,
     stack,
 )
+from tool_support import require_tool
 
 from labs.aws import stack as contract
 
@@ -108,7 +109,7 @@ def test_cross_variable_checks_are_plan_time_preconditions():
 @pytest.fixture(scope="module")
 def checks_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A working directory holding only the variable declarations and input checks."""
-    assert shutil.which("terraform"), "terraform is not on PATH (README prerequisites)"
+    require_tool("terraform")
     workdir = tmp_path_factory.mktemp("input-checks")
     for name in PLAN_FILES:
         shutil.copy(STACK_DIR / name, workdir / name)
@@ -119,8 +120,9 @@ def plan(workdir: Path, **values: Any) -> tuple[bool, str]:
     """Plan with `values` over the defaults; (succeeded, output with whitespace collapsed)."""
     var_file = workdir / "test.tfvars.json"
     var_file.write_text(json.dumps(values))
+    terraform = require_tool("terraform")
     result = subprocess.run(
-        ["terraform", "plan", "-input=false", "-no-color", "-lock=false", f"-var-file={var_file}"],
+        [terraform, "plan", "-input=false", "-no-color", "-lock=false", f"-var-file={var_file}"],
         cwd=workdir,
         env=offline_terraform_env(),
         capture_output=True,

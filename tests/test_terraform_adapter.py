@@ -15,6 +15,7 @@ from pathlib import Path
 import hcl2
 import pytest
 from hcl2 import SerializationOptions
+from tool_support import require_tool
 
 from labs.aws import stack
 from labs.aws.terraform import VARIABLES_FILE, TerraformInfra
@@ -23,10 +24,6 @@ from labs.settings import AVAILABILITY_ZONES_VARIABLE, load_settings
 
 FIXTURE_STACK = Path(__file__).parent / "fixtures" / "stack"
 REAL_STACK = Path(__file__).parent.parent / "terraform"
-
-pytestmark = pytest.mark.skipif(
-    shutil.which("terraform") is None, reason="needs the terraform binary on PATH"
-)
 
 
 @pytest.fixture(autouse=True)
@@ -44,7 +41,13 @@ def offline_terraform(monkeypatch, tmp_path):
 
 
 @pytest.fixture
-def infra(tmp_path) -> TerraformInfra:
+def terraform() -> str:
+    """The terraform binary on PATH (a README prerequisite): missing, the test fails."""
+    return require_tool("terraform")
+
+
+@pytest.fixture
+def infra(terraform, tmp_path) -> TerraformInfra:
     return TerraformInfra(tmp_path / "labs" / "myeks" / "terraform", FIXTURE_STACK)
 
 
@@ -135,7 +138,7 @@ def test_plan_names_updated_attributes_replacements_and_output_changes(infra, va
     assert "~ update output gpu_subnet_az" in moved
 
 
-def test_the_lab_directory_works_with_terraform_by_hand(infra):
+def test_the_lab_directory_works_with_terraform_by_hand(terraform, infra):
     settings = load_settings({"lab": "study", "region": "us-east-1"})
     infra.apply(settings.stack_variables(operator_enabled=True))
 
@@ -143,7 +146,7 @@ def test_the_lab_directory_works_with_terraform_by_hand(infra):
     assert remembered[stack.CLUSTER_BASE_NAME] == "study"
     assert remembered[AVAILABILITY_ZONES_VARIABLE] == ["us-east-1a", "us-east-1b", "us-east-1c"]
     by_hand = subprocess.run(
-        ["terraform", "plan", "-detailed-exitcode", "-input=false", "-no-color"],
+        [terraform, "plan", "-detailed-exitcode", "-input=false", "-no-color"],
         cwd=infra.working_dir,
         capture_output=True,
         text=True,
@@ -178,6 +181,7 @@ def test_destroy_removes_everything_and_is_safe_to_repeat(infra, variables):
     assert "+ create terraform_data.cluster" in infra.plan(variables)
 
 
+@pytest.mark.usefixtures("terraform")
 def test_labs_side_by_side_keep_separate_state(tmp_path):
     first = TerraformInfra(tmp_path / "first", FIXTURE_STACK)
     second = TerraformInfra(tmp_path / "second", FIXTURE_STACK)
@@ -190,6 +194,7 @@ def test_labs_side_by_side_keep_separate_state(tmp_path):
     assert second.outputs()["cluster_name"] == "second"
 
 
+@pytest.mark.usefixtures("terraform")
 def test_edits_to_the_stack_reach_the_lab_and_removed_files_leave_it(tmp_path, variables):
     stack_dir = tmp_path / "stack"
     shutil.copytree(FIXTURE_STACK, stack_dir)
@@ -204,10 +209,10 @@ def test_edits_to_the_stack_reach_the_lab_and_removed_files_leave_it(tmp_path, v
     assert not (infra.working_dir / "extra.tf").exists()
 
 
-def test_missing_terraform_binary_is_named_with_how_to_install(infra, variables, tmp_path):
+def test_missing_terraform_binary_is_named_with_how_to_install(variables, tmp_path):
     empty = tmp_path / "empty-bin"
     empty.mkdir()
-    infra_without_binary = TerraformInfra(infra.working_dir, FIXTURE_STACK)
+    infra_without_binary = TerraformInfra(tmp_path / "labs" / "myeks" / "terraform", FIXTURE_STACK)
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PATH", str(empty))
