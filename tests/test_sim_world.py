@@ -92,7 +92,8 @@ def test_gpu_nodes_follow_the_node_group(world: World) -> None:
         ]
     scale_gpu(world, 0)
     wait_for(lambda: not core.list_node(label_selector=GPU_LABEL).items, what="GPU nodes gone")
-    assert gpu_instances(world) == []
+    # each Node goes first, then its instance is terminated: wait for the last termination
+    assert wait_for(lambda: gpu_instances(world) == [], what="GPU instances terminated")
 
 
 def test_desired_size_above_max_size_never_launches_more_than_max(world: World) -> None:
@@ -130,7 +131,13 @@ def test_kubectl_scales_the_operator_down_and_a_restarted_operator_logs_again(
         "deployment.apps/gpu-operator scaled"
     )
     wait_for(lambda: not operator_pods(core), what="operator pod gone")
-    reading = apps.read_namespaced_deployment_scale("gpu-operator", "gpu-operator")
+
+    def scale_reading():
+        return apps.read_namespaced_deployment_scale("gpu-operator", "gpu-operator")
+
+    # the controller deletes the pod, then writes the Deployment's status
+    wait_for(lambda: scale_reading().status.replicas == 0, what="the status counting 0 pods")
+    reading = scale_reading()
     assert (reading.spec.replicas, reading.status.replicas) == (0, 0)
 
     kubectl(world, tmp_path, *scale, "--replicas=1")
