@@ -1,1 +1,1 @@
-"""kube"""
+"""The Kubernetes side: the watched view, GPU facts read off objects, their writes, probes."""
