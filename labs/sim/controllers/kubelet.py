@@ -119,8 +119,12 @@ class Kubelet(Controller):
 
     def reconcile(self) -> float | None:
         now = time.monotonic()
+        # Pods first: a pod is bound only after its node advertised the GPU, so a node read
+        # after the pods is never older than the bind (read the other way round, a bind in
+        # between would be admitted against a stale allocatable and rejected).
+        bound = self.store.list(PODS)[0]
         nodes = {n["metadata"]["name"]: n for n in self.store.list(NODES)[0]}
-        pods = [p for p in self.store.list(PODS)[0] if p["spec"].get("nodeName") in nodes]
+        pods = [p for p in bound if p["spec"].get("nodeName") in nodes]
         live = {p["metadata"]["uid"] for p in pods}
         self._plans = {uid: plan for uid, plan in self._plans.items() if uid in live}
         self._outcomes = {uid: o for uid, o in self._outcomes.items() if uid in live}
