@@ -14,9 +14,10 @@ from sim_support import WAIT_SECONDS, probe_pod, wait_for
 
 from labs.sim.controllers.device_plugin import DevicePlugin
 from labs.sim.controllers.events import EventRecorder
-from labs.sim.controllers.gpu_operator import GpuOperator
+from labs.sim.controllers.gpu_operator import DEFAULT_TOLERATIONS, GpuOperator, daemonset_manifest
 from labs.sim.controllers.kubelet import Kubelet
 from labs.sim.controllers.scheduler import Scheduler
+from labs.sim.controllers.taint_eviction import TaintEviction
 from labs.sim.controllers.workloads import STARTUP_ANNOTATION, STARTUP_FROM_ANNOTATION, Workloads
 from labs.sim.hardware import NVIDIA_PCI_LABEL
 from labs.sim.infra import CHART_DEFAULTS, _operator_deployment
@@ -107,6 +108,10 @@ def install(store: ObjectStore) -> None:
 def gpu_counts(store: ObjectStore, field: str) -> list:
     nodes = store.list(NODES, label_selector=f"{NVIDIA_PCI_LABEL}=true")[0]
     return [n["status"][field].get("nvidia.com/gpu") for n in nodes]
+
+
+def policy_state(store: ObjectStore) -> str | None:
+    return (store.get(CLUSTER_POLICY, "cluster-policy").get("status") or {}).get("state")
 
 
 def plugin_daemonset(store: ObjectStore) -> dict | None:
@@ -363,3 +368,103 @@ def test_re_enabled_plugin_serves_one_node_first_then_the_rest_counted_from_the_
         REAL_WORLD_SECONDS["operand_first_ready"],
         REAL_WORLD_SECONDS["operand_all_ready"],
     ]
+
+
+@contextmanager
+def daemonset_world(timings: Timings = TIMINGS) -> Iterator[ObjectStore]:
+    """Two GPU nodes, one DaemonSet tolerating only the GPU taint, and a finished pod on gpu-a;
+    the DaemonSet controller and the taint-eviction controller running."""
+    store = ObjectStore()
+    store.register(CLUSTER_POLICY)
+    for name in ("gpu-a", "gpu-b"):
+        store.create(NODES, ready_node(name, True))
+    store.create(
+        DAEMONSETS,
+        daemonset_manifest(
+            "operand", {"app": "operand"}, "img", node_selector={}, tolerations=DEFAULT_TOLERATIONS
+        ),
+        "default",
+    )
+    done = store.create(PODS, {**probe_pod("done"), "status": {"phase": "Succeeded"}}, "default")
+    store.update(PODS, "done", lambda p: p["spec"].update(nodeName="gpu-a"), "default")
+    controllers = [Workloads(store, timings), TaintEviction(store, timings)]
+    for controller in controllers:
+        controller.start()
+    try:
+        wait_for(lambda: operand_counts(store)["desiredNumberScheduled"] == 2, what="2 desired")
+        assert done["metadata"]["uid"]
+        yield store
+    finally:
+        for controller in controllers:
+            controller.stop()
+
+
+def operand_counts(store: ObjectStore) -> dict:
+    return store.get(DAEMONSETS, "operand", "default").get("status") or {}
+
+
+def operand_nodes(store: ObjectStore) -> list[str]:
+    return sorted(p["spec"]["nodeName"] for p in store.list(PODS, "default", "app=operand")[0])
+
+
+def taint(store: ObjectStore, node: str, effect: str) -> None:
+    extra = {"key": "maintenance", "value": "true", "effect": effect}
+    store.update(NODES, node, lambda n: n["spec"]["taints"].append(extra))
+
+
+def test_a_noschedule_taint_keeps_the_daemon_pod_but_wants_one_fewer() -> None:
+    with daemonset_world() as store:
+        pod = store.list(PODS, "default", "app=operand")[0][0]
+        added = {t["key"] for t in pod["spec"]["tolerations"]}
+        assert {"nvidia.com/gpu", "node.kubernetes.io/not-ready"} <= added
+        taint(store, "gpu-a", "NoSchedule")
+        wait_for(lambda: operand_counts(store)["desiredNumberScheduled"] == 1, what="1 desired")
+        status = operand_counts(store)
+        assert (status["currentNumberScheduled"], status["numberMisscheduled"]) == (1, 1)
+        assert operand_nodes(store) == ["gpu-a", "gpu-b"]  # the running pod stays
+        assert not eviction_messages(store)
+
+
+def test_a_noexecute_taint_evicts_every_untolerating_pod_and_nothing_comes_back() -> None:
+    with daemonset_world() as store:
+        taint(store, "gpu-a", "NoExecute")
+        wait_for(lambda: operand_nodes(store) == ["gpu-b"], what="the operand evicted from gpu-a")
+        wait_for(lambda: "done" not in pod_names(store), what="the finished pod deleted too")
+        events = store.list(EVENTS, "default", field_selector="reason=TaintManagerEviction")[0]
+        messages = sorted(eviction_messages(store))
+        assert messages[0] == "Marking for deletion Pod default/done"
+        assert messages[1].startswith("Marking for deletion Pod default/operand-")
+        assert all("uid" not in e["involvedObject"] for e in events)
+        assert {e["source"]["component"] for e in events} == {"taint-eviction-controller"}
+        assert operand_counts(store)["desiredNumberScheduled"] == 1
+
+        store.update(NODES, "gpu-a", lambda n: n["spec"].update(taints=n["spec"]["taints"][:1]))
+        wait_for(lambda: operand_nodes(store) == ["gpu-a", "gpu-b"], what="the operand back")
+
+
+def test_toleration_seconds_delay_the_eviction_and_an_untaint_cancels_it() -> None:
+    with daemonset_world() as store:
+        grace = {"key": "maintenance", "operator": "Exists", "effect": "NoExecute"}
+        for name, seconds in (("brief", 6), ("long", 60000)):
+            pod = probe_pod(name)
+            pod["spec"]["tolerations"].append(grace | {"tolerationSeconds": seconds})
+            pod["spec"]["nodeName"] = "gpu-b"
+            store.create(PODS, pod, "default")
+        taint(store, "gpu-b", "NoExecute")
+        wait_for(lambda: "brief" not in pod_names(store), what="brief evicted after 6 s real")
+        assert "long" in pod_names(store)
+        store.update(NODES, "gpu-b", lambda n: n["spec"].update(taints=n["spec"]["taints"][:1]))
+        wait_for(
+            lambda: "Cancelling deletion of Pod default/long" in eviction_messages(store),
+            what="the pending eviction cancelled",
+        )
+        assert "long" in pod_names(store)
+
+
+def pod_names(store: ObjectStore) -> set[str]:
+    return {p["metadata"]["name"] for p in store.list(PODS, "default")[0]}
+
+
+def eviction_messages(store: ObjectStore) -> list[str]:
+    events = store.list(EVENTS, "default", field_selector="reason=TaintManagerEviction")[0]
+    return [e["message"] for e in events]

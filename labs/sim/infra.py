@@ -49,6 +49,17 @@ GPU_NODE_GROUP_ADDRESS = (
 OPERATOR = "gpu-operator"
 CLUSTER_POLICY_NAME = "cluster-policy"
 NFD_WORKER = "gpu-operator-node-feature-discovery-worker"
+# The chart's `node-feature-discovery.worker.tolerations` (v26.3.1 values): not "every taint",
+# so a foreign NoExecute taint evicts the NFD worker like the operands.
+NFD_WORKER_TOLERATIONS = [
+    {
+        "key": "node-role.kubernetes.io/control-plane",
+        "operator": "Equal",
+        "value": "",
+        "effect": "NoSchedule",
+    },
+    *copy.deepcopy(DEFAULT_TOLERATIONS),
+]
 CHART_DEFAULTS: dict[str, Any] = {
     "operator": {"defaultRuntime": "containerd", "runtimeClass": "nvidia"},
     "daemonsets": {
@@ -310,7 +321,7 @@ class SimInfra:
             {"app.kubernetes.io/name": "node-feature-discovery", "role": "worker"},
             "registry.k8s.io/nfd/node-feature-discovery:v0.18.2",
             node_selector={},
-            tolerations=[{"operator": "Exists"}],
+            tolerations=copy.deepcopy(NFD_WORKER_TOLERATIONS),
             container="worker",
         )
         nfd["metadata"]["labels"] |= labels

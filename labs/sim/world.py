@@ -28,6 +28,7 @@ from labs.sim.controllers.kubelet import Kubelet
 from labs.sim.controllers.network import ConnectProbe, SecurityGroups
 from labs.sim.controllers.node_lifecycle import NodeLifecycle
 from labs.sim.controllers.scheduler import Scheduler
+from labs.sim.controllers.taint_eviction import TaintEviction
 from labs.sim.controllers.workloads import Workloads
 from labs.sim.kube_seed import seed_cluster
 from labs.sim.kubeconfig import write_kubeconfig
@@ -108,6 +109,7 @@ def start_world(
             nodes,
             Workloads(api.store, timings),
             Scheduler(api.store, timings),
+            TaintEviction(api.store, timings),
             Kubelet(api.store, timings, programs=[network]),
             DevicePlugin(api.store, timings),
             GpuOperator(api.store, timings),

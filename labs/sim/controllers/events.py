@@ -45,10 +45,14 @@ class EventRecorder:
         event_type: str = "Normal",
         host: str | None = None,
     ) -> dict:
-        """Create the Event, or bump the one already recorded for the same story."""
+        """Create the Event, or bump the one already recorded for the same story.
+
+        `involved` is the object, or a reference without a uid (as the taint manager names
+        a pod it deletes); the Event's involvedObject then has no uid either.
+        """
         meta = involved["metadata"]
         namespace = meta.get("namespace") or "default"
-        key = (meta["uid"], reason, message)
+        key = (meta.get("uid", ""), reason, message)
         with self._lock:
             known = self._known.get(key)
             if known is not None:
@@ -65,7 +69,7 @@ class EventRecorder:
                     "apiVersion": involved.get("apiVersion", ""),
                     "namespace": meta.get("namespace", ""),
                     "name": meta["name"],
-                    "uid": meta["uid"],
+                    **({"uid": meta["uid"]} if meta.get("uid") else {}),
                     "resourceVersion": meta.get("resourceVersion", ""),
                 },
                 "reason": reason,

@@ -13,8 +13,8 @@ Each reconcile, `operator_reconcile` after the ClusterPolicy or the GPU node set
   one whose rendered spec (tolerations, env, image) changed is updated in place (same uid);
 - stamps each DaemonSet with when it saw the change (`STARTUP_FROM_ANNOTATION`), so its
   pods' startup times count from the ClusterPolicy change, not from when they were made;
-- writes `status.state` (ready unless an enabled component's DaemonSet is not fully
-  ready; a deliberate disable is a successful reconcile) and the Ready/Error conditions;
+- writes `status.state` (ready unless an enabled component's DaemonSet has unavailable
+  pods; a deliberate disable is a successful reconcile) and the Ready/Error conditions;
 - logs one `ClusterPolicy step completed` JSON line per step, in the operator's order,
   to the running operator pod whenever a step's status changes or that pod is new (a
   restarted operator logs its first reconcile again).
@@ -339,10 +339,13 @@ def _condition(kind: str, values: tuple[str, str, str], old: dict | None) -> dic
 
 
 def _daemonset_ready(ds: dict) -> bool:
-    status = ds.get("status")
-    if not status or status.get("observedGeneration") != ds["metadata"]["generation"]:
-        return False
-    return status.get("numberReady", 0) >= status.get("desiredNumberScheduled", 0)
+    """`isDaemonSetReady` (v26.3.1, RollingUpdate): ready when it wants no pod or none of its
+    pods is unavailable, read from the status as it is (a just-created DaemonSet with no
+    status yet wants none, so it counts as ready until the DaemonSet controller fills it in)."""
+    status = ds.get("status") or {}
+    if not status.get("desiredNumberScheduled"):
+        return True
+    return not status.get("numberUnavailable")
 
 
 def _render_onto(rendered: dict) -> Callable[[dict], None]:

@@ -11,16 +11,26 @@ from decimal import Decimal
 from labs.sim.api_defaults import quantity
 from labs.sim.store import now_rfc3339
 
-_SCHEDULING_EFFECTS = ("NoSchedule", "NoExecute")
-# Taints a DaemonSet pod tolerates automatically (the DaemonSet controller adds them).
-_DAEMONSET_TOLERATED = (
-    "node.kubernetes.io/unschedulable",
-    "node.kubernetes.io/not-ready",
-    "node.kubernetes.io/unreachable",
-    "node.kubernetes.io/disk-pressure",
-    "node.kubernetes.io/memory-pressure",
-    "node.kubernetes.io/pid-pressure",
+SCHEDULING_EFFECTS = ("NoSchedule", "NoExecute")
+# What the DaemonSet controller adds to every daemon pod (AddOrUpdateDaemonPodTolerations in
+# kubernetes pkg/controller/daemon/util): only these node.kubernetes.io taints, each for one
+# effect; any other taint (`maintenance=true:NoExecute`) needs the template's own toleration.
+DAEMONSET_TOLERATIONS = tuple(
+    {"key": f"node.kubernetes.io/{key}", "operator": "Exists", "effect": effect}
+    for key, effect in (
+        ("not-ready", "NoExecute"),
+        ("unreachable", "NoExecute"),
+        ("disk-pressure", "NoSchedule"),
+        ("memory-pressure", "NoSchedule"),
+        ("pid-pressure", "NoSchedule"),
+        ("unschedulable", "NoSchedule"),
+    )
 )
+_HOST_NETWORK_TOLERATION = {
+    "key": "node.kubernetes.io/network-unavailable",
+    "operator": "Exists",
+    "effect": "NoSchedule",
+}
 
 
 def pod_requests(pod: dict) -> dict[str, Decimal]:
@@ -78,22 +88,42 @@ def selector_matches(node_selector: dict, node: dict, affinity: dict | None = No
     return not terms or any(_term_matches(term, labels) for term in terms)
 
 
-def untolerated_taints(tolerations: list[dict], node: dict, daemonset: bool = False) -> list[dict]:
-    """The node's NoSchedule/NoExecute taints that no toleration covers."""
+def daemon_pod_tolerations(spec: dict) -> list[dict]:
+    """A daemon pod's tolerations: the template's plus the ones the DaemonSet controller adds."""
+    tolerations = list(spec.get("tolerations") or [])
+    added = [
+        *DAEMONSET_TOLERATIONS,
+        *([_HOST_NETWORK_TOLERATION] if spec.get("hostNetwork") else []),
+    ]
+    for toleration in added:
+        same = [
+            t
+            for t in tolerations
+            if (t.get("key"), t.get("effect")) == (toleration["key"], toleration["effect"])
+        ]
+        if not same:
+            tolerations.append(dict(toleration))
+    return tolerations
+
+
+def untolerated_taints(
+    tolerations: list[dict], node: dict, effects: tuple[str, ...] = SCHEDULING_EFFECTS
+) -> list[dict]:
+    """The node's taints with one of `effects` that no toleration covers."""
     return [
         taint
         for taint in (node.get("spec") or {}).get("taints") or []
-        if taint.get("effect") in _SCHEDULING_EFFECTS
-        and not (daemonset and taint["key"] in _DAEMONSET_TOLERATED)
-        and not any(_tolerates(t, taint) for t in tolerations)
+        if taint.get("effect") in effects
+        and not any(tolerates_taint(t, taint) for t in tolerations)
     ]
 
 
-def tolerates(tolerations: list[dict], node: dict, daemonset: bool = False) -> bool:
-    return not untolerated_taints(tolerations, node, daemonset)
+def tolerates(tolerations: list[dict], node: dict) -> bool:
+    return not untolerated_taints(tolerations, node)
 
 
-def _tolerates(toleration: dict, taint: dict) -> bool:
+def tolerates_taint(toleration: dict, taint: dict) -> bool:
+    """One toleration covers one taint (key, operator Exists/Equal, value, effect)."""
     if toleration.get("effect") and toleration["effect"] != taint.get("effect"):
         return False
     if toleration.get("operator") == "Exists":

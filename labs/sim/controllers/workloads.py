@@ -1,8 +1,14 @@
 """The kube-controller-manager's share: Deployments, DaemonSets and pod garbage collection.
 
 - A Deployment keeps `spec.replicas` pods from its template (the scheduler places them).
-- A DaemonSet keeps one pod on every Ready node its template's nodeSelector and
-  tolerations admit, bound to that node, and reports desired/current/ready counts.
+- A DaemonSet keeps one pod on every Ready node its template's nodeSelector, affinity and
+  tolerations admit (plus the node.kubernetes.io tolerations the DaemonSet controller adds to
+  every daemon pod), bound to that node, and reports desired/current/ready/misscheduled counts
+  as `updateDaemonSetStatus` does. As `NodeShouldRunDaemonPod` decides: a node whose labels
+  no longer match loses its pod at once; a new untolerated NoSchedule taint stops new pods
+  but the running one stays (misscheduled); a pod on a node with an untolerated NoExecute
+  taint is left to the taint-eviction controller (on a real cluster both race to delete it;
+  here the taint manager always does, so its Event is always there) and is not re-created.
 - Pods whose owner is gone, and DaemonSets whose ClusterPolicy is gone, are deleted
   (what the garbage collector does after a background-propagated delete).
 
@@ -22,6 +28,7 @@ import hashlib
 
 from labs.sim.controllers.base import Controller
 from labs.sim.controllers.placement import (
+    daemon_pod_tolerations,
     node_is_ready,
     pod_ready,
     selector_matches,
@@ -122,42 +129,51 @@ class Workloads(Controller):
 
     def _daemonset(self, ds: dict, pods: list[dict], nodes: list[dict]) -> None:
         template = ds["spec"]["template"]["spec"]
-        eligible = {
-            n["metadata"]["name"]
-            for n in nodes
-            if node_is_ready(n)
-            and selector_matches(template.get("nodeSelector") or {}, n)
-            and tolerates(template.get("tolerations") or [], n, daemonset=True)
-        }
-        on_node = {}
+        tolerations = daemon_pod_tolerations(template)
+        should_run: set[str] = set()
+        may_stay: set[str] = set()  # a pod already there keeps running
+        for n in nodes:
+            name = n["metadata"]["name"]
+            if not node_is_ready(n) or not selector_matches(
+                template.get("nodeSelector") or {}, n, template.get("affinity")
+            ):
+                continue
+            # Untolerated taints stop new pods; a running one stays (NoSchedule) or is the
+            # taint-eviction controller's to delete (NoExecute).
+            may_stay.add(name)
+            if tolerates(tolerations, n):
+                should_run.add(name)
+        on_node: dict[str, dict] = {}
         for pod in pods:
             node = pod["spec"].get("nodeName")
-            if node in eligible and node not in on_node:
+            if node in may_stay and node not in on_node:
                 on_node[node] = pod
             else:
                 _delete_quietly(self.store, pod)
-        for node in sorted(eligible - set(on_node)):
+        for node in sorted(should_run - set(on_node)):
             startup = "operand_first_ready" if not on_node else "operand_all_ready"
             pod = _pod_from(ds, generate_name=f"{ds['metadata']['name']}-")
             pod["spec"]["nodeName"] = node
+            pod["spec"]["tolerations"] = tolerations
             annotations = pod["metadata"].setdefault("annotations", {})
             annotations.setdefault(STARTUP_ANNOTATION, str(REAL_WORLD_SECONDS[startup]))
             rollout_from = (ds["metadata"].get("annotations") or {}).get(STARTUP_FROM_ANNOTATION)
             if rollout_from:
                 annotations[STARTUP_FROM_ANNOTATION] = rollout_from
             on_node[node] = self.store.create(PODS, pod, ds["metadata"]["namespace"])
-        ready = sum(1 for p in on_node.values() if pod_ready(p))
+        current = [pod for node, pod in on_node.items() if node in should_run]
+        ready = sum(1 for p in current if pod_ready(p))
         status = {
             "observedGeneration": ds["metadata"]["generation"],
-            "desiredNumberScheduled": len(eligible),
-            "currentNumberScheduled": len(on_node),
-            "updatedNumberScheduled": len(on_node),
+            "desiredNumberScheduled": len(should_run),
+            "currentNumberScheduled": len(current),
+            "updatedNumberScheduled": len(current),
             "numberReady": ready,
             "numberAvailable": ready,
-            "numberMisscheduled": 0,
+            "numberMisscheduled": len(on_node) - len(current),
         }
-        if ready < len(eligible):
-            status["numberUnavailable"] = len(eligible) - ready
+        if ready < len(should_run):
+            status["numberUnavailable"] = len(should_run) - ready
         self._set_status(DAEMONSETS, ds, status)
 
     def _set_status(self, rtype: ResourceType, obj: dict, status: dict) -> None:
