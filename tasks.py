@@ -215,9 +215,11 @@ def list_(c: Context) -> None:
     """List the scenarios: name, summary, needs, duration, risk."""
     import scenarios
 
-    for info in scenarios.all_scenarios().values():
-        print(f"{info.name:<22} {info.summary}")
-        print(f"{'':<22} needs: {info.needs}; takes {info.duration}; risk: {info.risk}")
+    known = scenarios.all_scenarios()
+    width = max((len(name) for name in known), default=0) + 1
+    for info in known.values():
+        print(f"{info.name:<{width}} {info.summary}")
+        print(f"{'':<{width}} needs: {info.needs}; takes {info.duration}; risk: {info.risk}")
 
 
 @task(help={"name": "scenario name (see scenario.list)"})

@@ -23,7 +23,7 @@ from labs.state import LabPaths, atomic_write_json, read_json, utc_now
 if TYPE_CHECKING:
     from labs.aws.cloud import AwsSession
     from labs.backends.base import Infra
-    from labs.kube.view import ClusterView
+    from labs.kube.view import ClusterView, Snapshot
     from labs.settings import LabSettings
 
 
@@ -168,6 +168,27 @@ class Lab:
         from labs.kube.view import ClusterView, standard_kinds
 
         return ClusterView(standard_kinds(self.kube, self.operator_namespace))
+
+    def snapshot(self, *kinds: str) -> Snapshot:
+        """The named standard kinds, listed once each (a kind the API does not serve is empty)."""
+        from kubernetes import client as k8s
+
+        from labs.kube.view import Snapshot, list_objects, standard_kinds
+
+        known = {k.name: k for k in standard_kinds(self.kube, self.operator_namespace)}
+        unknown = sorted(set(kinds) - set(known))
+        if unknown:
+            raise ValueError(
+                f"not a standard kind: {', '.join(unknown)} (known: {', '.join(known)})"
+            )
+        listed: dict[str, list[dict[str, Any]]] = {}
+        for kind in kinds:
+            try:
+                listed[kind] = list_objects(known[kind].list_call, **known[kind].kwargs)
+            except k8s.ApiException as error:
+                if error.status != 404:
+                    raise
+        return Snapshot(listed)
 
     @property
     def operator_namespace(self) -> str:

@@ -38,6 +38,7 @@ def gather(lab: Lab) -> dict[str, Any]:
     if not backend.keeps_files or lab.paths.kubeconfig.exists():
         status["nodes"] = _read(status, "nodes", lambda: _nodes(lab))
         status["daemonsets"] = _read(status, "operator DaemonSets", lambda: _daemonsets(lab))
+        status["operator"] = _read(status, "GPU Operator controller", lambda: _operator(lab))
         status["clusterpolicy"] = _read(status, "ClusterPolicy", lambda: _cluster_policy(lab))
     status["cost"] = _cost(lab, status) if backend.keeps_files else None
     return status
@@ -76,9 +77,16 @@ def _nodes(lab: Lab) -> list[dict[str, Any]]:
             "gpu_node": gpu.is_gpu_node(n),
             "ready": gpu.is_ready(n),
             "gpu_allocatable": gpu.gpu_quantity(n),
+            "taints": [gpu.taint_text(t) for t in gpu.taints_of(n)],
         }
         for n in sorted(nodes, key=gpu.name_of)
     ]
+
+
+def _operator(lab: Lab) -> str | None:
+    """The controller's Deployment and pods, or None when the operator is not installed."""
+    objects = lab.snapshot("deployments", "operator_pods")
+    return gpu.describe_operator(objects) if gpu.operator_deployment(objects) else None
 
 
 def _daemonsets(lab: Lab) -> list[dict[str, Any]]:
@@ -158,10 +166,14 @@ def render(status: dict[str, Any]) -> str:
             kind = "gpu" if n["gpu_node"] else "system"
             ready = "Ready" if n["ready"] else "NotReady"
             lines.append(f"  {n['name']:<52} {kind:<6} {ready:<8} nvidia.com/gpu {alloc}")
+            if n.get("taints"):
+                lines.append(f"    taints: {', '.join(n['taints'])}")
     if status.get("daemonsets") is not None:
         lines.append("GPU Operator DaemonSets (ready/desired):")
         for d in status["daemonsets"] or [{"name": "(none)", "ready": "-", "desired": "-"}]:
             lines.append(f"  {d['name']:<48} {d['ready']}/{d['desired']}")
+    if status.get("operator"):
+        lines.append(f"GPU Operator controller ({gpu.OPERATOR_DEPLOYMENT}): {status['operator']}")
     policy = status.get("clusterpolicy")
     if policy:
         toggles = " ".join(f"{k}={'on' if v else 'off'}" for k, v in policy["toggles"].items())

@@ -1,4 +1,4 @@
-"""The GPU facts and probe helpers the reference scenario reads its evidence with."""
+"""The GPU facts and probe helpers the scenarios read their evidence with."""
 
 from __future__ import annotations
 
@@ -17,6 +17,9 @@ NVIDIA A10G, 580.126.09, 23028 MiB
 def test_the_scenario_patches_fit_the_cluster_policy_schema():
     for enabled in (False, True):
         changes.validate_policy_patch({"spec": {"devicePlugin": {"enabled": enabled}}})
+    marker = [{"name": "GFD_SLEEP_INTERVAL", "value": "60s"}]
+    for env in (marker, None):  # None: merge-patch null, the chart's "no env"
+        changes.validate_policy_patch({"spec": {"gfd": {"env": env}}})
 
 
 @pytest.mark.parametrize(
@@ -26,11 +29,29 @@ def test_the_scenario_patches_fit_the_cluster_policy_schema():
         ({"spec": {"devicePlugin": {"enabled": "false"}}}, "must be bool, got 'false'"),
         ({"spec": {"devicePlugin": False}}, "'spec.devicePlugin' must be an object"),
         ({"status": {"state": "ready"}}, "no patchable field 'status'"),
+        ({"spec": {"gfd": {"env": {"GFD_SLEEP_INTERVAL": "60s"}}}}, "list of {name, value}"),
+        ({"spec": {"gfd": {"env": [{"name": "X", "value": 60}]}}}, "list of {name, value}"),
     ],
 )
 def test_a_patch_outside_the_schema_is_refused(patch, message):
     with pytest.raises(ValueError, match=message):
         changes.validate_policy_patch(patch)
+
+
+def test_a_pinned_probe_is_the_probe_renamed_with_a_hostname_selector():
+    pinned = load_probe(name="gpu-probe-pinned", node="ip-192-168-12-5")
+    assert pinned["metadata"]["name"] == "gpu-probe-pinned"
+    assert pinned["spec"]["nodeSelector"] == {"kubernetes.io/hostname": "ip-192-168-12-5"}
+    assert "nodeName" not in pinned["spec"]  # the scheduler still decides, and says why not
+    assert "nodeSelector" not in load_probe()["spec"]
+
+
+def test_scheduler_reasons_are_counted_and_sorted_as_text():
+    reasons = {gpu_facts.SELECTOR_MISMATCH: 3, gpu_facts.UNTOLERATED_TAINT: 1}
+    assert gpu_facts.fit_error(4, reasons) == (
+        "0/4 nodes are available: 1 node(s) had untolerated taint(s), "
+        "3 node(s) didn't match Pod's node affinity/selector."
+    )
 
 
 def test_probe_output_is_compared_without_the_per_gpu_uuid():

@@ -22,10 +22,17 @@ GPU_RESOURCE = "nvidia.com/gpu"
 # Labels the stack's GPU node group puts on its nodes (terraform/eks.tf).
 GPU_NODE_LABELS = {"tier": "gpu", "nvidia.com/gpu": "true"}
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+# Operand DaemonSets by the names the operator (v26.3) gives them.
 DEVICE_PLUGIN_DAEMONSET = "nvidia-device-plugin-daemonset"
+DCGM_EXPORTER_DAEMONSET = "nvidia-dcgm-exporter"
+GFD_DAEMONSET = "gpu-feature-discovery"
+# Per-node opt-out: the operator adds `nvidia.com/gpu.deploy.<component>=true` only where the
+# label is missing, so a value an admin set ("false") stays (addGPUStateLabels, v26.3.1).
 DEVICE_PLUGIN_DEPLOY_LABEL = "nvidia.com/gpu.deploy.device-plugin"
 CLUSTER_POLICY_NAME = "cluster-policy"
 OPERATOR_DEPLOYMENT = "gpu-operator"
+# The chart labels the controller's pods `app=gpu-operator` (what the Deployment selects).
+OPERATOR_POD_SELECTOR = "app=gpu-operator"
 
 Obj = dict[str, Any]
 
@@ -116,10 +123,34 @@ def describe_advertised(objects: Objects) -> str:
     )
 
 
+def label_of(node: Mapping[str, Any], label: str) -> str | None:
+    return (node.get("metadata", {}).get("labels") or {}).get(label)
+
+
 def describe_gpu_node_label(objects: Objects, label: str) -> str:
     """`node=value` of one label on every GPU node."""
-    return ", ".join(
-        f"{name_of(n)}={(n['metadata'].get('labels') or {}).get(label)}" for n in gpu_nodes(objects)
+    return ", ".join(f"{name_of(n)}={label_of(n, label)}" for n in gpu_nodes(objects))
+
+
+def taints_of(node: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return list((node.get("spec") or {}).get("taints") or [])
+
+
+def taint_text(taint: Mapping[str, Any]) -> str:
+    """A taint the way `kubectl taint` writes it: `key=value:Effect` (`key:Effect` unvalued)."""
+    value = taint.get("value")
+    return f"{taint['key']}{'=' + str(value) if value else ''}:{taint.get('effect', '')}"
+
+
+def has_taint(node: Mapping[str, Any], key: str, effect: str) -> bool:
+    return any(t.get("key") == key and t.get("effect") == effect for t in taints_of(node))
+
+
+def describe_taints(objects: Objects) -> str:
+    """`node: taint, taint` for every GPU node."""
+    return "; ".join(
+        f"{name_of(n)}: {', '.join(taint_text(t) for t in taints_of(n)) or 'none'}"
+        for n in gpu_nodes(objects)
     )
 
 
@@ -140,6 +171,20 @@ def daemonset_counts(ds: Mapping[str, Any]) -> tuple[int, int, int]:
     )
 
 
+def daemonset_rolled_out(ds: Mapping[str, Any] | None) -> bool:
+    """What `kubectl rollout status ds/X` waits for: the controller has seen the current spec,
+    and every desired pod runs it and is available."""
+    if ds is None:
+        return False
+    status = ds.get("status") or {}
+    desired = int(status.get("desiredNumberScheduled", 0))
+    return (
+        status.get("observedGeneration") == ds["metadata"].get("generation")
+        and int(status.get("updatedNumberScheduled", 0)) == desired
+        and int(status.get("numberAvailable", 0)) == desired
+    )
+
+
 def describe_daemonset(objects: Objects, name: str = DEVICE_PLUGIN_DAEMONSET) -> str:
     ds = daemonset(objects, name)
     if ds is None:
@@ -152,6 +197,58 @@ def daemonset_names(objects: Objects) -> list[str]:
     return sorted(name_of(d) for d in objects.objects("daemonsets"))
 
 
+def daemonset_env(ds: Mapping[str, Any] | None) -> dict[str, str]:
+    """The env of a DaemonSet's first container (the operand itself), by name."""
+    containers = ((((ds or {}).get("spec") or {}).get("template") or {}).get("spec") or {}).get(
+        "containers"
+    ) or [{}]
+    return {e["name"]: str(e.get("value", "")) for e in containers[0].get("env") or []}
+
+
+def daemonset_tolerations(ds: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The tolerations in a DaemonSet's pod template (what the operator rendered)."""
+    template = (((ds or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
+    return list(template.get("tolerations") or [])
+
+
+def operand_daemonsets(objects: Objects) -> list[Obj]:
+    """The DaemonSets the ClusterPolicy owns (the operator's operands), sorted by name."""
+    return sorted(
+        (
+            d
+            for d in objects.objects("daemonsets")
+            if any(
+                ref.get("kind") == "ClusterPolicy" and ref.get("controller")
+                for ref in d["metadata"].get("ownerReferences") or []
+            )
+        ),
+        key=name_of,
+    )
+
+
+def operand_counts(objects: Objects) -> dict[str, tuple[int, int, int]]:
+    """(desired, current, ready) of every operand DaemonSet, by name."""
+    return {name_of(d): daemonset_counts(d) for d in operand_daemonsets(objects)}
+
+
+def describe_operands(objects: Objects) -> str:
+    """`name ready/desired` of every operand DaemonSet."""
+    return ", ".join(f"{n} {c[2]}/{c[0]}" for n, c in operand_counts(objects).items())
+
+
+def daemon_pod_nodes(objects: Objects, daemonset_name: str) -> list[str]:
+    """Nodes that run a pod of the operator-namespace DaemonSet `daemonset_name`, sorted."""
+    return sorted(
+        str(p["spec"].get("nodeName"))
+        for p in objects.objects("operator_pods")
+        if any(
+            ref.get("kind") == "DaemonSet" and ref.get("name") == daemonset_name
+            for ref in p["metadata"].get("ownerReferences") or []
+        )
+        and p["spec"].get("nodeName")
+    )
+
+
 def cluster_policy(objects: Objects) -> Obj | None:
     return objects.find("clusterpolicies", CLUSTER_POLICY_NAME)
 
@@ -160,6 +257,12 @@ def component_enabled(policy: Mapping[str, Any], component: str) -> bool | None:
     """`spec.<component>.enabled` of a ClusterPolicy (None when unset)."""
     value = (policy.get("spec", {}).get(component) or {}).get("enabled")
     return None if value is None else bool(value)
+
+
+def component_env(policy: Mapping[str, Any] | None, component: str) -> dict[str, str]:
+    """`spec.<component>.env` of a ClusterPolicy, by name."""
+    section = ((policy or {}).get("spec") or {}).get(component) or {}
+    return {e["name"]: str(e.get("value", "")) for e in section.get("env") or []}
 
 
 def component_toggles(policy: Mapping[str, Any]) -> dict[str, bool | None]:
@@ -192,6 +295,51 @@ def describe_deployment(deployment: Mapping[str, Any] | None) -> str:
 
 def operator_available(deployment: Mapping[str, Any] | None) -> bool:
     return bool(deployment and (deployment.get("status") or {}).get("availableReplicas"))
+
+
+def wanted_replicas(deployment: Mapping[str, Any] | None) -> int | None:
+    """`spec.replicas` (1 when unset, as the API defaults it); None without a Deployment."""
+    if deployment is None:
+        return None
+    return int((deployment.get("spec") or {}).get("replicas", 1))
+
+
+def operator_pods(objects: Objects) -> list[Obj]:
+    """Pods of the operator Deployment (any phase), by its selector."""
+    deployment = operator_deployment(objects)
+    selector = ((deployment or {}).get("spec", {}).get("selector") or {}).get("matchLabels") or {}
+    return [
+        p
+        for p in objects.objects("operator_pods")
+        if selector
+        and all((p["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())
+    ]
+
+
+def last_terminations(pod: Mapping[str, Any]) -> list[str]:
+    """`lastState.terminated.reason` of each container that has one (OOMKilled, Error, ...)."""
+    return [
+        str(reason)
+        for c in (pod.get("status") or {}).get("containerStatuses") or []
+        if (reason := ((c.get("lastState") or {}).get("terminated") or {}).get("reason"))
+    ]
+
+
+def describe_operator(objects: Objects) -> str:
+    """The controller's health as a person reads it: replicas wanted/available, pods, crashes."""
+    deployment = operator_deployment(objects)
+    if deployment is None:
+        return "Deployment NotFound"
+    pods = operator_pods(objects)
+    crashes = [
+        f"{name_of(p)} last terminated: {', '.join(reasons)}"
+        for p in pods
+        if (reasons := last_terminations(p))
+    ]
+    return (
+        f"spec.replicas {wanted_replicas(deployment)}, {describe_deployment(deployment)}, "
+        f"{len(pods)} pod(s)" + (f"; {'; '.join(crashes)}" if crashes else "")
+    )
 
 
 def running_pods_of(deployment: Mapping[str, Any], pods: Iterable[Obj]) -> list[Obj]:
@@ -261,6 +409,19 @@ def event_reasons(events: list[Obj]) -> list[str]:
     ]
 
 
+# The scheduler's per-node reasons (Kubernetes 1.35 wording; the taint one names no key).
+INSUFFICIENT_GPU = f"Insufficient {GPU_RESOURCE}"
+SELECTOR_MISMATCH = "node(s) didn't match Pod's node affinity/selector"
+UNTOLERATED_TAINT = "node(s) had untolerated taint(s)"
+
+
+def fit_error(nodes: int, reasons: Mapping[str, int]) -> str:
+    """How FailedScheduling opens: `0/4 nodes are available: 1 Insufficient nvidia.com/gpu, 3
+    node(s) didn't match ...` (each reason counted, sorted as text, as FitError prints them)."""
+    counted = sorted(f"{count} {reason}" for reason, count in reasons.items() if count)
+    return f"0/{nodes} nodes are available: {', '.join(counted)}."
+
+
 def scheduling_failure(events: list[Obj]) -> str | None:
     """The latest FailedScheduling message among a pod's events, if the scheduler gave one."""
     messages = [str(e.get("message", "")) for e in events if e.get("reason") == "FailedScheduling"]
@@ -271,6 +432,11 @@ def pod_story(objects: Objects, name: str) -> tuple[str, list[Obj]]:
     """A pod's phase ("absent" when it does not exist) and its events, oldest first."""
     found = pod(objects, name)
     return pod_phase(objects, name), pod_events(objects, found) if found else []
+
+
+def events_with_reason(objects: Objects, kind: str, reason: str) -> list[Obj]:
+    """Events of one watched kind ("events", "operator_events") with this reason, oldest first."""
+    return sorted((e for e in objects.objects(kind) if e.get("reason") == reason), key=_event_order)
 
 
 def waited_then_scheduled(events: list[Obj]) -> bool:

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from labs.lab import Lab
 
 PROBE_MANIFEST = Path(__file__).resolve().parent / "manifests" / "gpu-probe.yaml"
+HOSTNAME_LABEL = "kubernetes.io/hostname"  # EKS sets it to the node's name
 FINISHED_PHASES = ("Succeeded", "Failed")
 
 
@@ -44,9 +45,18 @@ class ProbeRun:
         return gpu_summary(self.log)
 
 
-def load_probe(manifest: Path = PROBE_MANIFEST) -> dict[str, Any]:
-    """The probe Pod manifest as a dict (a fresh copy each time)."""
-    return yaml.safe_load(manifest.read_text(encoding="utf-8"))
+def load_probe(
+    manifest: Path = PROBE_MANIFEST, name: str | None = None, node: str | None = None
+) -> dict[str, Any]:
+    """The probe Pod manifest as a dict (a fresh copy each time), renamed to `name` and pinned
+    to `node` when given: a `kubernetes.io/hostname` nodeSelector, so the scheduler still
+    decides and says why not (`spec.nodeName` would skip it and let kubelet reject the pod)."""
+    pod: dict[str, Any] = yaml.safe_load(manifest.read_text(encoding="utf-8"))
+    if name:
+        pod["metadata"]["name"] = name
+    if node:
+        pod["spec"]["nodeSelector"] = {HOSTNAME_LABEL: node}
+    return pod
 
 
 def probe_name(manifest: Path = PROBE_MANIFEST) -> str:
@@ -80,11 +90,13 @@ def _pod_view(lab: Lab, name: str, namespace: str) -> ClusterView:
     return ClusterView([WatchedKind("pods", core.list_namespaced_pod, kwargs)])
 
 
-def delete_probe(lab: Lab, timeout: float, manifest: Path = PROBE_MANIFEST) -> None:
-    """Delete the probe if it exists and wait until it is gone (so its name is free)."""
+def delete_probe(
+    lab: Lab, timeout: float, manifest: Path = PROBE_MANIFEST, name: str | None = None
+) -> None:
+    """Delete the probe (or the one called `name`) if it exists and wait until it is gone."""
     from kubernetes.client.exceptions import ApiException
 
-    name = probe_name(manifest)
+    name = name or probe_name(manifest)
     with _pod_view(lab, name, WORKLOAD_NAMESPACE) as view:
         if view.find("pods", name) is None:
             return
@@ -98,17 +110,25 @@ def delete_probe(lab: Lab, timeout: float, manifest: Path = PROBE_MANIFEST) -> N
         )
 
 
-def create_probe(lab: Lab, manifest: Path = PROBE_MANIFEST) -> dict[str, Any]:
+def create_probe(
+    lab: Lab, manifest: Path = PROBE_MANIFEST, name: str | None = None, node: str | None = None
+) -> dict[str, Any]:
     """Create the probe pod (like `kubectl apply -f gpu-probe.yaml` on a free name)."""
     core = _core(lab)
-    created = core.create_namespaced_pod(WORKLOAD_NAMESPACE, load_probe(manifest))
+    created = core.create_namespaced_pod(WORKLOAD_NAMESPACE, load_probe(manifest, name, node))
     return core.api_client.sanitize_for_serialization(created)
 
 
-def recreate_probe(lab: Lab, timeout: float, manifest: Path = PROBE_MANIFEST) -> str:
+def recreate_probe(
+    lab: Lab,
+    timeout: float,
+    manifest: Path = PROBE_MANIFEST,
+    name: str | None = None,
+    node: str | None = None,
+) -> str:
     """Delete any old probe, then create a fresh one; returns the new pod's uid."""
-    delete_probe(lab, timeout, manifest)
-    return str(create_probe(lab, manifest)["metadata"]["uid"])
+    delete_probe(lab, timeout, manifest, name)
+    return str(create_probe(lab, manifest, name, node)["metadata"]["uid"])
 
 
 def read_probe_log(lab: Lab, name: str) -> str:

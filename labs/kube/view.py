@@ -88,7 +88,7 @@ def standard_kinds(
     client: Any, operator_namespace: str, workload_namespace: str = WORKLOAD_NAMESPACE
 ) -> list[WatchedKind]:
     """The kinds a GPU lab watches: nodes, workload pods and events, operator DaemonSets,
-    the operator Deployment and pods, and ClusterPolicies."""
+    the operator Deployment, pods and events, and ClusterPolicies."""
     from kubernetes import client as k8s
 
     core = k8s.CoreV1Api(client)
@@ -105,6 +105,9 @@ def standard_kinds(
             "deployments", apps.list_namespaced_deployment, {"namespace": operator_namespace}
         ),
         WatchedKind("operator_pods", core.list_namespaced_pod, {"namespace": operator_namespace}),
+        WatchedKind(
+            "operator_events", core.list_namespaced_event, {"namespace": operator_namespace}
+        ),
         WatchedKind(
             "clusterpolicies",
             custom.list_cluster_custom_object,

@@ -9,6 +9,7 @@ A check is a named condition over the live cluster view plus a time limit.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -27,11 +28,27 @@ DASHED_NAME = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
 
 @dataclass
 class Context:
-    """What a condition or action may look at: the lab, the live view and the baseline."""
+    """What a condition or action may look at: the lab, the live view and the baseline.
+
+    `marks` are moments a run's actions noted (`mark`), so a check can say "still so N
+    seconds later" (`seconds_since`) about something that must *not* happen; `notes` are
+    what an action saw at its moment (a status to compare with later).
+    """
 
     lab: Lab
     view: ClusterView
     baseline: Mapping[str, Any] = field(default_factory=dict)
+    marks: dict[str, float] = field(default_factory=dict)
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def mark(self, name: str) -> None:
+        """Note this moment as `name`."""
+        self.marks[name] = time.monotonic()
+
+    def seconds_since(self, name: str) -> float | None:
+        """Real-cluster seconds since `mark(name)` (wall time times the lab's speed), or None."""
+        at = self.marks.get(name)
+        return None if at is None else (time.monotonic() - at) * self.lab.speed
 
 
 @dataclass(frozen=True)
@@ -100,6 +117,28 @@ class Trap:
     shown_by: str = ""
 
 
+@dataclass(frozen=True)
+class Step:
+    """One kubectl command of the by-hand runbook and what it prints while the fault is in.
+
+    `command` runs as is in a shell with the lab's KUBECONFIG (no placeholders), and its
+    output contains `shows`; tests run every step against an injected rehearsal lab.
+    """
+
+    command: str
+    shows: str
+    means: str = ""
+
+
+@dataclass(frozen=True)
+class ByHand:
+    """The scenario as a person does it at a terminal: inject, look, revert, all kubectl."""
+
+    inject: Sequence[str]
+    look: Sequence[Step]
+    revert: Sequence[str]
+
+
 Baseline = Callable[["Lab", "ClusterView"], dict[str, Any]]
 Mutation = Callable[["Lab"], None]
 Diagnosis = Callable[["Lab", "ClusterView"], list[Finding]]
@@ -112,8 +151,8 @@ class Scenario:
 
     `about` is the runbook's opening (the module docstring); the functions' docstrings are
     its steps. Optional: `state` (summary rows compared between baseline and recovery),
-    `gauges` (curves for the timeline plot) and `watch` (kinds the checks read; default:
-    the lab's standard view).
+    `gauges` (curves for the timeline plot), `watch` (kinds the checks read; default:
+    the lab's standard view) and `by_hand` (the same fault with plain kubectl).
     """
 
     name: str
@@ -132,6 +171,7 @@ class Scenario:
     state: StateRows | None = None
     gauges: Mapping[str, Gauge] = field(default_factory=dict)
     watch: Callable[[Lab], list[WatchedKind]] | None = None
+    by_hand: ByHand | None = None
 
     def __post_init__(self) -> None:
         if not DASHED_NAME.fullmatch(self.name):

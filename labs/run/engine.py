@@ -20,8 +20,8 @@ from labs.errors import LabError
 from labs.guard import check_lab_target
 from labs.journal import INJECTED, KEPT, REVERTED
 from labs.kube import gpu
-from labs.kube.view import ClusterView, Snapshot, list_objects
-from labs.run.contract import CheckResult, Context, Needs, Scenario
+from labs.kube.view import ClusterView
+from labs.run.contract import ByHand, CheckResult, Context, Needs, Scenario
 from labs.run.report import RunRecord, write_report
 from labs.run.timeline import Timeline
 from labs.run.watch import watch_checks
@@ -92,7 +92,25 @@ def describe_scenario(scenario: Scenario) -> str:
         "recovery to expect:",
         *(f"  - {c.name} (within {c.timeout:g} s)" for c in scenario.recovery),
     ]
+    if scenario.by_hand:
+        lines += ["", *by_hand_lines(scenario.by_hand)]
     return "\n".join(lines) + "\n"
+
+
+def by_hand_lines(by_hand: ByHand) -> list[str]:
+    """The kubectl runbook: `$ command` lines, each look followed by what it shows."""
+    lines = [
+        "by hand with kubectl, in one shell at the repository root after "
+        'eval "$(invoke lab.env --lab LAB)" (operator namespace: the default, gpu-operator):',
+        "  inject:",
+        *(f"    $ {command}" for command in by_hand.inject),
+        "  look (while the fault is in):",
+    ]
+    for step in by_hand.look:
+        lines += [f"    $ {step.command}", f"      shows: {step.shows}"]
+        lines += [f"      means: {step.means}"] if step.means else []
+    lines += ["  revert:", *(f"    $ {command}" for command in by_hand.revert)]
+    return lines
 
 
 # --- before anything changes -------------------------------------------------------------------
@@ -102,7 +120,7 @@ def check_prerequisites(lab: Lab, needs: Needs) -> None:
     """Raise ScenarioError, naming the command that fixes it, when the lab lacks what is needed."""
     fix_up = f"run `invoke lab.up --lab {lab.name}` and try again. Nothing was changed."
     if needs.gpu_nodes:
-        ready = gpu.ready_gpu_nodes(_read(lab, "nodes"))
+        ready = gpu.ready_gpu_nodes(lab.snapshot("nodes"))
         if len(ready) < needs.gpu_nodes:
             raise ScenarioError(
                 f"lab {lab.name!r} has {len(ready)} Ready GPU node(s) and this scenario needs "
@@ -110,33 +128,18 @@ def check_prerequisites(lab: Lab, needs: Needs) -> None:
                 "and try again. Nothing was changed."
             )
     if needs.operator:
-        if gpu.cluster_policy(_read(lab, "clusterpolicies")) is None:
+        if gpu.cluster_policy(lab.snapshot("clusterpolicies")) is None:
             raise ScenarioError(
                 f"the GPU Operator is not installed in lab {lab.name!r} (no ClusterPolicy "
                 f"{gpu.CLUSTER_POLICY_NAME!r}): {fix_up}"
             )
-        operator = gpu.operator_deployment(_read(lab, "deployments"))
+        operator = gpu.operator_deployment(lab.snapshot("deployments"))
         if not gpu.operator_available(operator):
             raise ScenarioError(
                 f"the GPU Operator controller of lab {lab.name!r} is not running (deployment "
                 f"{lab.operator_namespace}/{gpu.OPERATOR_DEPLOYMENT}: "
                 f"{gpu.describe_deployment(operator)}): {fix_up}"
             )
-
-
-def _read(lab: Lab, kind: str) -> Snapshot:
-    """One list of one of the lab's standard kinds (a kind the API does not serve is empty)."""
-    from kubernetes import client as k8s
-
-    from labs.kube.view import standard_kinds
-
-    watched = next(k for k in standard_kinds(lab.kube, lab.operator_namespace) if k.name == kind)
-    try:
-        return Snapshot({kind: list_objects(watched.list_call, **watched.kwargs)})
-    except k8s.ApiException as error:
-        if error.status != 404:
-            raise
-        return Snapshot()
 
 
 def check_ready(lab: Lab, scenario: Scenario) -> None:

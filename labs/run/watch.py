@@ -16,6 +16,10 @@ from labs.run.contract import Check, CheckResult, Context
 # Rehearsal worlds run many times faster than a real cluster; a check never gets less
 # than this many wall-clock seconds, so a busy test machine cannot fail it.
 MIN_TIMEOUT = 10.0
+# Checks are also re-evaluated this often (real-cluster seconds) when nothing changes, so a
+# "still so 30 s later" check is decided close to its moment; never more than 20 times a
+# wall-clock second, never less than once.
+RECHECK_EVERY = 5.0
 
 
 def watch_checks(
@@ -65,10 +69,13 @@ def watch_checks(
         return bool(actions) or not pending
 
     longest = max((limit(c, time_scale) for c in checks), default=0.0)
+    tick = min(1.0, max(0.05, RECHECK_EVERY / time_scale))
     while pending or actions:
         if pending:
             remaining = started + longest - time.monotonic()
-            ctx.view.wait_for(evaluate, timeout=max(remaining, 0.0) + 5.0, what=f"{phase} checks")
+            ctx.view.wait_for(
+                evaluate, timeout=max(remaining, 0.0) + 5.0, what=f"{phase} checks", tick=tick
+            )
         while actions:
             actions.pop(0)(ctx)
     return [results[c.name] for c in checks]
