@@ -27,15 +27,18 @@ def debug_node_command(objects: Objects) -> str:
     return f"kubectl debug node/{node} -it --image=public.ecr.aws/amazonlinux/amazonlinux:2023 --"
 
 
-def node_internals(objects: Objects, operator_namespace: str, socket_seen: str) -> list[Finding]:
+def node_internals(
+    objects: Objects, operator_namespace: str, socket_seen: str, step: int = 5
+) -> list[Finding]:
     """Socket directory, the NVML trap, and the driver checked from a device-mounted pod.
 
-    `socket_seen` is what the fault leaves in /var/lib/kubelet/device-plugins/.
+    `socket_seen` is what the fault leaves in /var/lib/kubelet/device-plugins/; `step` is
+    the number these steps take in the scenario's debugging path.
     """
     debug = debug_node_command(objects)
     return [
         Finding(
-            "5. Node: device-plugin socket",
+            f"{step}. Node: device-plugin socket",
             f"{debug} chroot /host ls -la /var/lib/kubelet/device-plugins/",
             socket_seen,
             "no nvidia-gpu.sock means the plugin is not registered with kubelet: nothing "
@@ -43,7 +46,7 @@ def node_internals(objects: Objects, operator_namespace: str, socket_seen: str) 
             real_cluster_only=True,
         ),
         Finding(
-            "5b. Node: is the driver dead?",
+            f"{step}b. Node: is the driver dead?",
             f"{debug} chroot /host nvidia-smi -L",
             "Failed to initialize NVML: Unknown Error",
             "not a dead driver: the debug pod has no /dev/nvidia* devices",
@@ -51,7 +54,7 @@ def node_internals(objects: Objects, operator_namespace: str, socket_seen: str) 
             trap=NVML_TRAP.name,
         ),
         Finding(
-            "5c. Node: driver from a device-mounted pod",
+            f"{step}c. Node: driver from a device-mounted pod",
             f"kubectl exec -n {operator_namespace} <nvidia-dcgm-exporter pod> -- nvidia-smi -L",
             "GPU 0: NVIDIA A10G (UUID: GPU-...)",
             "driver and toolkit are alive; only the kubelet advertising is gone",

@@ -11,7 +11,6 @@ same Pending pod runs with the baseline's output.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 from labs.kube import gpu, probes
@@ -20,6 +19,7 @@ from labs.kube.logs import operator_step
 from labs.kube.view import ClusterView
 from labs.lab import Lab
 from labs.run.contract import Check, Context, Finding, Needs, Scenario, Trap, Verdict
+from scenarios import _checks
 from scenarios._node_internals import NVML_TRAP, node_internals
 
 PROBE = probes.probe_name()
@@ -77,12 +77,6 @@ def state(ctx: Context) -> dict[str, str]:
     }  # fmt: skip
 
 
-def _allocatable_everywhere(ctx: Context, value: str) -> Verdict:
-    values = gpu.allocatable_by_node(ctx.view)
-    held = all(values.get(n) == value for n in ctx.baseline["gpu_nodes"])
-    return held, gpu.describe_allocatable(ctx.view)
-
-
 # --- symptoms (T+ from the injection) --------------------------------------------------------
 
 
@@ -117,7 +111,7 @@ def operator_logged_disabled(ctx: Context) -> Verdict:
 
 symptoms = [
     Check("device-plugin DaemonSet deleted (NotFound, not scaled to 0)", ds_deleted, 60),
-    Check(ALLOCATABLE_ZERO, lambda ctx: _allocatable_everywhere(ctx, "0"), 60, then=probe_again),
+    Check(ALLOCATABLE_ZERO, _checks.allocatable_everywhere("0"), 60, then=probe_again),
     Check("gpu-probe Pending: FailedScheduling, Insufficient nvidia.com/gpu",
           probe_unschedulable, 90),
     Check(STATE_STAYS_READY, state_still_ready, 60),
@@ -182,50 +176,17 @@ def ds_recreated(ctx: Context) -> Verdict:
     return held, f"uid {uid} (baseline {ctx.baseline['daemonset_uid']})"
 
 
-def plugins_ready(on_nodes: int | None) -> Callable[[Context], Verdict]:
-    """Device-plugin pods ready on `on_nodes` nodes (None: desired/current/ready all N)."""
-
-    def condition(ctx: Context) -> Verdict:
-        plugin = gpu.daemonset(ctx.view)
-        counts = gpu.daemonset_counts(plugin) if plugin else (0, 0, 0)
-        every = (len(ctx.baseline["gpu_nodes"]),) * 3
-        return (counts[2] >= on_nodes if on_nodes else counts == every), gpu.describe_daemonset(
-            ctx.view
-        )
-
-    return condition
-
-
-def policy_ready_again(ctx: Context) -> Verdict:
-    state = gpu.policy_state(gpu.cluster_policy(ctx.view))
-    plugin_back = plugins_ready(None)(ctx)[0]  # not the stale "ready" of the fault
-    return plugin_back and state == "ready", f"status.state {state!r}"
-
-
-def probe_ran_after_waiting(ctx: Context) -> Verdict:
-    phase, events = gpu.pod_story(ctx.view, PROBE)
-    held = phase == "Succeeded" and gpu.waited_then_scheduled(events)
-    return held, f"{PROBE} {phase}; events: {', '.join(gpu.event_reasons(events))}"
-
-
-def probe_output_as_baseline(ctx: Context) -> Verdict:
-    phase, expected = gpu.pod_phase(ctx.view, PROBE), ctx.baseline["probe_output"]
-    if phase != "Succeeded":
-        return False, f"{PROBE} {phase}"
-    output = probes.gpu_summary(probes.read_probe_log(ctx.lab, PROBE))
-    return output == expected, f"{output!r} (baseline {expected!r})"
-
-
 recovery = [
     Check("device-plugin DaemonSet re-created with a new uid", ds_recreated, 60),
-    Check("device-plugin ready on 1 node", plugins_ready(1), 60),
+    Check("device-plugin ready on 1 node", _checks.plugins_ready(1), 60),
     Check("allocatable nvidia.com/gpu back to 1 on every GPU node",
-          lambda ctx: _allocatable_everywhere(ctx, "1"), 120),
-    Check("device-plugin DaemonSet N/N/N ready", plugins_ready(None), 120),
-    Check("ClusterPolicy status.state ready with the device plugin back", policy_ready_again, 120),
+          _checks.allocatable_everywhere("1"), 120),
+    Check("device-plugin DaemonSet N/N/N ready", _checks.plugins_ready(None), 120),
+    Check("ClusterPolicy status.state ready with the device plugin back",
+          _checks.policy_ready_again, 120),
     Check("the pending gpu-probe ran: FailedScheduling, then Scheduled, Succeeded",
-          probe_ran_after_waiting, 420),
-    Check("gpu-probe output identical to baseline", probe_output_as_baseline, 420),
+          _checks.probe_ran_after_waiting(PROBE), 420),
+    Check("gpu-probe output identical to baseline", _checks.probe_output_as_baseline(PROBE), 420),
 ]  # fmt: skip
 
 

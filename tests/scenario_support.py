@@ -7,15 +7,31 @@ subprocess opening the same lab (same state directory) reaches it too.
 
 from __future__ import annotations
 
+import queue
 import shutil
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from labs.aws.cloud import scale_gpu_nodegroup
 from labs.backends import REHEARSAL
-from labs.kube.gpu import daemonset, daemonset_counts, policy_state, schedulable_gpu_nodes
+from labs.kube.gpu import (
+    DCGM_EXPORTER_DAEMONSET,
+    DEVICE_PLUGIN_DAEMONSET,
+    GFD_DAEMONSET,
+    daemonset,
+    daemonset_counts,
+    operand_counts,
+    operator_available,
+    operator_deployment,
+    policy_state,
+    schedulable_gpu_nodes,
+)
 from labs.lab import Lab
 from labs.settings import load_settings
 from labs.sim.infra import SimInfra
@@ -26,6 +42,8 @@ GPU_NODES = 2
 # A fast world; the engine never gives a check under labs.run.watch.MIN_TIMEOUT seconds.
 SCENARIO_SPEED = 600.0
 READY_TIMEOUT = 60.0
+# Operands the lab's values enable and scenarios take away (a ready lab has them all).
+LAB_OPERANDS = {DEVICE_PLUGIN_DAEMONSET, DCGM_EXPORTER_DAEMONSET, GFD_DAEMONSET}
 
 
 @dataclass
@@ -35,13 +53,17 @@ class SimLab:
 
 
 def lab_ready(view) -> bool:
-    """GPU nodes advertise a GPU each, the device plugin runs on each, the policy is ready."""
+    """GPU nodes advertise a GPU each, the device plugin runs on each, every operand is fully
+    ready, the operator controller runs and the policy is ready."""
     plugin = daemonset(view)
     policies = view.objects("clusterpolicies")
     return (
         len(schedulable_gpu_nodes(view)) == GPU_NODES
         and plugin is not None
         and daemonset_counts(plugin) == (GPU_NODES,) * 3
+        and LAB_OPERANDS <= set(operand_counts(view))
+        and all(counts[2] == counts[0] for counts in operand_counts(view).values())
+        and operator_available(operator_deployment(view))
         and bool(policies)
         and policy_state(policies[0]) == "ready"
     )
@@ -88,3 +110,18 @@ def another_lab_record(ready: SimLab, state_dir: Path) -> SimLab:
         shutil.copyfile(source.paths.sim_dir / name, lab.paths.sim_dir / name)
     shutil.copyfile(source.paths.kubeconfig, lab.paths.kubeconfig)
     return SimLab(lab, ready.world)
+
+
+def read_until(stream: Any, marker: str, timeout: float) -> list[str]:
+    """Lines of `stream` up to one containing `marker`; fails the test after `timeout`."""
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in stream], daemon=True).start()
+    seen: list[str] = []
+    while True:
+        try:
+            line = lines.get(timeout=timeout)
+        except queue.Empty:
+            pytest.fail(f"no {marker!r} within {timeout} s; output: {''.join(seen)}")
+        seen.append(line)
+        if marker in line:
+            return seen

@@ -5,11 +5,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import queue
 import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from scenario_support import (
     SimLab,
     another_lab_record,
     lab_ready,
+    read_until,
     ready_sim_lab,
     wait_ready,
 )
@@ -137,21 +136,6 @@ def out(line):
 
 run_scenario(Lab.open(settings), scenarios.get("device-plugin-off"), out=out)
 """
-
-
-def read_until(stream: Any, marker: str, timeout: float) -> list[str]:
-    """Lines of `stream` up to one containing `marker`; fails the test after `timeout`."""
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in stream], daemon=True).start()
-    seen: list[str] = []
-    while True:
-        try:
-            line = lines.get(timeout=timeout)
-        except queue.Empty:
-            pytest.fail(f"no {marker!r} within {timeout} s; output: {''.join(seen)}")
-        seen.append(line)
-        if marker in line:
-            return seen
 
 
 @pytest.fixture

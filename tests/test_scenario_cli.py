@@ -14,6 +14,8 @@ from kubernetes import client as k8s
 from kubernetes import config
 from lab_support import INVOKE, ROOT, invoke_env, run_invoke
 
+import scenarios
+
 LAB = "sc1"
 DEVICE_PLUGIN = "nvidia-device-plugin-daemonset"
 
@@ -141,6 +143,36 @@ def test_a_killed_run_is_reverted_from_the_journal(sim_lab):
     assert _device_plugin_enabled(state_dir)
     assert _journal(state_dir, LAB)[-1]["state"] == "reverted"
     _until(lambda: _device_plugin_ready(state_dir), what="the world to recover")
+
+
+def _healthy_status(env: dict[str, str]) -> str | None:
+    """lab.status when the lab is healthy (operator up, every DaemonSet ready, policy ready)."""
+    out = run_invoke("lab.status", "--lab", LAB, env=env).stdout
+    counts = [line.split()[-1].split("/") for line in out.splitlines() if line.startswith("  ")
+              and line.split()[-1].count("/") == 1 and line.split()[-1][0].isdigit()]  # fmt: skip
+    healthy = (
+        "injected faults: none" in out
+        and "state ready" in out
+        and "spec.replicas 1, 1/1 available" in out
+        and bool(counts)
+        and all(ready == desired for ready, desired in counts)
+    )
+    return out if healthy else None
+
+
+def test_every_scenario_back_to_back_leaves_the_lab_as_it_was(sim_lab):
+    state_dir, env = sim_lab
+    before = _until(lambda: _healthy_status(env), what="a healthy lab before the runs")
+    names = list(scenarios.all_scenarios())
+    assert {"operator-down", "device-plugin-off-one-node", "gpu-node-foreign-taint"} <= set(names)
+    for name in names:
+        run = run_invoke("scenario.run", name, "--lab", LAB, env=env, timeout=300)
+        assert run.returncode == 0, f"{name}: {run.stdout[-3000:]}{run.stderr}"
+        assert "result: OK" in run.stdout and "recovered state equals the baseline" in run.stdout
+    after = _until(lambda: _healthy_status(env), what="a healthy lab after the runs")
+    assert after == before
+    reports = sorted(p.parent.name for p in (state_dir / LAB / "runs").glob("*/report.json"))
+    assert all(any(r.endswith(f"-{name}") for r in reports) for name in names)
 
 
 def test_lab_down_reverts_a_fault_left_for_practice(sim_lab):
