@@ -134,10 +134,6 @@ def next_node_with(changes: Watch, wanted) -> dict:
 DEVICE_PLUGIN_DISABLED = {"state:": "state-device-plugin", "status": "disabled"}
 
 
-def policy_state(store: ObjectStore) -> str | None:
-    return (store.get(CLUSTER_POLICY, "cluster-policy").get("status") or {}).get("state")
-
-
 def logged_steps_once(store: ObjectStore, wanted: dict) -> list[dict] | None:
     """The operator's logged steps, once one of them has the `wanted` fields (else None)."""
     operator = store.list(PODS, NS, label_selector="app=gpu-operator")[0][0]
