@@ -18,7 +18,8 @@ from labs.errors import LabError
 from labs.kube import gpu, probes
 from labs.kube.view import ClusterView, Objects
 from labs.lab import Lab
-from labs.run.contract import Context, Step, Verdict
+from labs.run.contract import Check, Context, Step, Verdict
+from scenarios import _checks
 from scenarios._checks import Condition
 
 PROBE = probes.probe_name()
@@ -121,3 +122,17 @@ def state_rows(ctx: Context) -> dict[str, str]:
         "device-plugin DaemonSet": gpu.describe_daemonset(ctx.view),
         "allocatable nvidia.com/gpu": gpu.describe_allocatable(ctx.view),
     }
+
+
+def pinned_recovery() -> list[Check]:
+    """The recovery both one-node faults end with: GPUs back everywhere, the pinned probe ran
+    on its node with the baseline output, the ClusterPolicy ready."""
+    return [
+        Check("allocatable nvidia.com/gpu back to 1 on every GPU node",
+              _checks.allocatable_everywhere("1"), 120),
+        Check("the pinned probe, Pending until now, ran on its node: FailedScheduling, then "
+              "Scheduled, Succeeded", pinned_ran_on_node, 420),
+        Check("gpu-probe-pinned output identical to baseline",
+              _checks.probe_output_as_baseline(PINNED), 420),
+        Check("ClusterPolicy status.state ready", _checks.policy_ready_again, 120),
+    ]  # fmt: skip

@@ -176,13 +176,7 @@ def operands_back(ctx: Context) -> Verdict:
 
 recovery = [
     Check("every operand DaemonSet back to its baseline count, all ready", operands_back, 120),
-    Check("allocatable nvidia.com/gpu back to 1 on every GPU node",
-          _checks.allocatable_everywhere("1"), 120),
-    Check("the pinned probe, Pending until now, ran on its node: FailedScheduling, then "
-          "Scheduled, Succeeded", _one_node.pinned_ran_on_node, 420),
-    Check("gpu-probe-pinned output identical to baseline",
-          _checks.probe_output_as_baseline(PINNED), 420),
-    Check("ClusterPolicy status.state ready", _checks.policy_ready_again, 120),
+    *_one_node.pinned_recovery(),
 ]  # fmt: skip
 
 by_hand = ByHand(

@@ -11,7 +11,6 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from scenario_support import (
     ready_sim_lab,
     wait_ready,
 )
+from tool_support import require_tool
 
 import scenarios
 from labs import status as lab_status
@@ -45,7 +45,6 @@ from labs.run.engine import (
 )
 
 REPO = Path(__file__).resolve().parent.parent
-KUBECTL = "/usr/bin/kubectl"
 NAMES = ("operator-down", "device-plugin-off-one-node", "gpu-node-foreign-taint")
 PINNED_PENDING = {
     "device-plugin-off-one-node": "0/4 nodes are available: 1 Insufficient nvidia.com/gpu, "
@@ -128,7 +127,7 @@ def test_kubectl_shows_the_injected_fault_and_revert_all_restores_the_status(
     sim_lab: SimLab, name: str, tmp_path: Path
 ):
     lab = sim_lab.lab
-    assert shutil.which(KUBECTL), f"{KUBECTL} is not installed (README prerequisites)"
+    require_tool("kubectl")  # the steps run plain `kubectl` from PATH, as a person would
     before = status_text(lab)
     inject_scenario(lab, scenarios.get(name), out=quiet)
     env = {**os.environ, "KUBECONFIG": str(lab.paths.kubeconfig), "KUBECACHEDIR": str(tmp_path)}
