@@ -387,7 +387,7 @@ def daemonset_world(timings: Timings = TIMINGS) -> Iterator[ObjectStore]:
     for controller in controllers:
         controller.start()
     try:
-        wait_for(lambda: operand_counts(store)["desiredNumberScheduled"] == 2, what="2 desired")
+        wait_for(lambda: operand_counts(store).get("desiredNumberScheduled") == 2, what="2 desired")
         assert done["metadata"]["uid"]
         yield store
     finally:
@@ -414,7 +414,7 @@ def test_a_noschedule_taint_keeps_the_daemon_pod_but_wants_one_fewer() -> None:
         added = {t["key"] for t in pod["spec"]["tolerations"]}
         assert {"nvidia.com/gpu", "node.kubernetes.io/not-ready"} <= added
         taint(store, "gpu-a", "NoSchedule")
-        wait_for(lambda: operand_counts(store)["desiredNumberScheduled"] == 1, what="1 desired")
+        wait_for(lambda: operand_counts(store).get("desiredNumberScheduled") == 1, what="1 desired")
         status = operand_counts(store)
         assert (status["currentNumberScheduled"], status["numberMisscheduled"]) == (1, 1)
         assert operand_nodes(store) == ["gpu-a", "gpu-b"]  # the running pod stays
@@ -432,7 +432,7 @@ def test_a_noexecute_taint_evicts_every_untolerating_pod_and_nothing_comes_back(
         assert messages[1].startswith("Marking for deletion Pod default/operand-")
         assert all("uid" not in e["involvedObject"] for e in events)
         assert {e["source"]["component"] for e in events} == {"taint-eviction-controller"}
-        assert operand_counts(store)["desiredNumberScheduled"] == 1
+        wait_for(lambda: operand_counts(store).get("desiredNumberScheduled") == 1, what="1 desired")
 
         store.update(NODES, "gpu-a", lambda n: n["spec"].update(taints=n["spec"]["taints"][:1]))
         wait_for(lambda: operand_nodes(store) == ["gpu-a", "gpu-b"], what="the operand back")
