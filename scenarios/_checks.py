@@ -10,9 +10,18 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from labs.kube import gpu, probes
-from labs.run.contract import Context, Verdict
+from labs.run.contract import Context, Step, Verdict
 
 Condition = Callable[[Context], Verdict]
+
+
+def policy_state_step(means: str) -> Step:
+    """The by-hand look at the ClusterPolicy's state, which every operator fault leaves `ready`."""
+    return Step(
+        "kubectl get clusterpolicy cluster-policy -o jsonpath='{.status.state}{\"\\n\"}'",
+        "ready",
+        means,
+    )
 
 
 def allocatable_everywhere(value: str) -> Condition:

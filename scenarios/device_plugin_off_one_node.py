@@ -164,8 +164,7 @@ by_hand = ByHand(
         _one_node.pinned_story(gpu.INSUFFICIENT_GPU),
         Step(f"kubectl get pod {PROBE} -o jsonpath='{{.status.phase}}{{\"\\n\"}}'", "Succeeded",
              "an unpinned probe ran anyway, on the other node (trap)"),
-        Step("kubectl get clusterpolicy cluster-policy -o jsonpath='{.status.state}{\"\\n\"}'",
-             "ready", "no error anywhere (trap)"),
+        _checks.policy_state_step("no error anywhere (trap)"),
     ],
     revert=[f"kubectl label nodes -l {LABEL}=false {LABEL}=true --overwrite"],
 )  # fmt: skip

@@ -198,8 +198,7 @@ by_hand = ByHand(
              "Marking for deletion Pod gpu-operator/nvidia-device-plugin-daemonset-",
              "the taint-eviction controller removed the operand pods"),
         _one_node.pinned_story(gpu.UNTOLERATED_TAINT),
-        Step("kubectl get clusterpolicy cluster-policy -o jsonpath='{.status.state}{\"\\n\"}'",
-             "ready", "no error anywhere (trap)"),
+        _checks.policy_state_step("no error anywhere (trap)"),
     ],
     revert=[f'kubectl taint node "$NODE" {KEY}:{EFFECT}-'],
 )  # fmt: skip

@@ -27,6 +27,7 @@ from labs.kube.logs import operator_log, operator_step
 from labs.kube.view import ClusterView
 from labs.lab import Lab
 from labs.run.contract import ByHand, Check, Context, Finding, Needs, Scenario, Step, Trap, Verdict
+from scenarios import _checks
 
 # The harmless edit: GFD's own default interval, written out (gpu-feature-discovery --help).
 ENV, VALUE, COMPONENT = "GFD_SLEEP_INTERVAL", "60s", "gfd"
@@ -300,8 +301,7 @@ by_hand = ByHand(
              "-o jsonpath='{.spec.template.spec.containers[0].env}{\"\\n\"}'",
              ENV, "the edit you took back is still rendered: nobody reconciles"),
         Step(f"kubectl -n gpu-operator get ds {GONE}", "NotFound", "and nobody re-creates it"),
-        Step("kubectl get clusterpolicy cluster-policy -o jsonpath='{.status.state}{\"\\n\"}'",
-             "ready", "a frozen status (trap)"),
+        _checks.policy_state_step("a frozen status (trap)"),
     ],
     revert=[
         BY_HAND_TAKE_BACK,

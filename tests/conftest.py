@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from scenario_support import SimLab, ready_sim_lab
 from tool_support import require_tool
 
 from labs.sim.apiserver import ApiServer
@@ -22,6 +23,13 @@ class Emulator:
     store: ObjectStore
     kubeconfig_path: Path
     server: ApiServer
+
+
+@pytest.fixture(scope="module")
+def world_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimLab]:
+    """One ready rehearsal world per test module (each test takes its own lab record on it)."""
+    with ready_sim_lab(tmp_path_factory.mktemp("world")) as ready:
+        yield ready
 
 
 @pytest.fixture

@@ -21,8 +21,8 @@ from scenario_support import (
     SimLab,
     another_lab_record,
     lab_ready,
+    quiet,
     read_until,
-    ready_sim_lab,
     wait_ready,
 )
 
@@ -39,22 +39,6 @@ UNSCHEDULABLE = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
 REPO = Path(__file__).resolve().parent.parent
 
 
-def quiet(_line: str) -> None:
-    pass
-
-
-@pytest.fixture(scope="module")
-def world_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimLab]:
-    """One ready world for this module; each test makes it healthy again at its start."""
-    with ready_sim_lab(tmp_path_factory.mktemp("world")) as ready:
-        yield ready
-
-
-def operator_available(view: Any) -> bool:
-    deployment = gpu_facts.operator_deployment(view) or {}
-    return bool((deployment.get("status") or {}).get("availableReplicas"))
-
-
 def restore_healthy(sim: SimLab) -> None:
     """Undo whatever an earlier test left (a fault, a stopped operator) and wait until the
     lab is ready and its operator runs, so no test depends on another's clean-up."""
@@ -66,7 +50,7 @@ def restore_healthy(sim: SimLab) -> None:
     store.patch(DEPLOYMENTS, gpu_facts.OPERATOR_DEPLOYMENT, operator_up, "merge", namespace)
     with sim.lab.view() as view:
         view.wait_for(
-            lambda v: lab_ready(v) and operator_available(v),
+            lab_ready,  # the operator controller running included
             READY_TIMEOUT,
             "rehearsal lab ready with 2 GPUs and the GPU Operator running",
         )

@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +24,8 @@ from scenario_support import (
     SCENARIO_SPEED,
     SimLab,
     another_lab_record,
+    quiet,
     read_until,
-    ready_sim_lab,
     wait_ready,
 )
 from tool_support import require_tool
@@ -52,17 +51,6 @@ PINNED_PENDING = {
     "gpu-node-foreign-taint": "0/4 nodes are available: 1 node(s) had untolerated taint(s), "
     "3 node(s) didn't match Pod's node affinity/selector.",
 }
-
-
-def quiet(_line: str) -> None:
-    pass
-
-
-@pytest.fixture(scope="module")
-def world_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimLab]:
-    """One ready world for the module; every test leaves it ready again."""
-    with ready_sim_lab(tmp_path_factory.mktemp("world")) as ready:
-        yield ready
 
 
 @pytest.fixture
