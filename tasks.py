@@ -7,6 +7,7 @@ Heavy libraries (boto3, kubernetes) are imported inside the tasks so that
 from __future__ import annotations
 
 import functools
+import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from invoke import Collection, Context, Exit, task
 
 from labs.errors import LabError
-from labs.settings import config_defaults, flag_help
+from labs.settings import flag_help
 
 if TYPE_CHECKING:
     from labs.console import Console
@@ -28,16 +29,22 @@ DEMO_SCENARIO = "device-plugin-off"
 
 
 def _friendly(body: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn errors the user can act on into `error: ...` and exit code 1, without a traceback."""
+    """Turn errors the user can act on into `error: ...` and exit code 1, without a traceback;
+    SIGTERM and SIGHUP stop a task like Ctrl-C, and a closed pipe or terminal silences it
+    instead of aborting it half-way."""
 
     @functools.wraps(body)
     def run(c: Any, *args: Any, **kwargs: Any) -> Any:
+        from labs.console import resilient_stdio
+        from labs.interrupts import describe, handled_signals
+
         try:
-            return body(c, *args, **kwargs)
+            with handled_signals(), resilient_stdio():
+                return body(c, *args, **kwargs)
         except LabError as exc:
             raise Exit(f"error: {exc}", code=1) from None
-        except KeyboardInterrupt:
-            raise Exit("interrupted", code=130) from None
+        except KeyboardInterrupt as interrupt:
+            raise Exit(describe(interrupt), code=130) from None
         except Exception as exc:
             if not _unreachable(exc):
                 raise
@@ -61,7 +68,7 @@ def _unreachable(error: Exception) -> bool:
 def _settings(c: Context, **flags: Any) -> LabSettings:
     from labs.settings import load_settings
 
-    return load_settings(dict(c.config.get("lab", {})), flags)
+    return load_settings(c.config.get("lab"), flags, os.environ)
 
 
 def _console() -> Console:
@@ -74,6 +81,11 @@ def _confirm(question: str) -> bool:
     if not sys.stdin.isatty():
         return False
     return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+
+
+def _confirmer(yes: bool) -> Callable[[str], bool]:
+    """--yes answers every question; otherwise ask on a terminal (and refuse without one)."""
+    return (lambda _question: True) if yes else _confirm
 
 
 def _known_scenario(name: str, task_name: str) -> Scenario:
@@ -96,11 +108,13 @@ def _reverter() -> Callable[..., list[str]]:
     return lambda lab, console: revert_scenarios(lab, catalogue, None, out=console.say)
 
 
-def _open(c: Context, lab: str | None, kubeconfig: str | None, context: str | None) -> Any:
+def _open(
+    c: Context, lab: str | None, kubeconfig: str | None, context: str | None, **flags: Any
+) -> Any:
     """The lab named (or the existing cluster a kubeconfig names), as every lab task opens it."""
     from labs.lab import Lab
 
-    return Lab.open(_settings(c, lab=lab, kubeconfig=kubeconfig, context=context))
+    return Lab.open(_settings(c, lab=lab, kubeconfig=kubeconfig, context=context, **flags))
 
 
 # --- lab.* -----------------------------------------------------------------------------
@@ -113,6 +127,9 @@ def _open(c: Context, lab: str | None, kubeconfig: str | None, context: str | No
         "no-operator": "do not install the NVIDIA GPU Operator",
         "sim": "create a local rehearsal lab (moto + Kubernetes emulator), no AWS needed",
         "dry-run": "print the plan and the API calls it would make; change nothing",
+        "smoke": "end with lab.smoke (probe, CUDA check, NCCL all-reduce on the GPU nodes)",
+        "ttl": flag_help()["ttl"],
+        "yes": "do not ask before running GPUs with --ttl off",
     }
 )
 @_friendly
@@ -123,29 +140,73 @@ def up(
     no_operator: bool = False,
     sim: bool = False,
     dry_run: bool = False,
+    smoke: bool = False,
+    ttl: str | None = None,
+    yes: bool = False,
     kubeconfig: str | None = None,
     context: str | None = None,
 ) -> None:
-    """Bring up the lab: infra, kubeconfig, GPU Operator, GPU nodes, GPU probe."""
+    """Bring up the lab: infra, kubeconfig, GPU Operator, GPU time limit, GPU nodes, probe."""
     from labs import lifecycle
 
     operator = False if no_operator else None
     settings = _settings(
-        c, lab=lab, gpus=gpus, operator=operator, kubeconfig=kubeconfig, context=context
+        c, lab=lab, gpus=gpus, operator=operator, ttl=ttl, kubeconfig=kubeconfig, context=context
     )
-    lifecycle.up(settings, sim=sim, dry_run=dry_run, console=_console())
+    made = lifecycle.up(
+        settings, sim=sim, dry_run=dry_run, console=_console(), confirm=_confirmer(yes)
+    )
+    if smoke and not dry_run:
+        _smoke(made, nccl=True)
 
 
-@task(help={**LAB_HELP, "count": "GPU nodes to scale to (0 to the node group's max)"})
+def _smoke(target: Any, nccl: bool) -> None:
+    from labs.smoke import render
+    from labs.smoke import smoke as run_smoke
+
+    result = run_smoke(target, _console(), nccl=nccl)
+    print("\n".join(render(result, simulated=target.backend.simulated)))
+    if not result.ok:
+        raise Exit(code=1)
+
+
+@task(
+    help={
+        **LAB_HELP,
+        "nccl": "run the two-node NCCL all-reduce too (default; --no-nccl skips it)",
+    }
+)
+@_friendly
+def smoke(
+    c: Context,
+    lab: str | None = None,
+    nccl: bool = True,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+) -> None:
+    """Probe on every GPU node, PyTorch CUDA check, NCCL all-reduce; a table; exit 0 if all pass."""
+    _smoke(_open(c, lab, kubeconfig, context), nccl)
+
+
+@task(
+    help={
+        **LAB_HELP,
+        "count": "GPU nodes to scale to (0 to the node group's max), right after the task name",
+        "ttl": flag_help()["ttl"],
+        "yes": "do not ask before running GPUs with --ttl off",
+    }
+)
 @_friendly
 def scale(
     c: Context,
     count: str,
     lab: str | None = None,
+    ttl: str | None = None,
+    yes: bool = False,
     kubeconfig: str | None = None,
     context: str | None = None,
 ) -> None:
-    """Scale the GPU node group through the EKS API and wait until the nodes are there (or gone)."""
+    """Scale the GPU node group (EKS API), setting or removing the GPU time limit, and wait."""
     from labs import lifecycle
     from labs.settings import SettingsError
 
@@ -153,7 +214,34 @@ def scale(
         wanted = int(count)
     except ValueError:
         raise SettingsError(f"GPU count {count!r} is not a whole number; use e.g. 2") from None
-    lifecycle.scale(_open(c, lab, kubeconfig, context), wanted, _console())
+    target = _open(c, lab, kubeconfig, context, ttl=ttl)
+    lifecycle.scale(target, wanted, _console(), confirm=_confirmer(yes))
+
+
+@task(help={**LAB_HELP, "ttl": flag_help()["ttl"], "yes": "do not ask before --ttl off"})
+@_friendly
+def extend(
+    c: Context,
+    lab: str | None = None,
+    ttl: str | None = None,
+    yes: bool = False,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+) -> None:
+    """Move the GPU time limit to now + TTL (default 4h) while GPU nodes run."""
+    from labs import time_limit
+
+    time_limit.extend(_open(c, lab, kubeconfig, context, ttl=ttl), _console(), _confirmer(yes))
+
+
+@task(name="list")
+@_friendly
+def list_labs(c: Context) -> None:
+    """Every lab under the state directory: backend, reachable, GPUs, cost, time limit, faults."""
+    from labs import status as lab_status
+
+    settings = _settings(c)
+    print(lab_status.render_list(lab_status.gather_all(settings), str(settings.state_dir)))
 
 
 @task(help=LAB_HELP)
@@ -181,8 +269,37 @@ def env(
 @task(
     help={
         **LAB_HELP,
+        "json": "print the report as JSON (schema eks-gpu-lab/doctor/v1, see the README)",
+        "pod": "NAMESPACE/NAME: triage this one pod (the rest of the flowchart still runs)",
+    }
+)
+def doctor(
+    c: Context,
+    lab: str | None = None,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    json: bool = False,
+    pod: str | None = None,
+) -> None:
+    """Read-only: walk the GPU debugging flowchart, name the probable cause with its evidence.
+
+    Exit 0: no problem found; 1: problems found; 2: could not check (unreachable, forbidden).
+    """
+    from labs.doctor.render import as_json, as_text
+    from labs.doctor.run import doctor as examine
+
+    report = examine(lambda: _open(c, lab, kubeconfig, context), pod)
+    print(as_json(report) if json else as_text(report))
+    if report.exit_code:
+        raise Exit(code=report.exit_code)
+
+
+@task(
+    help={
+        **LAB_HELP,
         "destroy": "also destroy everything (terraform destroy / stop the rehearsal backend)",
         "yes": "do not ask before destroying",
+        "all": "every lab under the state directory (one failing does not stop the others)",
     }
 )
 @_friendly
@@ -191,16 +308,24 @@ def down(
     lab: str | None = None,
     destroy: bool = False,
     yes: bool = False,
+    all: bool = False,  # noqa: A002 - the flag users type is --all
     kubeconfig: str | None = None,
     context: str | None = None,
 ) -> None:
     """Cost guard: revert injected faults, GPU nodes to 0 and wait; --destroy ends the week."""
     from labs import lifecycle
+    from labs.settings import SettingsError
 
-    lifecycle.down(
-        _settings(c, lab=lab, kubeconfig=kubeconfig, context=context),
+    if all and (lab or kubeconfig):
+        raise SettingsError(
+            "--all takes every lab under the state directory; drop --lab/--kubeconfig"
+        )
+    settings = _settings(c, lab=lab, kubeconfig=kubeconfig, context=context)
+    run_down = lifecycle.down_all if all else lifecycle.down
+    run_down(
+        settings,
         destroy=destroy,
-        confirm=(lambda _question: True) if yes else _confirm,
+        confirm=_confirmer(yes),
         revert=_reverter(),
         console=_console(),
     )
@@ -212,14 +337,16 @@ def down(
 @task(name="list")
 @_friendly
 def list_(c: Context) -> None:
-    """List the scenarios: name, summary, needs, duration, risk."""
+    """List the scenarios by where the fault lives: name, summary, needs, duration, risk."""
     import scenarios
+    from labs.run.contract import AREA_TITLES
 
-    known = scenarios.all_scenarios()
-    width = max((len(name) for name in known), default=0) + 1
-    for info in known.values():
-        print(f"{info.name:<{width}} {info.summary}")
-        print(f"{'':<{width}} needs: {info.needs}; takes {info.duration}; risk: {info.risk}")
+    width = max((len(name) for name in scenarios.all_scenarios()), default=0) + 1
+    for area, group in scenarios.by_area().items():
+        print(f"{area}: {AREA_TITLES[area]}")
+        for info in group:
+            print(f"  {info.name:<{width}} {info.summary}")
+            print(f"  {'':<{width}} needs: {info.needs}; takes {info.duration}; risk: {info.risk}")
 
 
 @task(help={"name": "scenario name (see scenario.list)"})
@@ -236,6 +363,7 @@ def show(c: Context, name: str) -> None:
         **LAB_HELP,
         "name": "scenario name (see scenario.list)",
         "keep-fault": "leave the fault in place at the end, for practice",
+        "yes": "do not ask before a scenario that changes the infrastructure",
     }
 )
 @_friendly
@@ -244,6 +372,7 @@ def run(
     name: str,
     lab: str | None = None,
     keep_fault: bool = False,
+    yes: bool = False,
     kubeconfig: str | None = None,
     context: str | None = None,
 ) -> None:
@@ -252,26 +381,41 @@ def run(
 
     scenario = _known_scenario(name, "scenario.run")
     target = _open(c, lab, kubeconfig, context)
-    result = run_scenario(target, scenario, keep_fault=keep_fault)
+    result = run_scenario(target, scenario, keep_fault=keep_fault, confirm=_confirmer(yes))
     if not result.ok:
         why = result.error or ", ".join(result.failed_checks)
         raise Exit(f"scenario {name} failed: {why}", code=result.exit_code)
 
 
-@task(help={**LAB_HELP, "name": "scenario name (see scenario.list)"})
+@task(
+    help={
+        **LAB_HELP,
+        "name": "scenario name (see scenario.list)",
+        "yes": "do not ask before a scenario that changes the infrastructure",
+        "speed": "rehearsal only: the world's speed while you practise (default 1, real time)",
+    }
+)
 @_friendly
 def inject(
     c: Context,
     name: str,
     lab: str | None = None,
+    yes: bool = False,
+    speed: str | None = None,
     kubeconfig: str | None = None,
     context: str | None = None,
 ) -> None:
-    """Inject a fault and leave it, for hands-on debugging (undo: scenario.revert)."""
+    """Inject a fault and leave it for hands-on debugging; a rehearsal then runs in real time."""
     from labs.run.engine import inject_scenario
+    from labs.settings import SettingsError
 
     scenario = _known_scenario(name, "scenario.inject")
-    inject_scenario(_open(c, lab, kubeconfig, context), scenario)
+    try:
+        pace = None if speed is None else float(speed)
+    except ValueError:
+        raise SettingsError(f"--speed {speed!r} is not a number; use e.g. 1 or 4") from None
+    target = _open(c, lab, kubeconfig, context)
+    inject_scenario(target, scenario, speed=pace, confirm=_confirmer(yes))
 
 
 @task(
@@ -319,7 +463,6 @@ def demo(c: Context, lab: str = "demo") -> None:
         raise Exit(code=code)
 
 
-lab_tasks = Collection("lab", up, scale, status, env, down)
+lab_tasks = Collection("lab", up, scale, smoke, extend, status, list_labs, env, doctor, down)
 scenario_tasks = Collection("scenario", list_, show, run, inject, revert)
 ns = Collection(demo, lab_tasks, scenario_tasks)
-ns.configure({"lab": config_defaults()})

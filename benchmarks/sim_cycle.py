@@ -45,7 +45,7 @@ def operator_ready_with_gpus(world: World, count: int) -> bool:
 
 
 def scale(world: World, desired: int) -> None:
-    eks = moto_clients(world.endpoints["aws_endpoint_url"], world.endpoints["region"])("eks")
+    eks = moto_clients(world.endpoints)("eks")
     eks.update_nodegroup_config(
         clusterName=world.endpoints["cluster_name"],
         nodegroupName=stack.gpu_node_group_name(world.endpoints["cluster_name"]),

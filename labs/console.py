@@ -7,6 +7,8 @@ line on a terminal (rewritten in place) and a line every few seconds elsewhere
 
 from __future__ import annotations
 
+import io
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -61,3 +63,53 @@ class Console:
         if self._progress_shown:
             self.stream.write("\n")
             self._progress_shown = False
+
+
+class _Resilient(io.TextIOBase):
+    """A standard stream that goes quiet, instead of failing the command, once its reader is gone.
+
+    `invoke lab.status | head -2` closes the pipe; a closed terminal answers EIO. Neither may
+    abort a command half-way (a lab.up between two applies, a revert): the first failed
+    write points the descriptor at /dev/null, and the command carries on without output.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._gone = False
+
+    def write(self, text: str) -> int:
+        self._guarded(lambda: self._stream.write(text))
+        return len(text)
+
+    def flush(self) -> None:
+        self._guarded(self._stream.flush)
+
+    def isatty(self) -> bool:
+        return not self._gone and self._stream.isatty()
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    def _guarded(self, action: Callable[[], object]) -> None:
+        if self._gone:
+            return
+        try:
+            action()
+        except OSError:  # EPIPE, EIO: nobody reads any more
+            self._gone = True
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())  # so the interpreter's last flush succeeds
+            os.close(devnull)
+
+
+@contextmanager
+def resilient_stdio() -> Iterator[None]:
+    """Standard output and error that survive a closed pipe or terminal while the body runs."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _Resilient(sys.stdout), _Resilient(sys.stderr)
+    try:
+        yield
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()  # a pipe closed by now fails here, guarded, not at interpreter exit
+        sys.stdout, sys.stderr = saved

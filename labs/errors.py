@@ -16,3 +16,8 @@ class InfraError(LabError, RuntimeError):
 
 class ReadOnlyTarget(LabError):
     """The target is a cluster the tool did not create: it is only ever read."""
+
+
+def explain(error: BaseException) -> str:
+    """A LabError's own message (it already says what to do); anything else with its type."""
+    return str(error) if isinstance(error, LabError) else f"{type(error).__name__}: {error}"

@@ -18,7 +18,15 @@ from labs.backends import CREATABLE, Backend, backend_named
 from labs.errors import LabError
 from labs.journal import Journal
 from labs.settings import OPERATOR_NAMESPACE
-from labs.state import LabPaths, atomic_write_json, read_json, utc_now
+from labs.state import (
+    DamagedFile,
+    LabPaths,
+    StateWriteError,
+    atomic_write_json,
+    load_json,
+    utc_now,
+    warn,
+)
 
 if TYPE_CHECKING:
     from labs.aws.cloud import AwsSession
@@ -32,11 +40,31 @@ class LabNotFound(LabError):
 
 
 def known_labs(settings: LabSettings) -> list[str]:
-    """Names of the labs that have a state file under the settings' state directory."""
+    """Names of the labs under the settings' state directory: those with a state file, and
+    those whose lab.up left a backend's files before writing one (they may still run)."""
     root = LabPaths.for_lab(settings.state_dir, settings.lab).root.parent
     if not root.is_dir():
         return []
-    return sorted(p.name for p in root.iterdir() if (p / "state.json").exists())
+    return sorted(
+        p.name for p in root.iterdir() if (p / "state.json").exists() or _left_behind(LabPaths(p))
+    )
+
+
+def _record_problem(record: Any) -> str | None:
+    """What makes a parsed state file unusable, or None."""
+    if not isinstance(record, dict):
+        return f"a {type(record).__name__}, not an object"
+    if record.get("backend") not in CREATABLE:
+        return f"backend {record.get('backend')!r} is none of {', '.join(CREATABLE)}"
+    for key in ("outputs", "variables", "phases"):
+        if not isinstance(record.get(key, {}), dict):
+            return f"{key!r} is not an object"
+    return None
+
+
+def _left_behind(paths: LabPaths) -> bool:
+    """Files a lab.up leaves before its first state write (a backend may already run)."""
+    return paths.sim_dir.is_dir() or paths.terraform_dir.is_dir()
 
 
 @dataclass
@@ -53,7 +81,12 @@ class Lab:
             attached = cls.attach(settings)
             attached.kube  # noqa: B018 - a bad kubeconfig or context fails here, named
             return attached
-        record = read_json(LabPaths.for_lab(settings.state_dir, settings.lab).state_file)
+        try:
+            record = load_json(settings.paths.state_file, _record_problem)
+        except DamagedFile as damage:
+            return cls.rebuild(settings, str(damage))
+        if record is None and _left_behind(settings.paths):
+            return cls.rebuild(settings, f"{settings.paths.state_file} is missing")
         if record is None:
             others = known_labs(settings)
             known = f"known labs: {', '.join(others)}" if others else "no labs exist yet"
@@ -63,6 +96,31 @@ class Lab:
                 "locally)"
             )
         return cls(settings, record)
+
+    @classmethod
+    def rebuild(cls, settings: LabSettings, why: str) -> Lab:
+        """A lab whose state file is lost: the backend its files show, the rest from the backend.
+
+        Saved again when it can be, so the next command finds a whole record.
+        """
+        paths = settings.paths
+        found = [name for name in CREATABLE if backend_named(name).left_files(paths)]
+        if not found:
+            raise LabError(
+                f"{why}, and nothing under {paths.root} shows which backend lab "
+                f"{settings.lab!r} ran on (no sim/ and no terraform/). If it ran on AWS, look "
+                f"for EKS cluster {settings.lab!r} in the console; remove {paths.root} to "
+                "start again."
+            )
+        lab = cls.create(settings, found[0])
+        lab.record.update(lab.backend.recover(lab), rebuilt_at=utc_now())
+        try:
+            lab.save()
+        except StateWriteError as error:
+            warn(f"{why}; rebuilt lab {lab.name!r} in memory only ({error})")
+        else:
+            warn(f"{why}; rebuilt it from what the {lab.backend.name} backend still knows")
+        return lab
 
     @classmethod
     def attach(cls, settings: LabSettings) -> Lab:
@@ -119,6 +177,14 @@ class Lab:
     def cluster_name(self) -> str:
         """The EKS cluster's name: the stack's output, or the lab name before the first apply."""
         return str(self.outputs.get("cluster_name") or self.name)
+
+    @property
+    def gpu_node_group(self) -> str:
+        """The GPU managed node group: the stack's output, or the name the stack gives it."""
+        from labs.aws.stack import gpu_node_group_name
+
+        name = self.outputs.get("gpu_node_group_name") or gpu_node_group_name(self.cluster_name)
+        return str(name)
 
     @property
     def outputs(self) -> dict[str, Any]:

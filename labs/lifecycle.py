@@ -6,20 +6,24 @@ own kubeconfig -> operator on while there are still no GPU nodes, wait for its
 ClusterPolicy -> only then scale the GPU node group through the EKS API (never
 through the Terraform variable, which the node group ignores after creation) ->
 wait until every GPU is schedulable -> run the GPU probe. Every step checks what is
-already done first, so re-running is safe and cheap.
+already done first, so re-running is safe and cheap. Before GPUs are asked for, the GPU
+time limit is set in AWS (`labs.time_limit`), and each scaling update EKS starts is
+followed until it succeeds or fails with AWS's own error.
 """
 
 from __future__ import annotations
 
 import shutil
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from labs import time_limit
 from labs.aws import stack
 from labs.backends import AWS, REHEARSAL
 from labs.console import Console
-from labs.errors import LabError
+from labs.errors import LabError, explain
 from labs.guard import check_lab_target
 from labs.kube.gpu import (
     cluster_policy,
@@ -30,10 +34,26 @@ from labs.kube.gpu import (
     schedulable_gpu_nodes,
 )
 from labs.kube.view import ClusterView
-from labs.lab import Lab, LabNotFound
-from labs.settings import LabSettings, SettingsError
+from labs.lab import Lab, LabNotFound, known_labs
+from labs.lock import ask_to_stop, lab_lock
+from labs.settings import LabSettings, SettingsError, check_region_exists
+from labs.state import StateWriteError
 
 Reverter = Callable[[Lab, Console], list[str]]
+Confirm = Callable[[str], bool]
+# How often EKS updates are polled on AWS (a rehearsal divides it by its speed).
+UPDATE_POLL_SECONDS = 15.0
+MIN_UPDATE_POLL_SECONDS = 0.1
+
+
+def _refused(_question: str) -> bool:
+    """The default confirmation: no (a question nobody can answer is a refusal)."""
+    return False
+
+
+def _already_confirmed(_question: str) -> bool:
+    """lab.up asks before anything changes, so scale() must not ask again."""
+    return True
 
 
 class LifecycleError(LabError):
@@ -48,6 +68,7 @@ def open_or_create(settings: LabSettings, sim: bool) -> tuple[Lab, bool]:
     try:
         lab = Lab.open(settings)
     except LabNotFound:
+        check_region_exists(settings)
         return Lab.create(settings, REHEARSAL if sim else AWS), True
     lab.backend.check_writable(lab, "lab.up")
     if sim and lab.backend.name != REHEARSAL:
@@ -58,7 +79,7 @@ def open_or_create(settings: LabSettings, sim: bool) -> tuple[Lab, bool]:
     return lab, False
 
 
-def _variables(lab: Lab, **changes: Any) -> dict[str, Any]:
+def full_variables(lab: Lab, **changes: Any) -> dict[str, Any]:
     """The lab's full current variable set with `changes` on top (never a partial set)."""
     base = lab.variables or lab.settings.stack_variables(operator_enabled=False)
     base[stack.GPU_OPERATOR_CHART_VERSION] = lab.settings.chart_version
@@ -68,28 +89,52 @@ def _variables(lab: Lab, **changes: Any) -> dict[str, Any]:
 # --- lab.up ------------------------------------------------------------------------
 
 
-def up(settings: LabSettings, sim: bool, dry_run: bool, console: Console) -> Lab:
-    """Bring the lab up (or finish bringing it up); see the module docstring for the order."""
+def up(
+    settings: LabSettings,
+    sim: bool,
+    dry_run: bool,
+    console: Console,
+    confirm: Confirm = _refused,
+) -> Lab:
+    """Bring the lab up (or finish bringing it up); see the module docstring for the order.
+
+    `confirm` is asked (before anything changes) only when the GPU time limit is off.
+    """
     lab, new = open_or_create(settings, sim)
     if dry_run:
         _print_up_plan(lab, new, console)
         return lab
+    time_limit.confirm_off(settings, settings.gpus, confirm)
+    with lab_lock(lab, "lab.up"):
+        _up(lab, new, console)
+    return lab
+
+
+def _up(lab: Lab, new: bool, console: Console) -> None:
     with console.phase(f"preflight ({lab.backend.name} backend, lab {lab.name!r})"):
         lab.backend.start(lab, console)
-    _apply(lab, _variables(lab), "base infrastructure (GPU nodes 0, operator off)", console)
+        if new:
+            lab.journal.start()
+    with lab.backend.program_pace(lab):
+        _bring_up(lab, lab.settings, console)
+
+
+def _bring_up(lab: Lab, settings: LabSettings, console: Console) -> None:
+    _apply(lab, full_variables(lab), "base infrastructure (GPU nodes 0, operator off)", console)
     with console.phase("lab kubeconfig"):
         _write_kubeconfig(lab, console)
         check_lab_target(lab, cluster=True, account=True)
     if settings.operator:
-        _apply(lab, _variables(lab, **{stack.ENABLE_GPU_OPERATOR: True}), "GPU Operator", console)
+        _apply(
+            lab, full_variables(lab, **{stack.ENABLE_GPU_OPERATOR: True}), "GPU Operator", console
+        )
         with console.phase("wait for the ClusterPolicy to be ready"):
             _wait_operator_ready(lab, console)
-    scale(lab, settings.gpus, console)
+    scale(lab, settings.gpus, console, confirm=_already_confirmed)
     if settings.operator and settings.gpus > 0:
         with console.phase("GPU probe (nvidia-smi on a GPU node)"):
             _run_probe(lab, console)
     _print_billing(lab, console)
-    return lab
 
 
 def _print_up_plan(lab: Lab, new: bool, console: Console) -> None:
@@ -98,7 +143,7 @@ def _print_up_plan(lab: Lab, new: bool, console: Console) -> None:
     console.say(
         f"Dry run for lab {lab.name!r} on the {lab.backend.name} backend: nothing is changed."
     )
-    wanted = _variables(lab, **{stack.ENABLE_GPU_OPERATOR: s.operator})
+    wanted = full_variables(lab, **{stack.ENABLE_GPU_OPERATOR: s.operator})
     if lab.backend.preview(lab, new, console):
         lines = lab.infra().plan(wanted)
         console.say(
@@ -108,6 +153,8 @@ def _print_up_plan(lab: Lab, new: bool, console: Console) -> None:
             console.say(f"    {line}")
     console.say("  variables: " + ", ".join(f"{k}={v}" for k, v in sorted(wanted.items())))
     cluster = lab.cluster_name
+    if s.gpus:
+        console.say(f"  {time_limit.plan(s)}")
     console.say(
         f"  would call eks.update_nodegroup_config(clusterName={cluster!r}, nodegroupName="
         f"{stack.gpu_node_group_name(cluster)!r}, scalingConfig={{'minSize': 0, 'maxSize': "
@@ -119,7 +166,9 @@ def _print_up_plan(lab: Lab, new: bool, console: Console) -> None:
 
 def _apply(lab: Lab, variables: dict[str, Any], title: str, console: Console) -> None:
     with console.phase(title):
-        if lab.phase_done("infra") and lab.variables == variables and lab.outputs:
+        done = lab.phase_done("infra") and lab.variables == variables
+        applied = done and stack.STACK_OUTPUTS <= set(lab.outputs)  # else a stack version ago
+        if applied and _gpu_group_exists(lab, console):
             console.say("    already applied with these variables; skipping")
             return
         if lab.phase_done("infra"):
@@ -130,6 +179,22 @@ def _apply(lab: Lab, variables: dict[str, Any], title: str, console: Console) ->
         outputs = lab.infra().apply(variables)
         lab.update(variables=variables, outputs=outputs, region=outputs.get("region", lab.region))
         lab.mark_phase("infra")
+
+
+def _gpu_group_exists(lab: Lab, console: Console) -> bool:
+    """The backend still has the GPU node group (it may have been deleted out of band)."""
+    from labs.aws.cloud import NodegroupNotFound, describe_gpu_nodegroup
+
+    cluster, nodegroup = gpu_nodegroup(lab)
+    try:
+        describe_gpu_nodegroup(lab.aws_client("eks"), cluster, nodegroup)
+    except NodegroupNotFound:
+        console.say(
+            f"    GPU node group {nodegroup} of cluster {cluster} is gone from the backend: "
+            "applying again to re-create it"
+        )
+        return False
+    return True
 
 
 def apply_changes(lab: Lab, changes: dict[str, Any], console: Console) -> None:
@@ -145,7 +210,7 @@ def apply_changes(lab: Lab, changes: dict[str, Any], console: Console) -> None:
             f"{', '.join(sorted(stack.ORCHESTRATOR_VARIABLES))}"
         )
     title = "apply " + ", ".join(f"{name}={value}" for name, value in sorted(changes.items()))
-    _apply(lab, _variables(lab, **changes), title, console)
+    _apply(lab, full_variables(lab, **changes), title, console)
 
 
 def _write_kubeconfig(lab: Lab, console: Console) -> None:
@@ -177,38 +242,96 @@ def _wait_operator_ready(lab: Lab, console: Console) -> None:
 # --- lab.scale ------------------------------------------------------------------------
 
 
-def _gpu_nodegroup(lab: Lab) -> tuple[str, str]:
-    cluster = lab.cluster_name
-    return cluster, str(
-        lab.outputs.get("gpu_node_group_name") or stack.gpu_node_group_name(cluster)
-    )
+def gpu_nodegroup(lab: Lab) -> tuple[str, str]:
+    """(cluster, GPU node group) names of the lab."""
+    return lab.cluster_name, lab.gpu_node_group
 
 
-def scale(lab: Lab, count: int, console: Console) -> None:
-    """Scale the GPU node group through the EKS API and wait until the nodes are there or gone."""
+def request_gpu_nodes(lab: Lab, count: int, console: Console | None = None) -> str | None:
+    """Ask EKS for `count` GPU nodes (minSize 0, maxSize the group's max, desiredSize `count`)
+    once the target is checked to be the lab's own; N > 0 sets (or moves) the GPU time limit
+    first. Returns the EKS update id, None when the group already is so.
+
+    Returns at once: the nodes come (or go) later. `lab.scale` and scenarios both scale here.
+    """
     from labs.aws.cloud import scale_gpu_nodegroup
 
-    maximum = int(lab.variables.get(stack.GPU_MAX_SIZE, lab.settings.gpu_max))
+    maximum = gpu_max(lab)
     if not 0 <= count <= maximum:
         raise SettingsError(
             f"cannot scale lab {lab.name!r} to {count} GPU node(s): use 0 to {maximum} "
             f"(the GPU node group's max size, a G/VT vCPU-quota guard)"
         )
-    cluster, nodegroup = _gpu_nodegroup(lab)
+    cluster, nodegroup = gpu_nodegroup(lab)
+    check_lab_target(lab, cluster=lab.paths.kubeconfig.exists(), account=True)
+    if count > 0:
+        time_limit.arm(lab, maximum, console or Console())
+    update = scale_gpu_nodegroup(lab.aws_client("eks"), cluster, nodegroup, count, maximum)
+    if update and count > 0:
+        _record_scale_time(lab, nodegroup, count)
+    return update
+
+
+def gpu_max(lab: Lab) -> int:
+    """The GPU node group's max size (the stack variable applied, else the setting)."""
+    return int(lab.variables.get(stack.GPU_MAX_SIZE, lab.settings.gpu_max))
+
+
+def scale(lab: Lab, count: int, console: Console, confirm: Confirm = _refused) -> None:
+    """Scale the GPU node group through the EKS API and wait until the nodes are there or gone
+    (the world at the program's pace meanwhile).
+
+    N > 0 sets (or moves) the GPU time limit first; 0 deletes it once the nodes are gone
+    (so a failure to delete it never stops the cost guard half-way).
+    """
+    time_limit.confirm_off(lab.settings, count, confirm)
+    with lab_lock(lab, f"lab.scale {count}"), lab.backend.program_pace(lab):
+        _scale(lab, count, console)
+
+
+def _scale(lab: Lab, count: int, console: Console) -> None:
+    cluster, nodegroup = gpu_nodegroup(lab)
     with console.phase(f"scale GPU node group {nodegroup} to {count} (EKS API)"):
-        check_lab_target(lab, cluster=lab.paths.kubeconfig.exists(), account=True)
-        changed = scale_gpu_nodegroup(lab.aws_client("eks"), cluster, nodegroup, count, maximum)
+        update = request_gpu_nodes(lab, count, console)
         console.say(
-            f"    scalingConfig minSize=0 maxSize={maximum} desiredSize={count}"
-            + ("" if changed else " (already so; no API call)")
+            f"    scalingConfig minSize=0 maxSize={gpu_max(lab)} desiredSize={count}"
+            + ("" if update else " (already so; no API call)")
         )
-        if changed and count > 0:
-            lab.update(gpu_scaled_at=datetime.now(UTC).isoformat())
+    if update:
+        _follow_update(lab, nodegroup, update, console)
     if lab.paths.kubeconfig.exists():
         _wait_gpu_nodes(lab, count, console)
     if count == 0 and lab.backend.bills:
         with console.phase(f"wait until no EC2 instance of {nodegroup} runs (billing stops)"):
             lab.backend.wait_billing_stopped(lab, cluster, nodegroup)
+    if count == 0:
+        time_limit.disarm(lab, console)
+
+
+def _follow_update(lab: Lab, nodegroup: str, update_id: str, console: Console) -> None:
+    """Until EKS says the update succeeded; a failed one stops here with AWS's own error."""
+    from labs.aws.cloud import follow_update
+
+    with console.phase(f"follow EKS update {update_id} of {nodegroup}"):
+        update = follow_update(
+            lab.aws_client("eks"), lab.cluster_name, nodegroup, update_id,
+            timeout=lab.settings.node_ready_timeout,
+            poll_interval=max(UPDATE_POLL_SECONDS / lab.speed, MIN_UPDATE_POLL_SECONDS),
+            on_wait=lambda elapsed, status: console.progress(f"[{elapsed:5.0f} s] {status}"),
+        )  # fmt: skip
+        console.say(f"    {update['status']}")
+
+
+def _record_scale_time(lab: Lab, nodegroup: str, count: int) -> None:
+    """Remember when GPUs started billing; a failed write says so, the scale itself stands."""
+    try:
+        lab.update(gpu_scaled_at=datetime.now(UTC).isoformat())
+    except StateWriteError as error:
+        raise LifecycleError(
+            f"node group {nodegroup} was scaled to {count}, but its start time could not be "
+            f"recorded: {error}. The nodes bill from now on; GPU node-minutes will not be "
+            f"shown. Scale back with `invoke lab.scale 0 --lab {lab.name}` when done."
+        ) from error
 
 
 def _wait_gpu_nodes(lab: Lab, count: int, console: Console) -> None:
@@ -246,28 +369,18 @@ def _run_probe(lab: Lab, console: Console) -> None:
 
 
 def _print_billing(lab: Lab, console: Console) -> None:
-    from labs.aws.pricing import gpu_node_minutes_cost
+    from labs.billing import describe_session, gpu_session
 
-    started = lab.record.get("gpu_scaled_at")
-    if not started:
-        return
     with lab.view() as view:
-        nodes = gpu_nodes(view)
-    elapsed_s = (datetime.now(UTC) - datetime.fromisoformat(started)).total_seconds()
-    elapsed_min = elapsed_s * lab.speed / 60  # real-cluster minutes
-    node_minutes = elapsed_min * len(nodes)
-    cost = gpu_node_minutes_cost(lab.region, lab.settings.gpu_instance_type, node_minutes)
-    where = "billed"
-    if not lab.backend.bills:
-        where = f"{lab.backend.describe(lab)}: nothing billed; on AWS this would be"
-    console.say(
-        f"GPU node-minutes so far: {node_minutes:.1f} ({len(nodes)} x {elapsed_min:.1f} min), "
-        f"{where} ~${cost:.2f} (estimate, {lab.settings.gpu_instance_type} on-demand "
-        f"in {lab.region})"
-    )
+        session = gpu_session(lab, len(gpu_nodes(view)))
+    if session is not None:
+        console.say(f"GPU node-minutes so far: {describe_session(session, lab)}")
 
 
 # --- lab.down --------------------------------------------------------------------------
+
+# How long lab.down waits for a scenario run it asked to stop (revert, then its report).
+RUN_STOP_SECONDS = 120.0
 
 
 def down(
@@ -277,7 +390,10 @@ def down(
     revert: Reverter,
     console: Console,
 ) -> None:
-    """Revert injected faults, scale GPUs to 0 and wait, then (on request) destroy everything."""
+    """The cost guard: revert faults, GPU node group to 0 as the backend reads it, then (on
+    request) destroy. Works from the backend's truth, not the local files: a lost state file
+    is rebuilt, a node group already gone is said and skipped, and every step that fails is
+    reported at the end while the others still run."""
     try:
         lab = Lab.open(settings)
     except LabNotFound:
@@ -286,42 +402,194 @@ def down(
         )
         return
     lab.backend.check_writable(lab, "lab.down")
-    running = lab.backend.reachable(lab)
-    unreverted = _revert_journal(lab, revert, console) if running else []
-    if running and lab.phase_done("infra"):
-        scale(lab, 0, console)
-    if not destroy:
-        console.say(lab.backend.idle_message(lab, running))
-        if unreverted:
-            raise LifecycleError(
-                f"GPU nodes are at 0, but these faults could not be reverted: "
-                f"{', '.join(unreverted)}; fix the cause above and run "
-                f"`invoke scenario.revert --all --lab {lab.name}`"
+    on_busy = _stop_a_run(lab, console)
+    with lab_lock(lab, "lab.down", on_busy=on_busy, writable=False):
+        problems = _to_idle(lab, destroy, revert, console)
+        if destroy:
+            _destroy(lab, confirm, console, problems)
+    if problems:
+        raise LifecycleError(
+            "lab.down could not do everything: " + "; ".join(problems) + ". Fix the cause "
+            f"and run `invoke lab.down --lab {lab.name}{' --destroy' if destroy else ''}` again."
+        )
+
+
+def _stop_a_run(lab: Lab, console: Console) -> Callable[[dict[str, Any]], float | None]:
+    """lab.down meets a held lock: a scenario run is asked to revert and stop; others waited."""
+
+    def on_busy(holder: dict[str, Any]) -> float | None:
+        command, pid = holder.get("command", "another command"), holder.get("pid", "?")
+        if ask_to_stop(holder, "scenario.run"):
+            console.say(
+                f"==> `{command}` (pid {pid}) is running on lab {lab.name!r}: asked it to revert "
+                f"its fault and stop (SIGTERM); waiting up to {RUN_STOP_SECONDS:g} s"
             )
+            return RUN_STOP_SECONDS
+        console.say(f"==> waiting for `{command}` (pid {pid}) to release lab {lab.name!r}")
+        return None
+
+    return on_busy
+
+
+def _to_idle(lab: Lab, destroy: bool, revert: Reverter, console: Console) -> list[str]:
+    """Revert faults and bring the GPU node group to 0; the problems met on the way."""
+    problems: list[str] = []
+    running = lab.backend.reachable(lab)
+    if running:
+        problems += _revert_faults(lab, revert, console)
+        if not lab.outputs:
+            _recover_outputs(lab, console)
+    gpu_state = _gpu_group_to_zero(lab, console, problems) if running else None
+    if not destroy:
+        console.say(lab.backend.idle_message(lab, running, gpu_state))
+    return problems
+
+
+def _revert_faults(lab: Lab, revert: Reverter, console: Console) -> list[str]:
+    """Revert what the journal (or, when it is missing or damaged, the cluster) shows."""
+    gap = lab.journal.incomplete()
+    if not lab.journal.outstanding() and not gap:
+        return []
+    with console.phase("revert injected faults " + ("(the cluster)" if gap else "(journal)")):
+        failed = False
+        try:
+            for name in revert(lab, console):
+                console.say(f"    reverted {name}")
+        except LabError as error:
+            console.say(f"    could not revert: {error}")
+            failed = True
+    left = [entry["scenario"] for entry in lab.journal.outstanding()]
+    if not left and not failed:
+        return []
+    which = ", ".join(left) or "those found in the cluster (above)"
+    return [
+        f"these faults could not be reverted: {which} (run `invoke scenario.revert --all "
+        f"--lab {lab.name}` once the cause above is fixed)"
+    ]
+
+
+def _recover_outputs(lab: Lab, console: Console) -> None:
+    """The record lost the stack's outputs: read them back from the backend."""
+    recovered = lab.backend.recover(lab)
+    if not recovered.get("outputs"):
         return
+    lab.record.update(recovered)
+    console.say(
+        f"    the record of lab {lab.name!r} had no stack outputs: read them from the backend"
+    )
+    try:
+        lab.save()
+    except StateWriteError as error:
+        console.say(f"    (not saved: {error})")
+
+
+def _gpu_group_to_zero(lab: Lab, console: Console, problems: list[str]) -> str | None:
+    """Scale the GPU node group to 0 as the backend has it; how it reads afterwards, or None."""
+    from labs.aws.cloud import NodegroupNotFound, describe_gpu_nodegroup
+
+    cluster, nodegroup = gpu_nodegroup(lab)
+    eks = lab.aws_client("eks")
+    where = f"node group {nodegroup} of cluster {cluster}"
+    try:
+        describe_gpu_nodegroup(eks, cluster, nodegroup)
+    except NodegroupNotFound:
+        console.say(f"==> GPU {where}: not found in the backend")
+        return _gone_group_idle(lab, cluster, nodegroup, console, problems)
+    except LabError as error:
+        problems.append(f"could not read GPU {where}: {error}")
+        return None
+    try:
+        scale(lab, 0, console)
+    except LabError as error:
+        problems.append(f"could not scale GPU {where} to 0: {error}")
+    try:
+        desired = describe_gpu_nodegroup(eks, cluster, nodegroup)["desired_size"]
+    except LabError as error:
+        problems.append(f"could not read GPU {where} back: {error}")
+        return None
+    if desired != 0:
+        problems.append(f"GPU {where} still wants {desired} node(s)")
+        return None
+    return f"GPU {where} reads desiredSize 0"
+
+
+def _gone_group_idle(
+    lab: Lab, cluster: str, nodegroup: str, console: Console, problems: list[str]
+) -> str | None:
+    """A node group already gone may leave instances shutting down: wait until none bills."""
+    where = f"node group {nodegroup} of cluster {cluster}"
+    if lab.backend.bills:
+        try:
+            with console.phase(f"wait until no EC2 instance of {nodegroup} runs (billing stops)"):
+                lab.backend.wait_billing_stopped(lab, cluster, nodegroup)
+        except LabError as error:
+            problems.append(f"instances of the deleted GPU {where} may still run: {error}")
+            return None
+    return f"GPU {where} does not exist"
+
+
+def _destroy(
+    lab: Lab, confirm: Callable[[str], bool], console: Console, problems: list[str]
+) -> None:
     question = f"Destroy lab {lab.name!r} ({lab.backend.name}) and everything in it?"
     if not confirm(question):
         raise LifecycleError(
             "not destroyed: confirmation refused (pass --yes to skip the question)"
         )
     with console.phase(f"destroy lab {lab.name!r}"):
-        lab.backend.destroy(lab, console)
-        _remove_state_keeping_reports(lab)
+        try:
+            lab.backend.destroy(lab, console)
+        except LabError as error:
+            problems.append(f"destroy failed: {error} (the lab's files are kept)")
+            return
+        try:
+            _remove_state_keeping_reports(lab)
+        except OSError as error:
+            problems.append(
+                f"everything was destroyed, but the lab's files under {lab.paths.root} could "
+                f"not be removed ({error}); remove them by hand"
+            )
+            return
     kept = f"; its reports stay in {lab.paths.runs_dir}" if lab.paths.runs_dir.exists() else ""
     console.say(f"lab {lab.name!r} is gone{kept}")
 
 
-def _revert_journal(lab: Lab, revert: Reverter, console: Console) -> list[str]:
-    """Revert what the journal lists; return the faults still in (the cost guard goes on)."""
-    if not lab.journal.outstanding():
-        return []
-    with console.phase("revert injected faults (journal)"):
+def down_all(
+    settings: LabSettings,
+    destroy: bool,
+    confirm: Confirm,
+    revert: Reverter,
+    console: Console,
+) -> None:
+    """lab.down on every lab under the state directory: one failing lab does not stop the rest.
+
+    --destroy is confirmed once for all of them; the summary names the labs that failed.
+    """
+    names = known_labs(settings)
+    if not names:
+        console.say(f"no labs under {settings.state_dir}: nothing to do")
+        return
+    question = f"Destroy {len(names)} lab(s) ({', '.join(names)}) and everything in them?"
+    if destroy and not confirm(question):
+        raise LifecycleError(
+            "not destroyed: confirmation refused (pass --yes to skip the question)"
+        )
+    failed: dict[str, str] = {}
+    for name in names:
+        console.say(f"=== lab {name}")
         try:
-            for name in revert(lab, console):
-                console.say(f"    reverted {name}")
-        except LabError as error:
-            console.say(f"    could not revert: {error}")
-    return [entry["scenario"] for entry in lab.journal.outstanding()]
+            down(replace(settings, lab=name), destroy, _already_confirmed, revert, console)
+        except Exception as error:  # noqa: BLE001 - the cost guard goes on with the next lab
+            failed[name] = explain(error)
+            console.say(f"    lab {name} failed: {failed[name]}")
+    done = [name for name in names if name not in failed]
+    console.say(f"lab.down --all: {len(done)} of {len(names)} done ({', '.join(done) or 'none'})")
+    if failed:
+        raise LifecycleError(
+            f"lab.down --all: {len(failed)} lab(s) failed: "
+            + "; ".join(f"{name}: {why}" for name, why in failed.items())
+            + ". Fix the cause and run `invoke lab.down --lab NAME` for each."
+        )
 
 
 def _remove_state_keeping_reports(lab: Lab) -> None:

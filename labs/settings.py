@@ -1,17 +1,24 @@
 """The lab's settings: one typed, frozen object, layered and validated once at load.
 
-Layers, later wins: the defaults below < the invoke config's `lab` section
-(invoke.yaml, INVOKE_LAB_* environment variables) < command-line flags. A bad value
+Layers, later wins: the defaults below < the `lab:` section of the invoke configuration
+(invoke.yaml) < INVOKE_LAB_* environment variables < command-line flags. A bad value
 stops the run before anything is created or billed, with a message that names the
 setting, where it came from, the value and what to do.
+
+The environment is read here, not by Invoke: Invoke reads INVOKE_LAB_* only for keys it
+already knows, which would mean registering a `lab` mapping of defaults, and then a
+hand-written `lab: 5` in invoke.yaml stops Invoke itself with a traceback before any task
+runs. Unregistered, the section reaches `load_settings` as written and is refused by name.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +39,10 @@ _LAB_NAME = re.compile(r"[A-Za-z]([A-Za-z0-9-]*[A-Za-z0-9])?")
 _REGION = re.compile(r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-[0-9]")
 _CHART_VERSION = re.compile(r"v[0-9]+\.[0-9]+\.[0-9]+")
 _INSTANCE_TYPE = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9]+")
+# The GPU time limit: hours and/or minutes ("90m", "4h", "1h30m"), or "off".
+_TTL = re.compile(r"(?:(?P<hours>[0-9]+)h)?(?:(?P<minutes>[0-9]+)m)?")
+TTL_OFF = "off"
+TTL_MIN, TTL_MAX = timedelta(minutes=1), timedelta(days=7)
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
 
@@ -91,6 +102,17 @@ class LabSettings:
     speed: float = dataclasses.field(
         default=60.0, metadata=_help("rehearsal speed-up factor for simulated delays")
     )
+    ttl: str = dataclasses.field(
+        default="4h",
+        metadata=_help(
+            "GPU time limit: AWS scales GPU nodes to 0 this long after lab.up/lab.scale, "
+            "laptop or not (e.g. 90m, 4h; 'off' asks first)"
+        ),
+    )
+    lock_wait: float = dataclasses.field(
+        default=5.0,
+        metadata=_help("seconds a changing command waits while another one holds the lab"),
+    )
     kubeconfig: str = dataclasses.field(
         default="",
         metadata=_help("read an existing cluster through this kubeconfig instead of a lab"),
@@ -103,6 +125,11 @@ class LabSettings:
     def paths(self) -> LabPaths:
         """This lab's files under the state directory."""
         return LabPaths.for_lab(self.state_dir, self.lab)
+
+    @property
+    def gpu_ttl(self) -> timedelta | None:
+        """The GPU time limit as a duration; None when it is off."""
+        return parse_ttl(self.ttl)
 
     @property
     def availability_zones(self) -> list[str]:
@@ -143,32 +170,30 @@ def flag_help() -> dict[str, str]:
     return {name: field.metadata["help"] for name, field in _FIELDS.items()}
 
 
-def config_defaults() -> dict[str, str]:
-    """The defaults as text, for `Collection.configure({"lab": config_defaults()})`.
-
-    Invoke reads INVOKE_LAB_* variables only for keys it already knows and casts them to
-    the default's type, turning any non-empty text (even "false") into True for a
-    boolean. Registering the defaults as text leaves parsing, and its error messages, to
-    `load_settings`.
-    """
-    return {name: _as_text(getattr(_DEFAULTS, name)) for name in _FIELDS}
-
-
 def _as_text(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def load_settings(
-    config: Mapping[str, Any] | None = None, flags: Mapping[str, Any] | None = None
+    config: Any = None,
+    flags: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> LabSettings:
-    """Layer defaults < invoke config (`lab` section) < CLI flags, then validate.
+    """Layer defaults < invoke config (`lab` section) < INVOKE_LAB_* in `environ` < CLI
+    flags, then validate.
 
-    None values are treated as "not given" in both layers, so a task can pass all of
-    its optional flags straight through.
+    None values are treated as "not given" in every layer, so a task can pass all of its
+    optional flags straight through. `config` is the `lab:` section as Invoke read it,
+    which a hand-edited invoke.yaml can make anything.
     """
     raw: dict[str, Any] = {}
     sources: dict[str, str] = {}
-    for layer, describe in ((config, _config_source), (flags, _flag_source)):
+    layers = (
+        (_config_layer(config), _config_source),
+        (_environment_layer(environ or {}), _environment_source),
+        (flags, _flag_source),
+    )
+    for layer, describe in layers:
         for key, value in (layer or {}).items():
             if value is None:
                 continue
@@ -188,8 +213,32 @@ def load_settings(
     return settings
 
 
+def _config_layer(config: Any) -> Mapping[str, Any]:
+    """The `lab:` section as a mapping, or a SettingsError saying what it is instead."""
+    if config is None:
+        return {}
+    if not callable(getattr(config, "items", None)):
+        raise SettingsError(
+            f"the `lab:` section of invoke.yaml is a {type(config).__name__} ({config!r}), not a "
+            "mapping of settings; write it as `lab:` followed by indented `name: value` lines"
+        )
+    return dict(config.items())
+
+
+def _environment_layer(environ: Mapping[str, str]) -> dict[str, str]:
+    return {
+        name: environ[variable]
+        for name in _FIELDS
+        if (variable := _environment_source(name)) in environ
+    }
+
+
 def _config_source(key: str) -> str:
-    return f"lab.{key} (invoke.yaml or INVOKE_LAB_{key.upper()})"
+    return f"lab.{key} in invoke.yaml"
+
+
+def _environment_source(key: str) -> str:
+    return f"INVOKE_LAB_{key.upper()}"
 
 
 def _flag_source(key: str) -> str:
@@ -213,21 +262,38 @@ def _coerce(name: str, value: Any, source: str) -> Any:
                 raise ValueError
             return int(value)
         if kind == "float":
-            if isinstance(value, bool):
+            if isinstance(value, bool) or not math.isfinite(number := float(value)):
                 raise ValueError
-            return float(value)
+            return number
         if kind == "Path":
+            if not str(value).strip():  # Path("") would quietly be the current directory
+                raise ValueError
             return Path(value)
         if not isinstance(value, str):
             raise ValueError
         return value
     except (TypeError, ValueError):
-        wanted = {"bool": "true or false", "int": "a whole number", "float": "a number"}
+        wanted = {
+            "bool": "true or false",
+            "int": "a whole number",
+            "float": "a finite number",
+            "Path": "a directory path",
+        }
         example = _as_text(_FIELDS[name].default)
         raise SettingsError(
             f"{source} {value!r} is not {wanted.get(kind, 'text')}; "
             f"give {name} as {wanted.get(kind, 'text')}, e.g. {example}"
         ) from None
+
+
+def parse_ttl(text: str) -> timedelta | None:
+    """ "90m", "4h" or "1h30m" as a duration, "off" as None; ValueError for anything else."""
+    if text.strip().lower() == TTL_OFF:
+        return None
+    match = _TTL.fullmatch(text.strip().lower())
+    if not text.strip() or match is None:
+        raise ValueError(text)
+    return timedelta(hours=int(match["hours"] or 0), minutes=int(match["minutes"] or 0))
 
 
 def _to_bool(value: Any) -> bool:
@@ -239,6 +305,26 @@ def _to_bool(value: Any) -> bool:
     if text in _FALSE:
         return False
     raise ValueError(value)
+
+
+def check_region_exists(settings: LabSettings) -> None:
+    """Before a lab is created: the region is one AWS has, not only shaped like one.
+
+    Read from botocore's endpoint data (no network call, ~0.4 s), so only lab.up pays it.
+    """
+    import botocore.session
+
+    session = botocore.session.get_session()
+    known = {
+        region
+        for partition in session.get_available_partitions()
+        for region in session.get_available_regions("ec2", partition_name=partition)
+    }
+    if settings.region not in known:
+        raise SettingsError(
+            f"region {settings.region!r} is not an AWS region (none of the EC2 regions botocore "
+            "knows); use one like ap-northeast-2 or us-east-1. Nothing was created."
+        )
 
 
 def _validate(settings: LabSettings, described: Callable[[str], str]) -> None:
@@ -279,9 +365,18 @@ def _validate(settings: LabSettings, described: Callable[[str], str]) -> None:
             f"is outside the stack's {zone_count} availability zones",
             f"use 0 to {zone_count - 1}",
         )
-    for name in ("node_ready_timeout", "operator_ready_timeout", "probe_timeout", "speed"):
+    for name in (
+        "node_ready_timeout", "operator_ready_timeout", "probe_timeout", "speed", "lock_wait",
+    ):  # fmt: skip
         if getattr(settings, name) <= 0:
             fail(name, "is not positive", "use a number above 0")
+    try:
+        ttl = settings.gpu_ttl
+    except ValueError:
+        fail("ttl", "is not a duration", "use minutes or hours like 90m, 4h or 1h30m, or off")
+    else:
+        if ttl is not None and not TTL_MIN <= ttl <= TTL_MAX:
+            fail("ttl", "is outside 1m..168h", "a GPU time limit is at least 1m and at most a week")
     if not str(settings.state_dir).strip():
         fail("state_dir", "is empty", "name a directory, e.g. .labs")
     if settings.context and not settings.kubeconfig:

@@ -1,20 +1,25 @@
-"""lab.status and lab.env: what the lab is, runs, costs and has injected, read-only.
+"""lab.status, lab.list and lab.env: what labs are, run, cost and have injected, read-only.
 
 Status never changes anything, so it never needs the guard; each part that cannot be
 read (a stopped rehearsal process, a cluster that is not up yet) says so in its line
-instead of failing the whole view.
+instead of failing the whole view, and lab.list shows every lab even when some of them
+cannot be reached.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from collections.abc import Callable
 from typing import Any
 
+from labs import time_limit
 from labs.aws import stack
+from labs.errors import explain
 from labs.kube import gpu
 from labs.kube.view import Snapshot, list_objects
-from labs.lab import Lab
+from labs.lab import Lab, known_labs
+from labs.settings import LabSettings
 
 
 def gather(lab: Lab) -> dict[str, Any]:
@@ -31,10 +36,13 @@ def gather(lab: Lab) -> dict[str, Any]:
         "injected": (
             [e["scenario"] for e in lab.journal.outstanding()] if backend.keeps_files else None
         ),
+        "journal_gap": lab.journal.incomplete() if backend.keeps_files else None,
         "problems": [],
     }
     if backend.keeps_files:
         status["nodegroups"] = _read(status, "node groups", lambda: _nodegroups(lab))
+        status["time_limit"] = _read(status, "GPU time limit", lambda: _time_limit(lab))
+        status["gpu_session"] = _read(status, "GPU session", lambda: _session(lab, status))
     if not backend.keeps_files or lab.paths.kubeconfig.exists():
         status["nodes"] = _read(status, "nodes", lambda: _nodes(lab))
         status["daemonsets"] = _read(status, "operator DaemonSets", lambda: _daemonsets(lab))
@@ -52,16 +60,32 @@ def _read(status: dict[str, Any], what: str, reader: Callable[[], Any]) -> Any:
         return None
 
 
-def _nodegroups(lab: Lab) -> list[dict[str, Any]]:
+def _nodegroups(lab: Lab, attempts: int | None = None) -> list[dict[str, Any]]:
+    """The system and GPU node groups; `attempts` bounds the retries (lab.list: advisory)."""
     from labs.aws.cloud import describe_gpu_nodegroup
 
     cluster = lab.cluster_name
     names = (
         lab.outputs.get("system_node_group_name") or stack.system_node_group_name(cluster),
-        lab.outputs.get("gpu_node_group_name") or stack.gpu_node_group_name(cluster),
+        lab.gpu_node_group,
     )
-    eks = lab.aws_client("eks")
+    eks = lab.aws.client("eks", max_attempts=attempts)
     return [describe_gpu_nodegroup(eks, cluster, str(name)) for name in names]
+
+
+def _time_limit(lab: Lab) -> str:
+    return time_limit.describe(time_limit.read(lab), lab)
+
+
+def _session(lab: Lab, status: dict[str, Any]) -> str | None:
+    """The running GPU session's cost, or None while no GPU node is asked for."""
+    from labs.billing import describe_session, gpu_session
+
+    _system, gpu_group = status.get("nodegroups") or [{}, {}]
+    session = gpu_session(lab, gpu_group.get("desired_size") or 0)
+    if session is None or not session.nodes:
+        return None
+    return describe_session(session, lab)
 
 
 def _nodes(lab: Lab) -> list[dict[str, Any]]:
@@ -180,9 +204,18 @@ def render(status: dict[str, Any]) -> str:
         lines.append(f"ClusterPolicy {policy['name']}: state {policy['state']}  {toggles}")
     elif "clusterpolicy" in status:
         lines.append("ClusterPolicy: none (GPU Operator not installed)")
+    if status.get("time_limit"):
+        lines.append(f"GPU time limit: {status['time_limit']}")
+    if status.get("gpu_session"):
+        lines.append(f"GPU node-minutes since the GPUs came up: {status['gpu_session']}")
     injected = status["injected"]
     if injected is not None:
         lines.append("injected faults: " + (", ".join(injected) if injected else "none"))
+    if status.get("journal_gap"):
+        lines.append(
+            f"  ({status['journal_gap']}: a fault may be in unrecorded; "
+            f"`invoke scenario.revert --all --lab {status['lab']}` looks in the cluster)"
+        )
     lines += _cost_lines(status["cost"])
     for problem in status["problems"]:
         lines.append(f"! {problem}")
@@ -198,6 +231,82 @@ def _cost_lines(cost: dict[str, Any] | None) -> list[str]:
         lines.append(f"  {item['label']:<40} {'unknown' if hourly is None else f'{hourly:.3f}'}")
     lines += [f"  note: {note}" for note in cost.get("notes", [])]
     return lines
+
+
+# --- lab.list ---------------------------------------------------------------------------
+
+
+def gather_all(settings: LabSettings) -> list[dict[str, Any]]:
+    """One row per lab under the state directory; a lab that cannot be read says why."""
+    rows = []
+    for name in known_labs(settings):
+        try:
+            lab = Lab.open(dataclasses.replace(settings, lab=name))
+        except Exception as error:  # noqa: BLE001 - a damaged lab is a row, not the end
+            rows.append(_row(name, "?", problem=explain(error)))
+            continue
+        rows.append(_overview(lab))
+    return rows
+
+
+def _row(name: str, backend: str, **fields: Any) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "lab": name, "backend": backend, "reachable": False, "gpu_nodes": None,
+        "cost_per_hour": None, "time_limit": None, "injected": [], "problem": None,
+    }  # fmt: skip
+    return row | fields
+
+
+def _overview(lab: Lab) -> dict[str, Any]:
+    """A lab's row: what runs and bills, read with few retries so a dead one answers fast."""
+    from labs.aws.cloud import ADVISORY_ATTEMPTS
+
+    injected = [entry["scenario"] for entry in lab.journal.outstanding()]
+    row = _row(lab.name, lab.backend.name, injected=injected)
+    if not lab.backend.reachable(lab):
+        return row | {"problem": f"{lab.backend.describe(lab)}: not running"}
+    try:
+        system_group, gpu_group = _nodegroups(lab, attempts=ADVISORY_ATTEMPTS)
+        limit = time_limit.read(lab)
+    except Exception as error:  # noqa: BLE001 - an unreachable lab is a row, not the end
+        return row | {"problem": explain(error)}
+    return row | {
+        "reachable": True,
+        "gpu_nodes": gpu_group["desired_size"],
+        "cost_per_hour": _cost(lab, {"nodegroups": [system_group, gpu_group]})["total"],
+        "bills": lab.backend.bills,
+        "time_limit": time_limit.brief(limit),
+    }
+
+
+def render_list(rows: list[dict[str, Any]], state_dir: str) -> str:
+    """lab.list as a table, with why a lab could not be read under it."""
+    if not rows:
+        return f"no labs under {state_dir}; create one with `invoke lab.up --sim --lab NAME`"
+    header = ("LAB", "BACKEND", "REACHABLE", "GPU NODES", "USD/HOUR", "GPU TIME LIMIT", "FAULTS")
+    table = [header] + [_list_cells(row) for row in rows]
+    widths = [max(len(cells[i]) for cells in table) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(cells, widths, strict=True)).rstrip()
+             for cells in table]  # fmt: skip
+    lines += [f"! {row['lab']}: {row['problem']}" for row in rows if row["problem"]]
+    if any(row.get("bills") is False for row in rows):
+        lines.append("* a rehearsal bills nothing: the figure is what the same lab costs on AWS")
+    return "\n".join(lines)
+
+
+def _list_cells(row: dict[str, Any]) -> tuple[str, ...]:
+    cost = "-" if row["cost_per_hour"] is None else f"{row['cost_per_hour']:.3f}"
+    if row.get("bills") is False:
+        cost += "*"
+    return (
+        row["lab"],
+        row["backend"],
+        "yes" if row["reachable"] else "no",
+        "-" if row["gpu_nodes"] is None else str(row["gpu_nodes"]),
+        cost,
+        row["time_limit"] or "-",
+        ", ".join(row["injected"]) or "none",
+    )
 
 
 def env_exports(lab: Lab) -> str:

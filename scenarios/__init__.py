@@ -11,7 +11,7 @@ import importlib
 import pkgutil
 
 from labs.errors import LabError
-from labs.run.contract import Scenario
+from labs.run.contract import AREAS, Area, Scenario
 
 _registry: dict[str, Scenario] = {}
 _discovered = False
@@ -58,6 +58,14 @@ def all_scenarios() -> dict[str, Scenario]:
     """Every known scenario by name, sorted."""
     _discover()
     return dict(sorted(_registry.items()))
+
+
+def by_area() -> dict[Area, list[Scenario]]:
+    """Every known scenario grouped by where its fault lives, in `AREAS` order (an area with
+    no scenario is left out), each group sorted by name."""
+    known = all_scenarios().values()
+    groups = {area: [s for s in known if s.area == area] for area in AREAS}
+    return {area: group for area, group in groups.items() if group}
 
 
 def get(name: str) -> Scenario:

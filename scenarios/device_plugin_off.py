@@ -64,6 +64,11 @@ def revert(lab: Lab) -> None:
     patch_cluster_policy(lab, {"spec": {"devicePlugin": {"enabled": True}}})
 
 
+def detect(lab: Lab, view: ClusterView) -> bool:
+    """In while ClusterPolicy spec.devicePlugin.enabled is false."""
+    return gpu.component_enabled(gpu.cluster_policy(view) or {}, "devicePlugin") is False
+
+
 def state(ctx: Context) -> dict[str, str]:
     """The summary rows, compared between baseline, fault and recovery."""
     policy = gpu.cluster_policy(ctx.view) or {}
@@ -194,6 +199,7 @@ SCENARIO = Scenario(
     name="device-plugin-off",
     summary="ClusterPolicy devicePlugin.enabled=false: GPU nodes advertise 0 GPUs, GPU pods "
     "Pending",
+    area="operator",
     about=__doc__ or "",
     needs=Needs(gpu_nodes=2, operator=True),
     risk="low: one reversible ClusterPolicy field; running GPU pods keep their GPU, new ones wait",
@@ -205,6 +211,8 @@ SCENARIO = Scenario(
     recovery=recovery,
     diagnose=diagnose,
     traps=traps,
+    doctor_finding="device-plugin-disabled",
+    detect=detect,
     state=state,
     gauges=gauges,
 )

@@ -56,6 +56,11 @@ def revert(lab: Lab) -> None:
             label_node(lab, gpu.name_of(node), LABEL, "true")
 
 
+def detect(lab: Lab, view: ClusterView) -> bool:
+    """In while some GPU node carries nvidia.com/gpu.deploy.device-plugin=false."""
+    return any(gpu.label_of(node, LABEL) == "false" for node in gpu.gpu_nodes(view))
+
+
 # --- symptoms (T+ from the injection) --------------------------------------------------------
 
 
@@ -174,6 +179,7 @@ SCENARIO = Scenario(
     name="device-plugin-off-one-node",
     summary="one GPU node labelled nvidia.com/gpu.deploy.device-plugin=false: that node "
     "advertises 0 GPUs, the rest look fine",
+    area="node",
     about=__doc__ or "",
     needs=Needs(gpu_nodes=2, operator=True),
     risk="low: one node label; running GPU pods keep their GPU, new ones avoid that node",
@@ -185,6 +191,8 @@ SCENARIO = Scenario(
     recovery=recovery,
     diagnose=diagnose,
     traps=traps,
+    doctor_finding="deploy-label-false",
+    detect=detect,
     state=_one_node.state_rows,
     gauges=gpu.gpu_gauges(PINNED),
     by_hand=by_hand,

@@ -66,6 +66,11 @@ def revert(lab: Lab) -> None:
     untaint_nodes(lab, KEY, EFFECT)
 
 
+def detect(lab: Lab, view: ClusterView) -> bool:
+    """In while some node carries the maintenance:NoExecute taint."""
+    return any(gpu.has_taint(node, KEY, EFFECT) for node in view.objects("nodes"))
+
+
 # --- symptoms (T+ from the injection) --------------------------------------------------------
 
 
@@ -208,6 +213,7 @@ SCENARIO = Scenario(
     name="gpu-node-foreign-taint",
     summary="a GPU node tainted maintenance=true:NoExecute by another team: its operands are "
     "evicted, it advertises 0 GPUs, the ClusterPolicy stays ready",
+    area="node",
     about=__doc__ or "",
     needs=Needs(gpu_nodes=2, operator=True),
     risk="medium: every pod on that node without a matching toleration is evicted at once "
@@ -220,6 +226,8 @@ SCENARIO = Scenario(
     recovery=recovery,
     diagnose=diagnose,
     traps=traps,
+    doctor_finding="gpu-node-taint-not-tolerated",
+    detect=detect,
     state=_one_node.state_rows,
     gauges=gpu.gpu_gauges(PINNED),
     by_hand=by_hand,

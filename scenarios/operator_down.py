@@ -99,6 +99,13 @@ def revert(lab: Lab) -> None:
     scale_deployment(lab, lab.operator_namespace, gpu.OPERATOR_DEPLOYMENT, 1)
 
 
+def detect(lab: Lab, view: ClusterView) -> bool:
+    """In while Deployment gpu-operator wants 0 replicas, or spec.gfd.env still holds the
+    harmless edit (an injection stopped between its two steps)."""
+    scaled_down = gpu.wanted_replicas(gpu.operator_deployment(view)) == 0
+    return scaled_down or ENV in gpu.component_env(gpu.cluster_policy(view), COMPONENT)
+
+
 # --- symptoms (T+ from the injection) --------------------------------------------------------
 
 
@@ -314,6 +321,7 @@ SCENARIO = Scenario(
     name="operator-down",
     summary="GPU Operator controller scaled to 0: GPUs keep working, but edits, deleted "
     "DaemonSets and the status are left unhandled",
+    area="operator",
     about=__doc__ or "",
     needs=Needs(gpu_nodes=2, operator=True),
     risk="low: nothing running is touched; the deleted DaemonSet is DCGM's metrics exporter",
@@ -325,6 +333,8 @@ SCENARIO = Scenario(
     recovery=recovery,
     diagnose=diagnose,
     traps=traps,
+    doctor_finding="operator-scaled-to-zero",
+    detect=detect,
     state=state,
     gauges={
         "gpu-operator pods": lambda objects: len(gpu.operator_pods(objects)),

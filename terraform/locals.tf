@@ -4,6 +4,11 @@ locals {
   system_node_group_name = "${var.ClusterBaseName}-ng-1"
   gpu_node_group_name    = "${var.ClusterBaseName}-ng-gpu"
 
+  # The GPU time limit's one-time schedule (created by the tool); the role trusts only it.
+  gpu_ttl_schedule_name  = "${var.ClusterBaseName}-gpu-ttl"
+  gpu_ttl_schedule_group = "default"
+  gpu_ttl_role_name      = "${var.ClusterBaseName}-gpu-ttl-scheduler"
+
   # The VPC module returns private subnets in availability_zones order, so the index
   # picks ONE subnet in ONE AZ: both GPU nodes share it, and NCCL stays intra-AZ.
   gpu_subnet_id = module.vpc.private_subnets[var.gpu_az_index]

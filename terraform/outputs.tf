@@ -70,3 +70,13 @@ output "ami_al2023_nvidia" {
   description = "Current EKS-optimized AL2023 x86_64 NVIDIA AMI for this Kubernetes version (GPU nodes)."
   value       = nonsensitive(data.aws_ssm_parameter.eks_ami_al2023_nvidia.value)
 }
+
+output "gpu_ttl_scheduler_role_arn" {
+  description = "Role the GPU time limit's schedule acts as: it may only scale the GPU node group (UpdateNodegroupConfig)."
+  value       = aws_iam_role.gpu_ttl_scheduler.arn
+}
+
+output "gpu_ttl_schedule_name" {
+  description = "Name of the one-time EventBridge Scheduler schedule (default group) that scales GPU nodes to 0 when the lab's TTL runs out; the role trusts only it."
+  value       = local.gpu_ttl_schedule_name
+}

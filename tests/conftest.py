@@ -8,11 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from scenario_support import SimLab, ready_sim_lab
+from scenario_support import SimLab, another_lab_record, ready_sim_lab, wait_ready
 from tool_support import require_tool
 
 from labs.sim.apiserver import ApiServer
 from labs.sim.store import CLUSTER_POLICY, ObjectStore
+from labs.sim.tls import ServerTls
 
 
 @dataclass(frozen=True)
@@ -24,12 +25,50 @@ class Emulator:
     kubeconfig_path: Path
     server: ApiServer
 
+    @property
+    def token(self) -> str:
+        return self.server.token
+
+    @property
+    def tls(self) -> ServerTls:
+        return self.server.tls
+
+
+def _rehearsals_under(root: Path) -> list[str]:
+    """`labs.sim serve` processes whose state dir lies under `root`, as their command lines."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if "labs.sim" in argv and "serve" in argv and any(a.startswith(str(root)) for a in argv):
+            found.append(f"pid {entry.name}: {' '.join(argv)}")
+    return found
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_rehearsal_left_behind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """After the whole session, no test may have left a rehearsal backend running."""
+    yield
+    left = _rehearsals_under(tmp_path_factory.getbasetemp())
+    if left:
+        pytest.fail("rehearsal backends left running by the tests:\n" + "\n".join(left))
+
 
 @pytest.fixture(scope="module")
 def world_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimLab]:
     """One ready rehearsal world per test module (each test takes its own lab record on it)."""
     with ready_sim_lab(tmp_path_factory.mktemp("world")) as ready:
         yield ready
+
+
+@pytest.fixture
+def sim_lab(world_lab: SimLab, tmp_path: Path) -> SimLab:
+    """A fresh lab record (empty journal, no runs) on the module's shared, ready world."""
+    fresh = another_lab_record(world_lab, tmp_path / "state")
+    wait_ready(fresh.lab)
+    return fresh
 
 
 @pytest.fixture

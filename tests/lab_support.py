@@ -12,10 +12,18 @@ ROOT = Path(__file__).resolve().parent.parent
 INVOKE = str(Path(sys.executable).parent / "invoke")
 
 
+# A rehearsal's GPU time limit runs on its world's clock: at 300x the default 4 h is 48 wall
+# seconds, shorter than a test module holds its lab. A week lasts 34 wall minutes.
+TEST_TTL = "168h"
+
+
 def invoke_env(state_dir: Path, **extra: str) -> dict[str, str]:
     """The environment of a user whose labs live in `state_dir` (fast rehearsal speed)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("INVOKE_", "AWS_"))}
-    env.update({"INVOKE_LAB_STATE_DIR": str(state_dir), "INVOKE_LAB_SPEED": "300", **extra})
+    env.update(
+        {"INVOKE_LAB_STATE_DIR": str(state_dir), "INVOKE_LAB_SPEED": "300",
+         "INVOKE_LAB_TTL": TEST_TTL, **extra}
+    )  # fmt: skip
     return env
 
 
@@ -40,3 +48,9 @@ def pid_alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def in_order(text: str, steps: list[str]) -> bool:
+    """Every step appears in `text`, in this order (a missing one raises ValueError)."""
+    positions = [text.index(step) for step in steps]
+    return positions == sorted(positions)

@@ -7,9 +7,16 @@ subprocess opening the same lab (same state directory) reaches it too.
 
 from __future__ import annotations
 
+import json
+import os
 import queue
+import shlex
 import shutil
+import signal
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,9 +24,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lab_support import TEST_TTL
+from tool_support import require_tool, require_venv_tool
 
+import scenarios
+from labs import status as lab_status
 from labs.aws.cloud import scale_gpu_nodegroup
 from labs.backends import REHEARSAL
+from labs.journal import INJECTED, REVERTED
 from labs.kube.gpu import (
     DCGM_EXPORTER_DAEMONSET,
     DEVICE_PLUGIN_DAEMONSET,
@@ -33,11 +45,24 @@ from labs.kube.gpu import (
     schedulable_gpu_nodes,
 )
 from labs.lab import Lab
+from labs.run.contract import Step
+from labs.run.engine import (
+    describe_scenario,
+    inject_scenario,
+    revert_scenarios,
+    run_scenario,
+)
 from labs.settings import load_settings
 from labs.sim.infra import SimInfra
 from labs.sim.world import World, start_world
 
 LAB_NAME = "myeks"
+
+
+def YES(_question: str) -> bool:  # noqa: N802 - the answer `--yes` gives
+    return True
+
+
 GPU_NODES = 2
 # A fast world; the engine never gives a check under labs.run.watch.MIN_TIMEOUT seconds.
 SCENARIO_SPEED = 600.0
@@ -72,13 +97,16 @@ def lab_ready(view) -> bool:
 @contextmanager
 def ready_sim_lab(state_dir: Path, speed: float = SCENARIO_SPEED) -> Iterator[SimLab]:
     """Start a world under `state_dir`'s lab, install the operator, scale GPUs, wait for ready."""
-    settings = load_settings(None, {"lab": LAB_NAME, "state_dir": str(state_dir), "speed": speed})
+    settings = load_settings(
+        None, {"lab": LAB_NAME, "state_dir": str(state_dir), "speed": speed, "ttl": TEST_TTL}
+    )
     lab = Lab.create(settings, REHEARSAL)
     world = start_world(lab.paths.sim_dir, speed=speed, cluster_name=LAB_NAME)
     try:
         variables = settings.stack_variables(operator_enabled=True)
         outputs = SimInfra(world.endpoints).apply(variables)
         lab.update(variables=variables, outputs=outputs)
+        lab.journal.start()
         shutil.copyfile(world.kubeconfig_path, lab.paths.kubeconfig)
         scale_gpu_nodegroup(
             lab.aws_client("eks"), LAB_NAME, outputs["gpu_node_group_name"], GPU_NODES, GPU_NODES
@@ -105,10 +133,13 @@ def another_lab_record(ready: SimLab, state_dir: Path) -> SimLab:
     """
     source = ready.lab
     settings = load_settings(
-        None, {"lab": source.name, "state_dir": str(state_dir), "speed": source.settings.speed}
-    )
+        None,
+        {"lab": source.name, "state_dir": str(state_dir), "speed": source.settings.speed,
+         "ttl": TEST_TTL},
+    )  # fmt: skip
     lab = Lab.create(settings, REHEARSAL)
     lab.update(variables=source.variables, outputs=source.outputs)
+    lab.journal.start()
     lab.paths.sim_dir.mkdir(parents=True)
     for name in ("endpoints.json", "kubeconfig"):
         shutil.copyfile(source.paths.sim_dir / name, lab.paths.sim_dir / name)
@@ -129,3 +160,122 @@ def read_until(stream: Any, marker: str, timeout: float) -> list[str]:
         seen.append(line)
         if marker in line:
             return seen
+
+
+def status_facts(lab: Lab) -> dict[str, Any]:
+    """What `invoke lab.status` shows, as data, less what moves with the clock (the GPU time
+    limit and session); nodes without their names (a scenario may replace GPU nodes with new
+    ones) and sorted by what they are."""
+    facts = lab_status.gather(lab)
+    nodes = [{k: v for k, v in n.items() if k != "name"} for n in facts["nodes"] or []]
+    steady = {k: v for k, v in facts.items() if k not in ("time_limit", "gpu_session")}
+    return steady | {"nodes": sorted(nodes, key=lambda n: json.dumps(n, sort_keys=True))}
+
+
+def status_returns_to(lab: Lab, before: dict[str, Any]) -> None:
+    """Wait (bounded) until lab.status reads as `before`; fail showing both."""
+    deadline = time.monotonic() + READY_TIMEOUT
+    while (after := status_facts(lab)) != before:
+        if time.monotonic() > deadline:
+            assert after == before
+        time.sleep(0.1)
+
+
+def shown_steps(name: str) -> list[Step]:
+    """The `$ command` / `shows:` pairs of the look section `scenario.show NAME` prints."""
+    lines = describe_scenario(scenarios.get(name)).splitlines()
+    look = lines[lines.index("  look (while the fault is in):") + 1 : lines.index("  revert:")]
+    commands = [line.strip().removeprefix("$ ") for line in look if line.strip().startswith("$ ")]
+    shows = [line.strip().removeprefix("shows: ") for line in look if "shows: " in line]
+    assert len(commands) == len(shows) >= 3, look
+    return [Step(command, shown) for command, shown in zip(commands, shows, strict=True)]
+
+
+CHILD = """
+import sys, time
+import scenarios
+from labs.run.engine import run_scenario
+from labs.lab import Lab
+from labs.settings import load_settings
+
+settings = load_settings(None, {"lab": sys.argv[1], "state_dir": sys.argv[2], "speed": sys.argv[3],
+                                "ttl": sys.argv[5]})
+
+def out(line):
+    print(line, flush=True)
+    if "symptom:" in line:  # the fault is in: hang here until killed
+        print("INJECTED", flush=True)
+        time.sleep(600)
+
+run_scenario(Lab.open(settings), scenarios.get(sys.argv[4]), out=out, confirm=lambda _q: True)
+"""
+
+
+def killed_run_is_reverted_from_the_journal(lab: Lab, name: str, repo: Path) -> None:
+    """Run scenario `name` in a child process, kill -9 it once the fault is in, then
+    `scenario.revert --all` must undo it from the journal and lab.status read as before."""
+    before = status_facts(lab)
+    _kill_run_after_injection(lab, name, repo)
+    assert [e["state"] for e in lab.journal.entries()] == [INJECTED]
+    assert revert_scenarios(lab, scenarios.all_scenarios(), None, out=quiet) == [name]
+    wait_ready(lab)
+    status_returns_to(lab, before)
+    assert [e["state"] for e in lab.journal.entries()] == [REVERTED]
+
+
+def _kill_run_after_injection(lab: Lab, name: str, repo: Path) -> None:
+    args = [lab.name, str(lab.settings.state_dir), str(SCENARIO_SPEED), name, TEST_TTL]
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, *args], cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        read_until(child.stdout, "INJECTED", timeout=90)
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(timeout=30)
+
+
+def by_hand_env(lab: Lab, cache: Path) -> dict[str, str]:
+    """The shell `eval "$(invoke lab.env)"` leaves: kubectl and this venv's aws at the lab."""
+    exports = dict(
+        shlex.split(line.removeprefix("export "))[0].split("=", 1)
+        for line in lab_status.env_exports(lab).splitlines()
+        if line.startswith("export ")
+    )
+    path = f"{Path(require_venv_tool('aws')).parent}{os.pathsep}{os.environ['PATH']}"
+    return {**os.environ, **exports, "PATH": path, "KUBECACHEDIR": str(cache)}
+
+
+def look_by_hand_then_revert_all(lab: Lab, name: str, repo: Path, cache: Path) -> None:
+    """Inject `name`, run every look step `scenario.show` prints in a shell as a person would
+    (each must print what it says it shows), then `scenario.revert --all` and wait until
+    lab.status reads as before."""
+    require_tool("kubectl")  # the steps run plain `kubectl` from PATH
+    before = status_facts(lab)
+    inject_scenario(lab, scenarios.get(name), out=quiet, speed=lab.speed, confirm=YES)
+    env = by_hand_env(lab, cache)
+    for step in shown_steps(name):
+        run = subprocess.run(["bash", "-c", step.command], cwd=repo, env=env,
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert step.shows in run.stdout + run.stderr, (step.command, run.stdout, run.stderr)
+    assert status_facts(lab)["injected"] == [name]
+    assert revert_scenarios(lab, scenarios.all_scenarios(), None, out=quiet) == [name]
+    wait_ready(lab)
+    status_returns_to(lab, before)
+
+
+def full_run_report(lab: Lab, name: str) -> dict[str, Any]:
+    """Run scenario `name` from baseline to proven recovery; it must end OK, recovered equal to
+    its baseline, every trap seen and its journal entry reverted. Returns its report.json."""
+    result = run_scenario(lab, scenarios.get(name), out=quiet, confirm=YES)
+    assert result.ok, result.failed_checks
+    assert result.report_dir is not None
+    report = json.loads((result.report_dir / "report.json").read_text())
+    assert report["states"]["recovered"] == report["states"]["baseline"]
+    assert all(trap["observed"] for trap in report["traps"]), report["traps"]
+    assert [e["state"] for e in lab.journal.entries()] == [REVERTED]
+    return report

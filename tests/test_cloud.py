@@ -236,8 +236,9 @@ def test_scaling_sets_min_zero_max_and_desired_through_the_eks_api(aws):
     eks = aws.client("eks")
     create_gpu_nodegroup(eks)
 
-    assert cloud.scale_gpu_nodegroup(eks, CLUSTER, GPU_GROUP, desired=2, max_size=2) is True
+    update = cloud.scale_gpu_nodegroup(eks, CLUSTER, GPU_GROUP, desired=2, max_size=2)
 
+    assert update, "the id of the update EKS started, to follow"
     group = cloud.describe_gpu_nodegroup(eks, CLUSTER, GPU_GROUP)
     assert (group["min_size"], group["max_size"], group["desired_size"]) == (0, 2, 2)
     assert group["status"] == "ACTIVE"
@@ -253,7 +254,7 @@ def test_scaling_again_to_the_same_size_makes_no_update(aws):
     ]
     calls = record_calls(eks)
 
-    assert cloud.scale_gpu_nodegroup(eks, CLUSTER, GPU_GROUP, desired=2, max_size=2) is False
+    assert cloud.scale_gpu_nodegroup(eks, CLUSTER, GPU_GROUP, desired=2, max_size=2) is None
 
     assert "UpdateNodegroupConfig" not in calls
     after = eks.describe_nodegroup(clusterName=CLUSTER, nodegroupName=GPU_GROUP)["nodegroup"]
@@ -265,7 +266,7 @@ def test_scaling_back_to_zero_ends_the_gpu_session(aws):
     create_gpu_nodegroup(eks)
     cloud.scale_gpu_nodegroup(eks, CLUSTER, GPU_GROUP, desired=2, max_size=2)
 
-    assert cloud.scale_gpu_nodegroup(eks, CLUSTER, GPU_GROUP, desired=0, max_size=2) is True
+    assert cloud.scale_gpu_nodegroup(eks, CLUSTER, GPU_GROUP, desired=0, max_size=2)
     assert cloud.describe_gpu_nodegroup(eks, CLUSTER, GPU_GROUP)["desired_size"] == 0
 
 
@@ -322,12 +323,12 @@ def test_an_update_in_progress_is_waited_out_then_retried():
         stubber.add_response("describe_nodegroup", nodegroup_description("ACTIVE"))
         expect_update(stubber, desired=2)
 
-        changed = cloud.scale_gpu_nodegroup(
+        update = cloud.scale_gpu_nodegroup(
             eks, CLUSTER, GPU_GROUP, desired=2, max_size=2, poll_interval=0
         )
 
         stubber.assert_no_pending_responses()
-    assert changed is True
+    assert update == "u-1"
 
 
 def test_a_node_group_that_stays_busy_gives_up_after_bounded_retries():
@@ -356,6 +357,61 @@ def test_eks_refusing_the_sizes_is_reported_by_its_error_code():
 
         with pytest.raises(CloudError, match="EKS refused to scale myeks-ng-gpu: desired capac"):
             cloud.scale_gpu_nodegroup(eks, CLUSTER, GPU_GROUP, desired=2, max_size=2)
+
+
+def described_update(status: str, errors=()) -> dict:
+    return {"update": {"id": "u-1", "status": status, "type": "ConfigUpdate",
+                       "errors": list(errors)}}  # fmt: skip
+
+
+EXPECTED_DESCRIBE = {"name": CLUSTER, "updateId": "u-1", "nodegroupName": GPU_GROUP}
+
+
+def test_an_update_is_followed_until_eks_says_it_succeeded():
+    eks = offline_eks()
+    seen: list[str] = []
+    with Stubber(eks) as stubber:
+        stubber.add_response("describe_update", described_update("InProgress"), EXPECTED_DESCRIBE)
+        stubber.add_response("describe_update", described_update("Successful"), EXPECTED_DESCRIBE)
+
+        update = cloud.follow_update(
+            eks, CLUSTER, GPU_GROUP, "u-1", poll_interval=0,
+            on_wait=lambda _elapsed, status: seen.append(status),
+        )  # fmt: skip
+
+        stubber.assert_no_pending_responses()
+    assert update["status"] == "Successful"
+    assert seen == ["InProgress"]
+
+
+def test_a_failed_update_is_reported_with_eks_own_error():
+    eks = offline_eks()
+    error = {
+        "errorCode": "AsgInstanceLaunchFailures",
+        "errorMessage": "Could not launch On-Demand Instances. VcpuLimitExceeded",
+        "resourceIds": ["eks-myeks-ng-gpu-asg"],
+    }
+    with Stubber(eks) as stubber:
+        stubber.add_response("describe_update", described_update("Failed", [error]))
+
+        with pytest.raises(CloudError) as raised:
+            cloud.follow_update(eks, CLUSTER, GPU_GROUP, "u-1", poll_interval=0)
+
+    message = str(raised.value)
+    assert "EKS update u-1 of node group myeks-ng-gpu Failed" in message
+    assert "AsgInstanceLaunchFailures: Could not launch On-Demand Instances. VcpuLimitExceeded" in (
+        message
+    )
+    assert "(eks-myeks-ng-gpu-asg)" in message and "aws eks describe-update" in message
+
+
+def test_following_an_update_gives_up_at_the_deadline():
+    eks = offline_eks()
+    with Stubber(eks) as stubber:
+        stubber.add_response("describe_update", described_update("InProgress"))
+
+        with pytest.raises(CloudError, match="gave up waiting for EKS update u-1 of myeks-ng-gpu"):
+            cloud.follow_update(eks, CLUSTER, GPU_GROUP, "u-1", timeout=0, poll_interval=0)
 
 
 def test_waiting_fails_fast_on_a_degraded_node_group_with_its_health_issue():
@@ -421,7 +477,7 @@ def test_a_moto_server_is_driven_through_the_endpoint(moto_endpoint):
     eks = aws.client("eks")
 
     assert cloud.scale_gpu_nodegroup(eks, "served", "served-ng-gpu", desired=1, max_size=2)
-    assert cloud.scale_gpu_nodegroup(eks, "served", "served-ng-gpu", desired=1, max_size=2) is False
+    assert cloud.scale_gpu_nodegroup(eks, "served", "served-ng-gpu", desired=1, max_size=2) is None
 
     seen = other_process_view.describe_nodegroup(
         clusterName="served", nodegroupName="served-ng-gpu"

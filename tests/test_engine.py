@@ -93,6 +93,7 @@ def diagnose(lab: Lab, view: ClusterView) -> list[Finding]:
 SCENARIO = Scenario(
     name="configmap-toggle",
     summary="ConfigMap lab-toggle mode=off",
+    area="workload",
     about=__doc__ or "",
     needs=Needs(),
     risk="none",
@@ -106,6 +107,8 @@ SCENARIO = Scenario(
     diagnose=diagnose,
     traps=[Trap("looks harmless", "nothing changes", "mode is off", "read the data",
                 "mode is off")],
+    doctor_finding="component-disabled",  # the nearest the doctor has to "a switch is off"
+    detect=lambda lab, view: _mode(view) == "off",
     state=state,
     gauges={"mode": _mode},
     watch=watch,
@@ -307,6 +310,8 @@ def test_a_scenario_that_is_not_a_scenario_is_refused_at_registration():
         scenarios.register(SimpleNamespace(name="half-done", summary="x"), "half_done.py")
     with pytest.raises(ValueError, match="dashed lower case"):
         dataclasses.replace(scenarios.get("device-plugin-off"), name="Not_Dashed")
+    with pytest.raises(ValueError, match="'device-plugin-of' is not a doctor finding; known: "):
+        dataclasses.replace(scenarios.get("device-plugin-off"), doctor_finding="device-plugin-of")
 
 
 def test_list_and_describe_show_the_reference_scenario():

@@ -14,24 +14,40 @@ import json
 import os
 import shutil
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import boto3
 import pytest
+from lab_support import invoke_env, run_invoke
 from tool_support import require_tool, require_venv_tool
 
+import scenarios
 from labs import lifecycle
 from labs.aws import stack
+from labs.aws.schedules import due_at
 from labs.console import Console
 from labs.errors import InfraError
 from labs.lab import Lab
 from labs.lifecycle import LifecycleError
 from labs.settings import load_settings
+from labs.sim.aws_seed import moto_clients
 from labs.sim.world import start_world
 
 FIXTURE_STACK = Path(__file__).parent / "fixtures" / "stack"
 LAB = "awslab"
 REGION = "ap-northeast-2"
+# The AWS backend sets its GPU time limit on the wall clock, but this moto belongs to a world
+# whose clock runs 300x: a week there lasts 34 wall minutes, longer than this module.
+TTL = "168h"
+DESTROYED_MARKER = "stack-destroyed-by-terraform"
+DESTROY_MARKER_RESOURCE = f"""
+resource "terraform_data" "says_when_destroyed" {{
+  provisioner "local-exec" {{
+    when    = destroy
+    command = "echo {DESTROYED_MARKER}"
+  }}
+}}
+"""
 HELM_STANDIN = """\
 import base64, json, sys
 from labs.sim.infra import SimInfra
@@ -75,13 +91,14 @@ def aws_world(tmp_path_factory: pytest.TempPathFactory):
     standin = root / "helm_standin.py"
     standin.write_text(HELM_STANDIN)
     endpoints_file = root / "world" / "endpoints.json"
+    (stack_dir / "destroy_marker.tf").write_text(DESTROY_MARKER_RESOURCE)
     (stack_dir / "lab_override.tf").write_text(
         _override(world.endpoints["kube_url"], endpoints_file, standin)
     )
     patch = pytest.MonkeyPatch()
     patch.setenv("AWS_ENDPOINT_URL", world.endpoints["aws_endpoint_url"])
-    patch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    patch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    patch.setenv("AWS_ACCESS_KEY_ID", world.endpoints["aws_access_key_id"])
+    patch.setenv("AWS_SECRET_ACCESS_KEY", world.endpoints["aws_secret_access_key"])
     patch.delenv("AWS_PROFILE", raising=False)
     # the lab kubeconfig authenticates with `aws eks get-token`, from this environment
     patch.setenv("PATH", f"{Path(sys.executable).parent}:{os.environ['PATH']}")
@@ -89,7 +106,7 @@ def aws_world(tmp_path_factory: pytest.TempPathFactory):
         None,
         {"lab": LAB, "region": REGION, "state_dir": str(root / "labs"),
          "stack_dir": str(stack_dir), "node_ready_timeout": 60, "operator_ready_timeout": 60,
-         "probe_timeout": 60},
+         "probe_timeout": 60, "ttl": TTL},
     )  # fmt: skip
     try:
         yield world, settings
@@ -98,11 +115,16 @@ def aws_world(tmp_path_factory: pytest.TempPathFactory):
         world.stop()
 
 
+def _client(world, service: str):
+    return moto_clients(world.endpoints)(service)
+
+
+def _schedules(world) -> list[str]:
+    return [s["Name"] for s in _client(world, "scheduler").list_schedules()["Schedules"]]
+
+
 def _scaling(world) -> dict:
-    eks = boto3.client(
-        "eks", region_name=REGION, endpoint_url=world.endpoints["aws_endpoint_url"],
-        aws_access_key_id="testing", aws_secret_access_key="testing",
-    )  # fmt: skip
+    eks = _client(world, "eks")
     group = eks.describe_nodegroup(clusterName=LAB, nodegroupName=f"{LAB}-ng-gpu")["nodegroup"]
     return group["scalingConfig"]
 
@@ -143,6 +165,10 @@ def test_aws_lab_up_applies_with_terraform_then_scales_through_the_eks_api(aws_w
     assert "NVIDIA A10G, 580.126.09, 23028 MiB" in text
     assert lab.outputs["cluster_endpoint"] == world.endpoints["kube_url"]
     assert lab.record["account_id"] == "123456789012"
+    schedule = _client(world, "scheduler").get_schedule(Name=f"{LAB}-gpu-ttl")
+    assert schedule["Target"]["RoleArn"] == lab.outputs["gpu_ttl_scheduler_role_arn"]
+    left = due_at(schedule) - datetime.now(UTC)
+    assert timedelta(hours=167, minutes=50) < left <= timedelta(hours=168), "TTL on the wall clock"
 
 
 def test_aws_lab_up_twice_does_no_second_apply_or_scale(aws_world):
@@ -162,19 +188,25 @@ def test_aws_lab_scale_carries_min_0_max_2_and_waits(aws_world):
     assert "1 GPU node(s):" in out.getvalue()
 
 
-def test_a_toggle_apply_keeps_the_operator_enabled(aws_world):
+def test_nccl_sg_block_applies_the_full_variable_set_with_only_the_toggles_changed(aws_world):
     _, settings = aws_world
-    console, out = _console()
     lab = Lab.open(settings)
-    lifecycle.apply_changes(lab, {stack.ENABLE_AUX_SG_VPC_ALLOW: False}, console)
-    variables = _tfvars(settings)
-    assert variables[stack.ENABLE_AUX_SG_VPC_ALLOW] is False
-    assert variables[stack.ENABLE_GPU_OPERATOR] is True
-    assert variables[stack.NODE_SG_ENABLE_RECOMMENDED_RULES] is True
-    assert "- destroy terraform_data.aux_sg_vpc_allow[0]" in out.getvalue()
-    assert "gpu_operator" not in out.getvalue().split("==> apply")[1]
-    lifecycle.apply_changes(lab, {stack.ENABLE_AUX_SG_VPC_ALLOW: True}, console)
-    assert _tfvars(settings)[stack.ENABLE_AUX_SG_VPC_ALLOW] is True
+    scenario = scenarios.get("nccl-sg-block")
+    toggles = {stack.ENABLE_AUX_SG_VPC_ALLOW, stack.NODE_SG_ENABLE_RECOMMENDED_RULES}
+    before = _tfvars(settings)
+    assert before[stack.ENABLE_GPU_OPERATOR] is True and all(before[t] is True for t in toggles)
+
+    assert scenario.preview is not None
+    assert sorted(scenario.preview(lab)) == [
+        "- destroy terraform_data.aux_sg_vpc_allow[0]",
+        "- destroy terraform_data.node_sg_recommended_rules[0]",
+    ]
+    scenario.inject(lab)
+    after = _tfvars(settings)
+    assert {name for name in before if after[name] != before[name]} == toggles
+    assert all(after[t] is False for t in toggles) and after[stack.ENABLE_GPU_OPERATOR] is True
+    scenario.revert(lab)
+    assert _tfvars(settings) == before
 
 
 def test_lab_down_scales_to_zero_even_when_a_revert_fails(aws_world):
@@ -208,7 +240,30 @@ def test_aws_lab_down_scales_to_zero_and_is_safe_twice(aws_world):
         )  # fmt: skip
         assert _scaling(world) == {"minSize": 0, "maxSize": 2, "desiredSize": 0}
         assert "no GPU bills" in out.getvalue()
+        assert _schedules(world) == [], "scaled to 0, the GPU time limit must be gone"
     assert Lab.open(settings).outputs, "lab.down without --destroy keeps the lab"
+
+
+def test_lab_down_destroy_completes_with_the_gpu_node_group_deleted_out_of_band(aws_world):
+    """The cost guard from the cloud's truth: the group is gone, the rest is still destroyed."""
+    world, settings = aws_world
+    moto_clients(world.endpoints)("eks").delete_nodegroup(
+        clusterName=LAB, nodegroupName=f"{LAB}-ng-gpu"
+    )
+    env = invoke_env(
+        settings.state_dir, INVOKE_LAB_REGION=REGION, INVOKE_LAB_STACK_DIR=str(settings.stack_dir),
+        AWS_ENDPOINT_URL=world.endpoints["aws_endpoint_url"],
+        AWS_ACCESS_KEY_ID=world.endpoints["aws_access_key_id"],
+        AWS_SECRET_ACCESS_KEY=world.endpoints["aws_secret_access_key"],
+    )  # fmt: skip
+
+    down = run_invoke("lab.down", "--lab", LAB, "--destroy", "--yes", env=env)
+
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert f"GPU node group {LAB}-ng-gpu of cluster {LAB}: not found" in down.stdout
+    assert DESTROYED_MARKER in down.stdout, "terraform destroy did not run"
+    assert f"lab {LAB!r} is gone" in down.stdout
+    assert not settings.paths.state_file.exists()
 
 
 def test_destroy_of_a_half_built_lab_still_runs_terraform_destroy(tmp_path: Path):

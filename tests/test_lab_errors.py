@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import boto3
 import pytest
 import yaml
 from lab_support import invoke_env, run_invoke
@@ -14,6 +13,7 @@ from tool_support import require_tool, require_venv_tool
 from labs.lab import Lab
 from labs.settings import load_settings
 from labs.sim.apiserver import ApiServer
+from labs.sim.aws_seed import moto_clients
 
 
 def _nothing_created(state_dir: Path, lab: str) -> bool:
@@ -98,10 +98,7 @@ def test_guard_refuses_a_kubeconfig_that_points_at_another_cluster(tmp_path):
             assert f"refusing to change the cluster at {other.url}" in result.stderr
             assert "Nothing was changed" in result.stderr
     endpoints = yaml.safe_load((tmp_path / "g1" / "sim" / "endpoints.json").read_text())
-    eks = boto3.client(
-        "eks", region_name="ap-northeast-2", endpoint_url=endpoints["aws_endpoint_url"],
-        aws_access_key_id="testing", aws_secret_access_key="testing",
-    )  # fmt: skip
+    eks = moto_clients(endpoints)("eks")
     group = eks.describe_nodegroup(clusterName="g1", nodegroupName="g1-ng-gpu")["nodegroup"]
     assert group["scalingConfig"]["desiredSize"] == 1, "the guard let a scale through"
     kubeconfig.write_text(original)

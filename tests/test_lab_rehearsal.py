@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from lab_support import ROOT, invoke_env, pid_alive, run_invoke, sim_pid
+from lab_support import ROOT, in_order, invoke_env, pid_alive, run_invoke, sim_pid
 
 LAB = "t1"
 
@@ -42,8 +42,7 @@ def test_lab_up_sim_brings_up_two_schedulable_gpus_and_runs_the_probe(rehearsal)
         "==> wait for 2 Ready GPU node(s) with allocatable nvidia.com/gpu 1",
         "==> GPU probe",
     ]
-    positions = [out.index(step) for step in order]
-    assert positions == sorted(positions), "lab.up phases ran out of order"
+    assert in_order(out, order), "lab.up phases ran out of order"
     assert "scalingConfig minSize=0 maxSize=2 desiredSize=2" in out
     assert "NVIDIA A10G, 580.126.09, 23028 MiB" in out
     assert "GPU node-minutes so far" in out
@@ -74,9 +73,10 @@ def test_lab_env_prints_exports_that_reach_the_lab(rehearsal):
         if line.startswith("export ")
     )
     assert exports["KUBECONFIG"] == str(state_dir / LAB / "kubeconfig")
-    assert exports["AWS_ACCESS_KEY_ID"] == "testing"
     endpoints = json.loads((state_dir / LAB / "sim" / "endpoints.json").read_text())
     assert exports["AWS_ENDPOINT_URL"] == endpoints["aws_endpoint_url"]
+    assert exports["AWS_ACCESS_KEY_ID"] == endpoints["aws_access_key_id"] != "testing"
+    assert exports["AWS_SECRET_ACCESS_KEY"] == endpoints["aws_secret_access_key"]
 
 
 def test_the_aws_cli_answers_after_evaluating_lab_env(rehearsal):

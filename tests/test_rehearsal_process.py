@@ -14,7 +14,7 @@ def test_stop_never_signals_a_process_that_is_not_this_labs_rehearsal(tmp_path: 
     stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
         atomic_write_json(tmp_path / "endpoints.json", {"pid": stranger.pid})
-        assert process.stop(tmp_path) is False
+        assert process.stop(tmp_path) == []
         assert stranger.poll() is None, "lab.down killed a process that reused the pid"
     finally:
         stranger.kill()
@@ -29,6 +29,6 @@ def test_start_reuses_a_running_process_and_stop_ends_it(tmp_path: Path):
         assert again["pid"] == first["pid"]
         assert process.running_endpoints(sim_dir) is not None
     finally:
-        assert process.stop(sim_dir) is True
+        assert process.stop(sim_dir) == [first["pid"]]
     assert process.running_endpoints(sim_dir) is None
-    assert process.stop(sim_dir) is False
+    assert process.stop(sim_dir) == []

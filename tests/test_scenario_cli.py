@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -17,7 +18,11 @@ from lab_support import INVOKE, ROOT, invoke_env, run_invoke
 import scenarios
 
 LAB = "sc1"
+# The lab's speed, also the pace the tests practise at after `scenario.inject` (a person's
+# real time would make every wait after it last as long as on EKS).
+PROGRAM_SPEED = "120"
 DEVICE_PLUGIN = "nvidia-device-plugin-daemonset"
+NODE_NAME = re.compile(r"ip-[0-9-]+\.[a-z0-9-]+\.compute\.internal")
 
 
 def _journal(state_dir: Path, lab: str) -> list[dict]:
@@ -59,8 +64,16 @@ def test_demo_runs_the_whole_story_and_leaves_a_report(tmp_path: Path):
 def test_scenario_list_show_and_unknown_names(tmp_path: Path):
     env = invoke_env(tmp_path)
     listing = run_invoke("scenario.list", env=env)
-    assert listing.returncode == 0 and "device-plugin-off" in listing.stdout
-    assert "needs:" in listing.stdout and "risk:" in listing.stdout
+    assert listing.returncode == 0 and "needs:" in listing.stdout and "risk:" in listing.stdout
+    groups: dict[str, list[str]] = {}
+    for line in listing.stdout.splitlines():
+        if not line.startswith(" "):
+            heading = groups.setdefault(line.split(":")[0], [])
+        elif not line.strip().startswith("needs:"):
+            heading.append(line.split()[0])
+    assert groups == {area: [s.name for s in group] for area, group in scenarios.by_area().items()}
+    assert list(groups) == [a for a in ("operator", "node", "network", "workload", "capacity")
+                            if a in groups] and len(groups) >= 4  # fmt: skip
     show = run_invoke("scenario.show", "device-plugin-off", env=env)
     assert show.returncode == 0 and "devicePlugin" in show.stdout
     unknown = run_invoke("scenario.run", "no-such-fault", "--lab", LAB, env=env)
@@ -72,7 +85,7 @@ def test_scenario_list_show_and_unknown_names(tmp_path: Path):
 @pytest.fixture(scope="module")
 def sim_lab(tmp_path_factory: pytest.TempPathFactory):
     state_dir = tmp_path_factory.mktemp("labs")
-    env = invoke_env(state_dir, INVOKE_LAB_SPEED="120")
+    env = invoke_env(state_dir, INVOKE_LAB_SPEED=PROGRAM_SPEED)
     up = run_invoke("lab.up", "--sim", "--lab", LAB, env=env)
     assert up.returncode == 0, up.stdout + up.stderr
     try:
@@ -101,7 +114,9 @@ def _device_plugin_ready(state_dir: Path) -> bool:
 
 def test_inject_shows_in_status_blocks_a_second_fault_and_revert_undoes_it(sim_lab):
     state_dir, env = sim_lab
-    inject = run_invoke("scenario.inject", "device-plugin-off", "--lab", LAB, env=env)
+    inject = run_invoke(
+        "scenario.inject", "device-plugin-off", "--lab", LAB, "--speed", PROGRAM_SPEED, env=env
+    )
     assert inject.returncode == 0, inject.stdout + inject.stderr
     assert not _device_plugin_enabled(state_dir)
     status = run_invoke("lab.status", "--lab", LAB, env=env)
@@ -145,8 +160,10 @@ def test_a_killed_run_is_reverted_from_the_journal(sim_lab):
     _until(lambda: _device_plugin_ready(state_dir), what="the world to recover")
 
 
-def _healthy_status(env: dict[str, str]) -> str | None:
-    """lab.status when the lab is healthy (operator up, every DaemonSet ready, policy ready)."""
+def _healthy_status(env: dict[str, str]) -> list[str] | None:
+    """lab.status's lines, less its clock-driven ones, when the lab is healthy (operator up,
+    every DaemonSet ready, policy ready), node names left out and sorted: a scenario may
+    replace GPU nodes with new ones."""
     out = run_invoke("lab.status", "--lab", LAB, env=env).stdout
     counts = [line.split()[-1].split("/") for line in out.splitlines() if line.startswith("  ")
               and line.split()[-1].count("/") == 1 and line.split()[-1][0].isdigit()]  # fmt: skip
@@ -157,7 +174,11 @@ def _healthy_status(env: dict[str, str]) -> str | None:
         and bool(counts)
         and all(ready == desired for ready, desired in counts)
     )
-    return out if healthy else None
+    if not healthy:
+        return None
+    ticking = ("GPU time limit:", "GPU node-minutes since")  # lines that change with the clock
+    lines = [line for line in out.splitlines() if not line.startswith(ticking)]
+    return sorted(NODE_NAME.sub("NODE", "\n".join(lines)).splitlines())
 
 
 def test_every_scenario_back_to_back_leaves_the_lab_as_it_was(sim_lab):
@@ -166,7 +187,7 @@ def test_every_scenario_back_to_back_leaves_the_lab_as_it_was(sim_lab):
     names = list(scenarios.all_scenarios())
     assert {"operator-down", "device-plugin-off-one-node", "gpu-node-foreign-taint"} <= set(names)
     for name in names:
-        run = run_invoke("scenario.run", name, "--lab", LAB, env=env, timeout=300)
+        run = run_invoke("scenario.run", name, "--lab", LAB, "--yes", env=env, timeout=300)
         assert run.returncode == 0, f"{name}: {run.stdout[-3000:]}{run.stderr}"
         assert "result: OK" in run.stdout and "recovered state equals the baseline" in run.stdout
     after = _until(lambda: _healthy_status(env), what="a healthy lab after the runs")
@@ -177,7 +198,9 @@ def test_every_scenario_back_to_back_leaves_the_lab_as_it_was(sim_lab):
 
 def test_lab_down_reverts_a_fault_left_for_practice(sim_lab):
     state_dir, env = sim_lab
-    inject = run_invoke("scenario.inject", "device-plugin-off", "--lab", LAB, env=env)
+    inject = run_invoke(
+        "scenario.inject", "device-plugin-off", "--lab", LAB, "--speed", PROGRAM_SPEED, env=env
+    )
     assert inject.returncode == 0, inject.stdout + inject.stderr
     down = run_invoke("lab.down", "--lab", LAB, env=env)
     assert down.returncode == 0, down.stdout + down.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import fields
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,6 @@ from labs.settings import (
     AVAILABILITY_ZONES_VARIABLE,
     LabSettings,
     SettingsError,
-    config_defaults,
     flag_help,
     load_settings,
 )
@@ -70,8 +70,10 @@ def test_too_many_gpus_names_the_flag_the_limit_and_the_fix():
 
 
 def test_a_value_from_invoke_config_names_where_to_fix_it():
-    with pytest.raises(SettingsError, match=r"lab\.gpus .*INVOKE_LAB_GPUS.* -1 is negative"):
+    with pytest.raises(SettingsError, match=r"lab\.gpus in invoke\.yaml -1 is negative"):
         load_settings(config={"gpus": -1})
+    with pytest.raises(SettingsError, match=r"INVOKE_LAB_GPUS '-1' is negative"):
+        load_settings(environ={"INVOKE_LAB_GPUS": "-1"})
 
 
 def test_lowering_gpu_max_below_the_default_gpus_is_caught():
@@ -96,6 +98,10 @@ def test_lowering_gpu_max_below_the_default_gpus_is_caught():
         ("gpu_instance_type", "g5", "is not an EC2 instance type"),
         ("node_ready_timeout", 0, "is not positive"),
         ("speed", -1, "is not positive"),
+        ("ttl", "4 hours", "use minutes or hours like 90m, 4h or 1h30m, or off"),
+        ("ttl", "", "is not a duration"),
+        ("ttl", "0m", "is outside 1m..168h"),
+        ("ttl", "169h", "is outside 1m..168h"),
     ],
 )
 def test_bad_values_are_refused_with_the_setting_named(setting, value, complaint):
@@ -105,6 +111,19 @@ def test_bad_values_are_refused_with_the_setting_named(setting, value, complaint
     message = str(error.value)
     assert message.startswith(f"--{setting.replace('_', '-')} {value!r} ")
     assert complaint in message
+
+
+@pytest.mark.parametrize(
+    ("text", "limit"),
+    [("4h", timedelta(hours=4)), ("90m", timedelta(minutes=90)),
+     ("1h30m", timedelta(minutes=90)), ("OFF", None), ("off", None)],
+)  # fmt: skip
+def test_the_gpu_time_limit_is_hours_and_minutes_or_off(text, limit):
+    assert load_settings(flags={"ttl": text}).gpu_ttl == limit
+
+
+def test_the_gpu_time_limit_defaults_to_four_hours():
+    assert load_settings().gpu_ttl == timedelta(hours=4)
 
 
 @pytest.mark.parametrize("region", ["ap-northeast-2", "us-east-1", "us-gov-west-1", "eu-west-1"])
@@ -119,7 +138,7 @@ def test_real_region_names_are_accepted(region):
         ("gpus", True, "a whole number"),
         ("gpus", 1.5, "a whole number"),
         ("operator", "maybe", "true or false"),
-        ("probe_timeout", "soon", "a number"),
+        ("probe_timeout", "soon", "a finite number"),
         ("lab", 7, "text"),
     ],
 )
@@ -160,20 +179,27 @@ def test_stack_variables_can_block_cross_node_traffic_and_leave_the_operator_off
     assert variables[stack.NODE_SG_ENABLE_RECOMMENDED_RULES] is False
 
 
-def test_invoke_defaults_and_help_cover_every_setting():
-    defaults = config_defaults()
-
-    assert set(defaults) == set(flag_help()) == {field.name for field in fields(LabSettings)}
-    assert load_settings(config=defaults) == LabSettings()
+def test_help_covers_every_setting():
+    assert set(flag_help()) == {field.name for field in fields(LabSettings)}
 
 
-def test_invoke_environment_variables_reach_the_settings(monkeypatch):
-    monkeypatch.setenv("INVOKE_LAB_OPERATOR", "false")
-    monkeypatch.setenv("INVOKE_LAB_GPUS", "1")
-    monkeypatch.setenv("INVOKE_LAB_REGION", "eu-west-1")
-    config = Config(defaults={"lab": config_defaults()})
-    config.load_shell_env()
+def test_environment_variables_sit_between_invoke_yaml_and_the_flags():
+    environ = {
+        "INVOKE_LAB_OPERATOR": "false", "INVOKE_LAB_GPUS": "1", "INVOKE_LAB_REGION": "eu-west-1",
+        "INVOKE_LAB_SPEED": "30", "OTHER": "x",
+    }  # fmt: skip
+    config = Config(project_location=None)
+    config.update({"lab": {"gpus": 2, "speed": 10, "chart_version": "v26.3.0"}})
 
-    settings = load_settings(config=config.lab, flags={"region": None})
+    settings = load_settings(
+        config=config.lab, flags={"region": None, "speed": 90}, environ=environ
+    )
 
     assert (settings.operator, settings.gpus, settings.region) == (False, 1, "eu-west-1")
+    assert (settings.speed, settings.chart_version) == (90.0, "v26.3.0")
+
+
+@pytest.mark.parametrize("section", [5, "text", [1, 2]])
+def test_a_lab_section_that_is_not_a_mapping_is_refused_by_name(section):
+    with pytest.raises(SettingsError, match="the `lab:` section of invoke.yaml is a"):
+        load_settings(config=section)

@@ -191,10 +191,16 @@ def test_operator_runs_the_plugin_and_a_disable_deletes_it_keeping_state_ready(
 
 
 def set_operator_ready(store: ObjectStore, ready: int) -> None:
-    """What the Deployment controller reports for the operator (no pods in these tests)."""
-    store.update(
-        DEPLOYMENTS, "gpu-operator", lambda d: d.update(status={"readyReplicas": ready}), NS
-    )
+    """The operator's process: a Ready pod of its Deployment, or none (no controllers run)."""
+    name = "gpu-operator-5d8f7c9b4-x2k7p"
+    if not ready:
+        store.delete(PODS, name, NS)
+        return
+    ready_true = [{"type": "Ready", "status": "True"}]
+    pod = {"metadata": {"name": name, "labels": {"app": "gpu-operator"}},
+           "spec": {"containers": [{"name": "gpu-operator", "image": "gpu-operator"}]},
+           "status": {"phase": "Running", "conditions": ready_true}}  # fmt: skip
+    store.create(PODS, pod, NS)
 
 
 def test_operator_scaled_to_zero_reconciles_nothing() -> None:

@@ -25,7 +25,7 @@ def world(tmp_path: Path) -> Iterator[World]:
 
 
 def ingress_rules(world: World, group_id: str) -> list[dict]:
-    ec2 = moto_clients(world.endpoints["aws_endpoint_url"], "ap-northeast-2")("ec2")
+    ec2 = moto_clients(world.endpoints)("ec2")
     rules = ec2.describe_security_group_rules(Filters=[{"Name": "group-id", "Values": [group_id]}])[
         "SecurityGroupRules"
     ]

@@ -8,7 +8,12 @@ from collections.abc import Iterator
 import pytest
 from sim_support import probe_pod, wait_for
 
-from labs.sim.controllers.scheduler import Scheduler, failure_message, node_failures
+from labs.sim.controllers.scheduler import (
+    Scheduler,
+    failure_message,
+    node_failures,
+    preemption_verdict,
+)
 from labs.sim.store import EVENTS, NODES, PODS, ObjectStore
 from labs.sim.timings import scaled
 
@@ -40,9 +45,12 @@ def four_nodes(gpus: str) -> list[dict]:
 
 def verdict(pod: dict, nodes: list[dict], pods: list[dict] = ()) -> str:
     reasons: Counter[str] = Counter()
+    preemption: Counter[str] = Counter()
     for candidate in nodes:
-        reasons.update(node_failures(pod, candidate, list(pods)))
-    return failure_message(len(nodes), reasons)
+        failures = node_failures(pod, candidate, list(pods))
+        reasons.update(failures)
+        preemption[preemption_verdict(pod, candidate, failures)] += 1
+    return failure_message(len(nodes), reasons, preemption)
 
 
 def test_no_gpu_advertised_reads_like_the_reference_scenario() -> None:
@@ -68,11 +76,22 @@ def test_selector_mismatch_and_gpus_held_by_running_pods() -> None:
     holder = probe_pod("holder")
     holder["spec"]["nodeName"] = "gpu-a"
     holder["status"] = {"phase": "Running"}
-    assert verdict(pod, nodes, [holder]).startswith(
+    assert verdict(pod, nodes, [holder]) == (
         "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, "
-        "1 node(s) didn't match Pod's node affinity/selector."
+        "1 node(s) didn't match Pod's node affinity/selector. preemption: 0/2 nodes are "
+        "available: 1 No preemption victims found for incoming pod, "
+        "1 Preemption is not helpful for scheduling."
     )
     assert node_failures(pod, nodes[1], []) == []
+
+
+def test_a_resource_no_node_advertises_is_insufficient_everywhere_and_not_preemptible() -> None:
+    pod = probe_pod()
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/mig-1g.5gb": "1"}}
+    assert verdict(pod, four_nodes("1")) == (
+        "0/4 nodes are available: 4 Insufficient nvidia.com/mig-1g.5gb. preemption: 0/4 nodes "
+        "are available: 4 Preemption is not helpful for scheduling."
+    )
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 from sim_support import wait_for
 
-from labs.state import read_json
+from labs.state import load_json
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,13 +25,16 @@ def test_serve_writes_endpoints_and_kubeconfig_and_stops_on_sigterm(tmp_path: Pa
         text=True,
     )
     try:
-        endpoints = wait_for(lambda: read_json(state / "endpoints.json"), what="endpoints.json")
+        endpoints = wait_for(lambda: load_json(state / "endpoints.json"), what="endpoints.json")
         assert endpoints["pid"] == process.pid
         assert endpoints["cluster_name"] == "myeks"
         assert endpoints["account_id"] == "123456789012"
         assert endpoints["aws_endpoint_url"].startswith("http://127.0.0.1:")
         kubeconfig = yaml.safe_load((state / "kubeconfig").read_text())
         assert kubeconfig["clusters"][0]["cluster"]["server"] == endpoints["kube_url"]
+        assert kubeconfig["users"][0]["user"]["token"] == endpoints["kube_token"]
+        for name in ("kubeconfig", "endpoints.json"):  # both carry the world's credentials
+            assert (state / name).stat().st_mode & 0o777 == 0o600, name
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=30)
     finally:
@@ -39,7 +42,7 @@ def test_serve_writes_endpoints_and_kubeconfig_and_stops_on_sigterm(tmp_path: Pa
             process.kill()
             process.wait()
     assert process.returncode == 0, stderr
-    assert "pid" not in read_json(state / "endpoints.json")
+    assert "pid" not in load_json(state / "endpoints.json")
     assert (state / "kubeconfig").exists()
 
 

@@ -33,17 +33,33 @@ def kube(world: World) -> client.ApiClient:
     return config.new_client_from_config(config_file=str(world.kubeconfig_path))
 
 
-def scale_gpu(world: World, desired: int, max_size: int = 2) -> None:
-    eks = moto_clients(world.endpoints["aws_endpoint_url"], world.endpoints["region"])("eks")
-    eks.update_nodegroup_config(
+def eks_client(world: World):
+    return moto_clients(world.endpoints)("eks")
+
+
+def scale_gpu(world: World, desired: int, max_size: int = 2) -> str:
+    """Scale the GPU group as lab.scale does; the id of the update EKS started."""
+    return eks_client(world).update_nodegroup_config(
         clusterName="myeks",
         nodegroupName="myeks-ng-gpu",
         scalingConfig={"minSize": 0, "maxSize": max_size, "desiredSize": desired},
-    )
+    )["update"]["id"]
+
+
+def update_status(world: World, update_id: str) -> str:
+    return eks_client(world).describe_update(
+        name="myeks", updateId=update_id, nodegroupName="myeks-ng-gpu"
+    )["update"]["status"]
+
+
+def gpu_nodes_once_successful(world: World, core: client.CoreV1Api, update_id: str) -> int:
+    """How many GPU nodes exist when EKS first reports the update Successful."""
+    wait_for(lambda: update_status(world, update_id) == "Successful", what="update Successful")
+    return len(core.list_node(label_selector=GPU_LABEL).items)
 
 
 def gpu_instances(world: World) -> list[dict]:
-    ec2 = moto_clients(world.endpoints["aws_endpoint_url"], "ap-northeast-2")("ec2")
+    ec2 = moto_clients(world.endpoints)("ec2")
     reservations = ec2.describe_instances(
         Filters=[
             {"Name": "instance-type", "Values": ["g5.xlarge"]},
@@ -74,14 +90,16 @@ def test_fresh_world_looks_like_a_new_stack(world: World) -> None:
     assert {"default", "kube-system", "kube-public"} <= namespaces
     daemonsets = client.AppsV1Api(kube(world)).list_namespaced_daemon_set("kube-system").items
     assert sorted(d.metadata.name for d in daemonsets) == ["aws-node", "kube-proxy"]
-    eks = moto_clients(world.endpoints["aws_endpoint_url"], "ap-northeast-2")("eks")
+    eks = moto_clients(world.endpoints)("eks")
     assert eks.describe_cluster(name="myeks")["cluster"]["endpoint"] == world.endpoints["kube_url"]
 
 
 def test_gpu_nodes_follow_the_node_group(world: World) -> None:
     SimInfra(world.endpoints).apply(lab_variables(enable_gpu_operator=True))
     core = client.CoreV1Api(kube(world))
-    scale_gpu(world, 2)
+    update = scale_gpu(world, 2)
+    assert update_status(world, update) == "InProgress", "nodes take minutes to join"
+    assert gpu_nodes_once_successful(world, core, update) == 2
     assert wait_for(lambda: gpu_allocatable(core) == ["1", "1"], what="2 GPU nodes with 1 GPU")
     for node in core.list_node(label_selector=GPU_LABEL).items:
         assert node.metadata.labels["tier"] == "gpu"
@@ -90,8 +108,9 @@ def test_gpu_nodes_follow_the_node_group(world: World) -> None:
         assert [(t.key, t.value, t.effect) for t in node.spec.taints] == [
             ("nvidia.com/gpu", "true", "NoSchedule")
         ]
-    scale_gpu(world, 0)
-    wait_for(lambda: not core.list_node(label_selector=GPU_LABEL).items, what="GPU nodes gone")
+    update = scale_gpu(world, 0)
+    assert update_status(world, update) == "InProgress"
+    assert gpu_nodes_once_successful(world, core, update) == 0
     # each Node goes first, then its instance is terminated: wait for the last termination
     assert wait_for(lambda: gpu_instances(world) == [], what="GPU instances terminated")
 
@@ -249,8 +268,8 @@ def test_aws_cli_scales_the_world(world: World) -> None:
     environment = dict(
         os.environ,
         AWS_ENDPOINT_URL=world.endpoints["aws_endpoint_url"],
-        AWS_ACCESS_KEY_ID="testing",
-        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_ACCESS_KEY_ID=world.endpoints["aws_access_key_id"],
+        AWS_SECRET_ACCESS_KEY=world.endpoints["aws_secret_access_key"],
         AWS_DEFAULT_REGION="ap-northeast-2",
     )
     subprocess.run(
@@ -272,55 +291,6 @@ def test_aws_cli_scales_the_world(world: World) -> None:
     )
     core = client.CoreV1Api(kube(world))
     wait_for(lambda: len(core.list_node(label_selector=GPU_LABEL).items) == 2, what="2 GPU nodes")
-
-
-def test_cross_node_traffic_follows_security_groups(world: World) -> None:
-    infra = SimInfra(world.endpoints)
-    core = client.CoreV1Api(kube(world))
-    scale_gpu(world, 2)
-    gpu_nodes = wait_for(
-        lambda: (
-            [n.metadata.name for n in core.list_node(label_selector=GPU_LABEL).items]
-            if len(core.list_node(label_selector=GPU_LABEL).items) == 2
-            else None
-        ),
-        what="2 GPU nodes",
-    )
-    tolerate = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
-
-    def pod(name: str, node: str, restart: str, annotations: dict | None = None) -> dict:
-        return {
-            "metadata": {"name": name, "annotations": annotations or {}},
-            "spec": {
-                "restartPolicy": restart,
-                "nodeSelector": {"kubernetes.io/hostname": node},
-                "tolerations": tolerate,
-                "containers": [{"name": "c", "image": "nccl-tests"}],
-            },
-        }
-
-    def outcome(name: str) -> tuple[str, str] | None:
-        phase = core.read_namespaced_pod(name, "default").status.phase
-        if phase in ("Succeeded", "Failed"):
-            return phase, core.read_namespaced_pod_log(name, "default")
-        return None
-
-    core.create_namespaced_pod("default", pod("server", gpu_nodes[0], "Always"))
-    wait_for(lambda: core.read_namespaced_pod("server", "default").status.pod_ip, what="server IP")
-    connect = {"sim.eks-gpu-lab/connect-to": "server:29500"}
-    core.create_namespaced_pod("default", pod("open", gpu_nodes[1], "Never", connect))
-    phase, log = wait_for(lambda: outcome("open"), what="open connection result")
-    assert phase == "Succeeded" and log.startswith("connected to 192.168.")
-
-    infra.apply(
-        lab_variables(enable_aux_sg_vpc_allow=False, node_sg_enable_recommended_rules=False)
-    )
-    core.create_namespaced_pod("default", pod("blocked", gpu_nodes[1], "Never", connect))
-    phase, log = wait_for(lambda: outcome("blocked"), what="blocked connection result")
-    assert phase == "Failed" and "Connection timed out" in log
-    core.create_namespaced_pod("default", pod("local", gpu_nodes[0], "Never", connect))
-    phase, _ = wait_for(lambda: outcome("local"), what="same-node connection result")
-    assert phase == "Succeeded"
 
 
 def is_request_handler(thread: threading.Thread) -> bool:

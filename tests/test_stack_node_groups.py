@@ -136,11 +136,11 @@ def test_gpu_nodes_are_tainted_nvidia_gpu_true_no_schedule():
 
 
 def test_cluster_autoscaler_node_template_tags_match_gpu_labels_and_taint():
-    prefix = "k8s.io/cluster-autoscaler/node-template"
-    expected = {f"{prefix}/label/{key}": value for key, value in gpu()["labels"].items()}
+    prefix = contract.NODE_TEMPLATE_TAG_PREFIX
+    expected = {f"{prefix}label/{key}": value for key, value in gpu()["labels"].items()}
     for taint in gpu()["taints"].values():
         effect = TAINT_EFFECTS[taint["effect"]]
-        expected[f"{prefix}/taint/{taint['key']}"] = f"{taint['value']}:{effect}"
+        expected[f"{prefix}taint/{taint['key']}"] = f"{taint['value']}:{effect}"
     template_tags = {key: value for key, value in gpu()["tags"].items() if key.startswith(prefix)}
     assert template_tags == expected
 

@@ -3,7 +3,8 @@
 Every client comes from one factory, so the same code talks to AWS or to moto on
 loopback (the rehearsal backend) by passing `endpoint_url`, and retries are explicit.
 GPU nodes are scaled only through the EKS API (the stack's node group ignores later
-changes to its desired size), and only when the node group is not already there.
+changes to its desired size), and only when the node group is not already there; the
+update EKS returns is then followed until it succeeds or fails with AWS's own errors.
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ _REJECTED_CREDENTIALS = frozenset(
     }
 )
 _FAILED_NODEGROUP_STATES = frozenset({"CREATE_FAILED", "DELETE_FAILED", "DEGRADED"})
+_FINISHED_UPDATE_STATES = frozenset({"Successful", "Failed", "Cancelled"})
 _BILLED_INSTANCE_STATES = ["pending", "running", "stopping", "shutting-down"]
 
 
@@ -92,6 +94,8 @@ class AwsSession:
         """
         key = (service, max_attempts)
         if key not in self._clients:
+            if self.session.get_credentials() is None:  # else every call fails deep in signing
+                raise CloudError(NO_CREDENTIALS_MESSAGE)
             config = RETRY_CONFIG
             if max_attempts is not None:
                 config = config.merge(Config(retries={"max_attempts": max_attempts}))
@@ -253,7 +257,7 @@ def preflight(
 
 
 def describe_gpu_nodegroup(eks: Any, cluster: str, nodegroup: str) -> dict[str, Any]:
-    """The node group's scaling, status and instance types as a plain dict."""
+    """The node group's scaling, status, instance types and tags as a plain dict."""
     try:
         group = eks.describe_nodegroup(clusterName=cluster, nodegroupName=nodegroup)["nodegroup"]
     except ClientError as error:
@@ -267,6 +271,7 @@ def describe_gpu_nodegroup(eks: Any, cluster: str, nodegroup: str) -> dict[str, 
         "desired_size": scaling.get("desiredSize"),
         "instance_types": list(group.get("instanceTypes", [])),
         "capacity_type": group.get("capacityType"),
+        "tags": dict(group.get("tags") or {}),
         "health_issues": [
             f"{issue.get('code')}: {issue.get('message')}"
             for issue in group.get("health", {}).get("issues", [])
@@ -284,30 +289,30 @@ def scale_gpu_nodegroup(
     in_use_retries: int = 5,
     wait_timeout: float = 900.0,
     poll_interval: float = 15.0,
-) -> bool:
+) -> str | None:
     """Set the node group to min 0 / max `max_size` / desired `desired` via the EKS API.
 
     Checks the numbers before calling AWS (EKS's own check is not everywhere), does
-    nothing when the group is already scaled so (returns False), and waits out an
-    update in progress, at most `in_use_retries` times. Returns True when it asked EKS
-    to change. Follow with `wait_nodegroup_active` or a node watch.
+    nothing when the group is already scaled so (returns None), and waits out an
+    update in progress, at most `in_use_retries` times. Returns the id of the update
+    EKS started: follow it with `follow_update`.
     """
     _check_scaling(nodegroup, desired, max_size)
     target = {"minSize": 0, "maxSize": max_size, "desiredSize": desired}
     current = describe_gpu_nodegroup(eks, cluster, nodegroup)
     sizes = (current["min_size"], current["max_size"], current["desired_size"])
     if sizes == (0, max_size, desired):
-        return False
+        return None
     token = str(uuid.uuid4())
     for _ in range(in_use_retries + 1):
         try:
-            eks.update_nodegroup_config(
+            response = eks.update_nodegroup_config(
                 clusterName=cluster,
                 nodegroupName=nodegroup,
                 scalingConfig=target,
                 clientRequestToken=token,
             )
-            return True
+            return str(response["update"]["id"])
         except ClientError as error:
             if _error(error)[0] != "ResourceInUseException":
                 raise _nodegroup_error(error, cluster, nodegroup, "scale") from None
@@ -351,6 +356,52 @@ def wait_nodegroup_active(
         return group if group["status"] == "ACTIVE" else None
 
     return wait_until(active, timeout, poll_interval, f"node group {nodegroup} to be ACTIVE")
+
+
+def follow_update(
+    eks: Any,
+    cluster: str,
+    nodegroup: str,
+    update_id: str,
+    *,
+    timeout: float = 1200.0,
+    poll_interval: float = 15.0,
+    on_wait: Callable[[float, str], None] | None = None,
+) -> dict[str, Any]:
+    """Wait for a node-group update to finish; return it when Successful.
+
+    A Failed or Cancelled update raises CloudError with EKS's own errors, so a refused
+    scale-up says why instead of ending in a node-wait timeout. `on_wait(elapsed, status)`
+    is called between polls.
+    """
+    started = time.monotonic()
+
+    def finished() -> dict[str, Any] | None:
+        try:
+            update = eks.describe_update(name=cluster, updateId=update_id, nodegroupName=nodegroup)[
+                "update"
+            ]
+        except ClientError as error:
+            raise _nodegroup_error(error, cluster, nodegroup, "follow the update of") from None
+        if update["status"] in _FINISHED_UPDATE_STATES:
+            return update
+        if on_wait is not None:
+            on_wait(time.monotonic() - started, update["status"])
+        return None
+
+    update = wait_until(finished, timeout, poll_interval, f"EKS update {update_id} of {nodegroup}")
+    if update["status"] != "Successful":
+        errors = "; ".join(
+            f"{e.get('errorCode')}: {e.get('errorMessage')}"
+            + (f" ({', '.join(e['resourceIds'])})" if e.get("resourceIds") else "")
+            for e in update.get("errors") or []
+        )
+        raise CloudError(
+            f"EKS update {update_id} of node group {nodegroup} {update['status']}: "
+            f"{errors or 'EKS gave no error details'}; see `aws eks describe-update "
+            f"--name {cluster} --nodegroup-name {nodegroup} --update-id {update_id}`"
+        )
+    return update
 
 
 def nodegroup_instances(ec2: Any, cluster: str, nodegroup: str) -> list[str]:

@@ -7,11 +7,19 @@ rehearsal backend and the tests all agree with `terraform/variables.tf` and
 
 from __future__ import annotations
 
+import string
 from pathlib import Path
 from typing import Final
 
 # The EKS stack this checkout ships (the AWS backend applies it from the lab's own dir).
 STACK_DIR: Final = Path(__file__).resolve().parents[2] / "terraform"
+
+# IAM policy documents the stack renders with templatefile() (the rehearsal seeds the same).
+POLICIES_DIR: Final = STACK_DIR / "policies"
+GPU_TTL_POLICY: Final = "gpu-ttl-scheduler.json.tftpl"
+GPU_TTL_TRUST_POLICY: Final = "gpu-ttl-scheduler-trust.json.tftpl"
+# The GPU time limit's schedule lives in the account's default schedule group.
+GPU_TTL_SCHEDULE_GROUP: Final = "default"
 
 # Input variables the orchestrator sets on every apply (the lab's full variable set).
 CLUSTER_BASE_NAME: Final = "ClusterBaseName"
@@ -61,8 +69,15 @@ STACK_OUTPUTS: Final = frozenset(
         "gpu_node_group_name",
         "system_node_group_name",
         "vpc_id",
+        "gpu_ttl_scheduler_role_arn",
+        "gpu_ttl_schedule_name",
     }
 )
+
+
+# Tags on the GPU node group that tell a Cluster Autoscaler, while the group is at 0, which
+# labels and taints a new node would carry (`k8s.io/cluster-autoscaler/node-template/...`).
+NODE_TEMPLATE_TAG_PREFIX: Final = "k8s.io/cluster-autoscaler/node-template/"
 
 
 def gpu_node_group_name(cluster_base_name: str) -> str:
@@ -73,3 +88,23 @@ def gpu_node_group_name(cluster_base_name: str) -> str:
 def system_node_group_name(cluster_base_name: str) -> str:
     """The system managed node group's name, as the stack names it."""
     return f"{cluster_base_name}-ng-1"
+
+
+def gpu_ttl_schedule_name(cluster_base_name: str) -> str:
+    """The GPU time limit's one-time schedule (default group); the stack's role trusts only it."""
+    return f"{cluster_base_name}-gpu-ttl"
+
+
+def gpu_ttl_role_name(cluster_base_name: str) -> str:
+    """The role that schedule acts as, as the stack names it."""
+    return f"{cluster_base_name}-gpu-ttl-scheduler"
+
+
+def render_policy(file_name: str, **values: str) -> str:
+    """A policy template under `terraform/policies/` filled in as templatefile() would.
+
+    The templates use only plain `${name}` placeholders, which string.Template reads alike.
+    """
+    return string.Template((POLICIES_DIR / file_name).read_text(encoding="utf-8")).substitute(
+        values
+    )

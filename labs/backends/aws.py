@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from labs.backends.base import RealTime
 from labs.errors import LabError
 from labs.guard import GuardError, check_lab_target
+from labs.state import warn
 
 if TYPE_CHECKING:
     from labs.aws.cloud import AwsSession
     from labs.backends.base import Infra
     from labs.console import Console
     from labs.lab import Lab
+    from labs.state import LabPaths
 
 # What lab.up's preflight needs on PATH for a real lab.
 AWS_TOOLS = ("terraform", "kubectl", "aws")
@@ -21,19 +24,34 @@ class PreflightFailed(LabError):
     """lab.up's read-only checks found problems; nothing was created."""
 
 
-class AwsBackend:
+class AwsBackend(RealTime):
     name = "aws"
     bills = True
     keeps_files = True
+    simulated = False
 
     def describe(self, lab: Lab) -> str:
         return "AWS EKS"
 
-    def speed(self, lab: Lab) -> float:
-        return 1.0
-
     def check_writable(self, lab: Lab, action: str) -> None:
         return None  # the lab's own; the guard still checks account, region and endpoint
+
+    def left_files(self, paths: LabPaths) -> bool:
+        return paths.terraform_dir.is_dir()
+
+    def recover(self, lab: Lab) -> dict[str, Any]:
+        """The outputs terraform still holds in the lab's working directory."""
+        from labs.state import utc_now
+
+        try:
+            outputs = self.infra(lab).outputs()
+        except LabError as error:
+            warn(f"could not read the terraform outputs of lab {lab.name!r}: {error}")
+            return {}
+        if not outputs:
+            return {}
+        return {"outputs": outputs, "region": outputs.get("region", lab.region),
+                "phases": {"infra": utc_now()}}  # fmt: skip
 
     def start(self, lab: Lab, console: Console) -> None:
         lab.update(account_id=self._preflight(lab, console))
@@ -108,10 +126,15 @@ class AwsBackend:
         check_lab_target(lab, cluster=False, account=True)
         lab.infra().destroy()
 
-    def idle_message(self, lab: Lab, reachable: bool) -> str:
+    def idle_message(self, lab: Lab, reachable: bool, gpu_state: str | None) -> str:
+        if gpu_state is None:
+            return (
+                f"The GPU node group of lab {lab.name!r} could not be read: GPU nodes may still "
+                "bill. Check it in the EKS console."
+            )
         return (
-            f"GPU node group of lab {lab.name!r} is at 0: no GPU bills. "
-            "The control plane and NAT still bill hourly; add --destroy to end the week."
+            f"{gpu_state}: no GPU bills. The control plane and NAT still bill hourly; add "
+            "--destroy to end the week."
         )
 
     def proof(self) -> dict[str, list[str]]:

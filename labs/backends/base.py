@@ -8,12 +8,17 @@ touching them.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
+
+from labs.errors import LabError
 
 if TYPE_CHECKING:
     from labs.aws.cloud import AwsSession
     from labs.console import Console
     from labs.lab import Lab
+    from labs.state import LabPaths
 
 
 class Infra(Protocol):
@@ -47,17 +52,44 @@ class Backend(Protocol):
     name: str  # as recorded in the lab's state file
     bills: bool  # its resources cost money
     keeps_files: bool  # has a journal and runs under the state directory
+    simulated: bool  # workloads' output is played by a model, not printed by real GPUs
 
     def describe(self, lab: Lab) -> str:
         """A few words for the terminal and reports: "AWS EKS", "rehearsal, 60x speed"."""
         ...
 
     def speed(self, lab: Lab) -> float:
-        """How much faster than a real cluster the lab's world runs."""
+        """How much faster than a real cluster the lab's world runs right now."""
+        ...
+
+    def program_pace(self, lab: Lab) -> AbstractContextManager[None]:
+        """For its duration the world runs as fast as a watching program wants (the lab's
+        speed setting); afterwards at the pace it had before."""
+        ...
+
+    def person_speed(self, lab: Lab, wanted: float | None) -> float:
+        """The speed for a person practising by hand (`wanted`, default real time); LabError
+        when this lab cannot run at it. Changes nothing."""
+        ...
+
+    def set_speed(self, lab: Lab, speed: float) -> None:
+        """Run the lab's world at `speed` from now on, keeping its state."""
+        ...
+
+    def now(self, lab: Lab) -> datetime:
+        """The lab's clock, which its schedules fire on: UTC on AWS, the world's on a rehearsal."""
         ...
 
     def check_writable(self, lab: Lab, action: str) -> None:
         """Raise ReadOnlyTarget when `action` may not change this target."""
+        ...
+
+    def left_files(self, paths: LabPaths) -> bool:
+        """The lab's directory holds files only this backend writes (to rebuild a lost record)."""
+        ...
+
+    def recover(self, lab: Lab) -> dict[str, Any]:
+        """Record fields read back from the backend itself (outputs, account) for a lost record."""
         ...
 
     def start(self, lab: Lab, console: Console) -> None:
@@ -92,8 +124,10 @@ class Backend(Protocol):
         """Remove everything the lab created (lab.down --destroy)."""
         ...
 
-    def idle_message(self, lab: Lab, reachable: bool) -> str:
-        """What still bills once the GPU nodes are at 0."""
+    def idle_message(self, lab: Lab, reachable: bool, gpu_state: str | None) -> str:
+        """lab.down's last word: `gpu_state` is how the GPU node group read from the backend
+        after the scale-down ("... reads desiredSize 0", "... does not exist"), None when it
+        could not be read; say what still bills, never "nothing" without having read it."""
         ...
 
     def proof(self) -> dict[str, list[str]]:
@@ -103,3 +137,27 @@ class Backend(Protocol):
     def env_exports(self, lab: Lab) -> dict[str, str]:
         """Environment for the aws CLI beyond the region (endpoint, stand-in credentials)."""
         ...
+
+
+class RealTime:
+    """The pace of a real cluster: real time, whoever watches."""
+
+    def speed(self, lab: Lab) -> float:
+        return 1.0
+
+    def now(self, lab: Lab) -> datetime:
+        return datetime.now(UTC)
+
+    def program_pace(self, lab: Lab) -> AbstractContextManager[None]:
+        return nullcontext()
+
+    def person_speed(self, lab: Lab, wanted: float | None) -> float:
+        if wanted not in (None, 1.0):
+            raise LabError(
+                f"lab {lab.name!r} is a real cluster and runs in real time; --speed applies to "
+                "rehearsal labs only. Nothing was changed."
+            )
+        return 1.0
+
+    def set_speed(self, lab: Lab, speed: float) -> None:
+        return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from labs.backends.base import RealTime
 from labs.errors import LabError, ReadOnlyTarget
 
 if TYPE_CHECKING:
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
     from labs.backends.base import Infra
     from labs.console import Console
     from labs.lab import Lab
+    from labs.state import LabPaths
 
 
 def target_of(lab: Lab) -> str:
@@ -23,16 +25,14 @@ def target_of(lab: Lab) -> str:
     return f"{context} in kubeconfig {lab.record['kubeconfig']}"
 
 
-class ExistingCluster:
+class ExistingCluster(RealTime):
     name = "existing"
     bills = False  # not by this tool: it created nothing there
     keeps_files = False
+    simulated = False
 
     def describe(self, lab: Lab) -> str:
         return f"existing cluster, read-only ({target_of(lab)})"
-
-    def speed(self, lab: Lab) -> float:
-        return 1.0
 
     def check_writable(self, lab: Lab, action: str) -> NoReturn:
         raise ReadOnlyTarget(
@@ -40,6 +40,12 @@ class ExistingCluster:
             "lab this tool created, and such a cluster is only ever read (lab.status works). "
             "To practise, create a lab: `invoke lab.up --sim --lab NAME`. Nothing was changed."
         )
+
+    def left_files(self, paths: LabPaths) -> bool:
+        return False  # it keeps no files
+
+    def recover(self, lab: Lab) -> dict[str, Any]:
+        return {}
 
     def start(self, lab: Lab, console: Console) -> None:
         self.check_writable(lab, "lab.up")
@@ -81,7 +87,7 @@ class ExistingCluster:
     def destroy(self, lab: Lab, console: Console) -> None:
         self.check_writable(lab, "lab.down --destroy")
 
-    def idle_message(self, lab: Lab, reachable: bool) -> str:
+    def idle_message(self, lab: Lab, reachable: bool, gpu_state: str | None) -> str:
         return f"existing cluster ({target_of(lab)}): not a lab, nothing of the tool's bills"
 
     def proof(self) -> dict[str, list[str]]:

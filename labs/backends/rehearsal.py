@@ -7,36 +7,104 @@ talks to it through the same boto3 and kubernetes clients as to AWS.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from labs.errors import LabError
 from labs.journal import REVERTED
-from labs.sim import process
-from labs.state import read_json
+from labs.sim import pace, process
+from labs.sim.auth import CREDENTIAL_KEYS
+from labs.state import load_json, utc_now, warn
 
 if TYPE_CHECKING:
     from labs.aws.cloud import AwsSession
     from labs.backends.base import Infra
     from labs.console import Console
     from labs.lab import Lab
-
-# moto's fixed stand-in credentials; never real ones.
-SIM_CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
+    from labs.state import LabPaths
 
 
 class RehearsalBackend:
     name = "sim"
     bills = False
     keeps_files = True
+    simulated = True
 
     def describe(self, lab: Lab) -> str:
-        return f"rehearsal, {self.speed(lab):g}x speed"
+        now, programs = self.speed(lab), self._program_speed(lab)
+        if now == programs:
+            return f"rehearsal, {now:g}x speed"
+        return f"rehearsal, {now:g}x speed now (a person's pace; programs run it at {programs:g}x)"
+
+    def _program_speed(self, lab: Lab) -> float:
+        return float(lab.record.get("speed") or lab.settings.speed)
+
+    def _world(self, lab: Lab) -> dict[str, Any] | None:
+        """The running world's endpoints (None when no world was started)."""
+        endpoints = load_json(lab.paths.sim_dir / "endpoints.json") or {}
+        return endpoints if endpoints.get("pid") and endpoints.get("kube_token") else None
 
     def speed(self, lab: Lab) -> float:
-        return float(lab.record.get("speed") or lab.settings.speed)
+        world = self._world(lab)
+        try:
+            return pace.read_speed(world) if world else self._program_speed(lab)
+        except OSError:  # the world is not running: it starts at the lab's speed
+            return self._program_speed(lab)
+
+    @contextmanager
+    def program_pace(self, lab: Lab) -> Iterator[None]:
+        world = self._world(lab)
+        before = self.speed(lab)
+        wanted = self._program_speed(lab)
+        if world is None or before == wanted:
+            yield
+            return
+        pace.write_speed(world, wanted)
+        try:
+            yield
+        finally:
+            try:
+                pace.write_speed(world, before)
+            except OSError:  # the world went away meanwhile: nothing to restore
+                pass
+
+    def person_speed(self, lab: Lab, wanted: float | None) -> float:
+        speed = 1.0 if wanted is None else float(wanted)
+        if not speed > 0:
+            raise LabError(f"--speed must be a positive number (1 = real time), got {wanted!r}")
+        return speed
+
+    def set_speed(self, lab: Lab, speed: float) -> None:
+        world = self._world(lab)
+        if world is not None:  # a world that is not running starts at the lab's speed anyway
+            pace.write_speed(world, speed)
+
+    def now(self, lab: Lab) -> datetime:
+        return pace.read_now(self._running(lab))
 
     def check_writable(self, lab: Lab, action: str) -> None:
         return None
+
+    def left_files(self, paths: LabPaths) -> bool:
+        return paths.sim_dir.is_dir()
+
+    def recover(self, lab: Lab) -> dict[str, Any]:
+        """What the running world says: its region, account, speed and the stack's outputs."""
+        from labs.sim.infra import SimInfra
+
+        endpoints = process.running_endpoints(lab.paths.sim_dir)
+        if endpoints is None:
+            return {}
+        fields = {key: endpoints[key] for key in ("region", "account_id", "speed")}
+        fields["sim_kube_url"] = endpoints["kube_url"]
+        try:
+            outputs = SimInfra(endpoints).outputs()
+        except LabError as error:
+            warn(f"could not read the rehearsal stack of lab {lab.name!r}: {error}")
+            return fields
+        return {**fields, "outputs": outputs, "phases": {"infra": utc_now()}}
 
     def start(self, lab: Lab, console: Console) -> None:
         endpoints = process.start(lab.paths.sim_dir, lab.settings.speed, lab.name, lab.region)
@@ -79,8 +147,11 @@ class RehearsalBackend:
     def aws_session(self, lab: Lab) -> AwsSession:
         from labs.aws.cloud import aws_session
 
-        endpoint = self._running(lab)["aws_endpoint_url"]
-        return aws_session(lab.region, endpoint_url=endpoint, credentials=SIM_CREDENTIALS)
+        endpoints = self._running(lab)
+        credentials = {key: endpoints[key] for key in CREDENTIAL_KEYS}
+        return aws_session(
+            lab.region, endpoint_url=endpoints["aws_endpoint_url"], credentials=credentials
+        )
 
     def kube_client(self, lab: Lab) -> Any:
         from labs.kube.view import api_client
@@ -98,14 +169,17 @@ class RehearsalBackend:
         return None  # the world's nodes are gone once the view shows them gone
 
     def destroy(self, lab: Lab, console: Console) -> None:
-        if process.stop(lab.paths.sim_dir):
-            console.say("    rehearsal backend stopped")
+        for pid in process.stop(lab.paths.sim_dir):
+            console.say(f"    rehearsal backend stopped (pid {pid})")
 
-    def idle_message(self, lab: Lab, reachable: bool) -> str:
-        state = "is at 0" if reachable else "is not running (nothing to scale)"
-        return (
-            f"Rehearsal lab {lab.name!r} {state}; nothing bills. `lab.down --destroy` removes it."
-        )
+    def idle_message(self, lab: Lab, reachable: bool, gpu_state: str | None) -> str:
+        if not reachable:
+            state = "its backend is not running, so none of its nodes runs"
+        elif gpu_state is None:
+            state = "its GPU node group could not be read (see above)"
+        else:
+            state = f"{gpu_state}; a rehearsal bills nothing"
+        return f"Rehearsal lab {lab.name!r}: {state}. `lab.down --destroy` removes it."
 
     def proof(self) -> dict[str, list[str]]:
         return {
@@ -126,12 +200,9 @@ class RehearsalBackend:
         }
 
     def env_exports(self, lab: Lab) -> dict[str, str]:
-        endpoints = read_json(lab.paths.sim_dir / "endpoints.json", {}) or {}
-        return {
-            "AWS_ENDPOINT_URL": str(endpoints.get("aws_endpoint_url", "")),
-            "AWS_ACCESS_KEY_ID": SIM_CREDENTIALS["aws_access_key_id"],
-            "AWS_SECRET_ACCESS_KEY": SIM_CREDENTIALS["aws_secret_access_key"],
-        }
+        endpoints = process.recorded_endpoints(lab.paths.sim_dir)
+        exports = {"AWS_ENDPOINT_URL": str(endpoints.get("aws_endpoint_url", ""))}
+        return exports | {key.upper(): str(endpoints.get(key, "")) for key in CREDENTIAL_KEYS}
 
 
 def _forget_old_world(lab: Lab, console: Console) -> None:
@@ -143,5 +214,7 @@ def _forget_old_world(lab: Lab, console: Console) -> None:
     for entry in lab.journal.outstanding():
         lab.journal.mark(entry["id"], REVERTED)
         console.say(f"    {entry['scenario']}: its world is gone; journal entry closed")
-    lab.record.update(phases={}, outputs={}, variables={}, speed=None, gpu_scaled_at=None)
+    lab.record.update(
+        phases={}, outputs={}, variables={}, speed=None, gpu_scaled_at=None, gpu_ttl_at=None
+    )
     lab.save()

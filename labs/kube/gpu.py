@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from labs.kube.view import Objects
@@ -29,10 +30,41 @@ GFD_DAEMONSET = "gpu-feature-discovery"
 # Per-node opt-out: the operator adds `nvidia.com/gpu.deploy.<component>=true` only where the
 # label is missing, so a value an admin set ("false") stays (addGPUStateLabels, v26.3.1).
 DEVICE_PLUGIN_DEPLOY_LABEL = "nvidia.com/gpu.deploy.device-plugin"
+# NFD's label for a node with an NVIDIA PCI device (vendor 10de): there before any operator.
+NVIDIA_PCI_LABEL = "feature.node.kubernetes.io/pci-10de.present"
+DEPLOY_LABEL_PREFIX = "nvidia.com/gpu.deploy."
 CLUSTER_POLICY_NAME = "cluster-policy"
 OPERATOR_DEPLOYMENT = "gpu-operator"
 # The chart labels the controller's pods `app=gpu-operator` (what the Deployment selects).
 OPERATOR_POD_SELECTOR = "app=gpu-operator"
+
+
+@dataclass(frozen=True)
+class Component:
+    """A ClusterPolicy component the operator runs as a DaemonSet on GPU nodes."""
+
+    spec_key: str  # spec.<spec_key>.enabled in the ClusterPolicy
+    daemonset: str
+    deploy: str  # the node label nvidia.com/gpu.deploy.<deploy>
+    enabled_by_default: bool  # what the operator does when spec.<key>.enabled is unset
+
+    @property
+    def deploy_label(self) -> str:
+        return DEPLOY_LABEL_PREFIX + self.deploy
+
+
+# The v26.3 operand DaemonSets (the validator has no switch: it always runs).
+COMPONENTS = (
+    Component("driver", "nvidia-driver-daemonset", "driver", True),
+    Component("toolkit", "nvidia-container-toolkit-daemonset", "container-toolkit", True),
+    Component("validator", "nvidia-operator-validator", "operator-validator", True),
+    Component("devicePlugin", DEVICE_PLUGIN_DAEMONSET, "device-plugin", True),
+    Component("dcgm", "nvidia-dcgm", "dcgm", False),
+    Component("dcgmExporter", DCGM_EXPORTER_DAEMONSET, "dcgm-exporter", True),
+    Component("gfd", GFD_DAEMONSET, "gpu-feature-discovery", True),
+    Component("migManager", "nvidia-mig-manager", "mig-manager", True),
+    Component("nodeStatusExporter", "nvidia-node-status-exporter", "node-status-exporter", False),
+)
 
 Obj = dict[str, Any]
 
@@ -46,10 +78,12 @@ def name_of(obj: Mapping[str, Any]) -> str:
 
 def is_gpu_node(node: Mapping[str, Any]) -> bool:
     """A node with an NVIDIA GPU: by the lab node group's labels (there before any operator),
-    GPU feature discovery's `gpu.present` label, or a GPU capacity (any cluster's nodes)."""
+    NFD's PCI label, GPU feature discovery's `gpu.present` label, or a GPU capacity (any
+    cluster's nodes)."""
     labels = node.get("metadata", {}).get("labels") or {}
     return (
         all(labels.get(key) == value for key, value in GPU_NODE_LABELS.items())
+        or labels.get(NVIDIA_PCI_LABEL) == "true"
         or labels.get(GPU_PRESENT_LABEL) == "true"
         or gpu_quantity(node, "capacity") is not None
     )
@@ -67,7 +101,8 @@ def gpu_quantity(node: Mapping[str, Any], field: str = "allocatable") -> str | N
     return None if value is None else str(value)
 
 
-def _count(quantity: str | None) -> int:
+def gpu_count(quantity: str | None) -> int:
+    """A quantity as a whole number of GPUs (0 for an absent or fractional one)."""
     return int(quantity) if quantity and quantity.isdigit() else 0
 
 
@@ -78,7 +113,7 @@ def gpu_nodes(objects: Objects) -> list[Obj]:
 
 def schedulable_gpu_nodes(objects: Objects) -> list[Obj]:
     """GPU nodes that are Ready and advertise at least one allocatable GPU."""
-    return [n for n in gpu_nodes(objects) if is_ready(n) and _count(gpu_quantity(n)) >= 1]
+    return [n for n in gpu_nodes(objects) if is_ready(n) and gpu_count(gpu_quantity(n)) >= 1]
 
 
 def ready_gpu_nodes(objects: Objects) -> list[Obj]:
@@ -112,7 +147,7 @@ def describe_allocatable(objects: Objects) -> str:
 
 def total_allocatable(objects: Objects) -> int:
     """GPUs the scheduler can hand out right now, over all GPU nodes."""
-    return sum(_count(v) for v in allocatable_by_node(objects).values())
+    return sum(gpu_count(v) for v in allocatable_by_node(objects).values())
 
 
 def describe_advertised(objects: Objects) -> str:
@@ -251,6 +286,12 @@ def daemon_pod_nodes(objects: Objects, daemonset_name: str) -> list[str]:
 
 def cluster_policy(objects: Objects) -> Obj | None:
     return objects.find("clusterpolicies", CLUSTER_POLICY_NAME)
+
+
+def component_on(policy: Mapping[str, Any], component: Component) -> bool:
+    """Whether the operator runs `component` under this ClusterPolicy (its default if unset)."""
+    enabled = component_enabled(policy, component.spec_key)
+    return component.enabled_by_default if enabled is None else enabled
 
 
 def component_enabled(policy: Mapping[str, Any], component: str) -> bool | None:
@@ -420,6 +461,16 @@ def fit_error(nodes: int, reasons: Mapping[str, int]) -> str:
     node(s) didn't match ...` (each reason counted, sorted as text, as FitError prints them)."""
     counted = sorted(f"{count} {reason}" for reason, count in reasons.items() if count)
     return f"0/{nodes} nodes are available: {', '.join(counted)}."
+
+
+def unresolvable_failure(nodes: int, reasons: Mapping[str, int]) -> str:
+    """The whole FailedScheduling message when every node failed for good (a taint, a
+    selector, a request larger than the node offers at all), so evicting pods would help none:
+    `... preemption: 0/4 nodes are available: 4 Preemption is not helpful for scheduling.`"""
+    return (
+        f"{fit_error(nodes, reasons)} preemption: 0/{nodes} nodes are available: "
+        f"{nodes} Preemption is not helpful for scheduling."
+    )
 
 
 def scheduling_failure(events: list[Obj]) -> str | None:

@@ -12,8 +12,9 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
+from labs.doctor.catalog import KINDS
 from labs.run.timeline import Gauge
 
 if TYPE_CHECKING:
@@ -24,6 +25,17 @@ if TYPE_CHECKING:
 # holds, and the "last seen" explanation when it never did.
 Verdict = tuple[bool, str]
 DASHED_NAME = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
+# Where a fault lives, in the order `scenario.list` shows the groups: the first thing a
+# person rules in or out (is it the operator, one node, the network, my pod, or capacity?).
+Area = Literal["operator", "node", "network", "workload", "capacity"]
+AREAS: tuple[Area, ...] = get_args(Area)
+AREA_TITLES: dict[Area, str] = {
+    "operator": "the GPU Operator and its operands",
+    "node": "one GPU node",
+    "network": "the network between GPU nodes",
+    "workload": "the pod spec: nothing in the cluster is broken",
+    "capacity": "GPU capacity: no GPU node to run on",
+}
 
 
 @dataclass
@@ -142,21 +154,33 @@ class ByHand:
 Baseline = Callable[["Lab", "ClusterView"], dict[str, Any]]
 Mutation = Callable[["Lab"], None]
 Diagnosis = Callable[["Lab", "ClusterView"], list[Finding]]
+# Is this scenario's fault present in the cluster now? (What a revert relies on when the
+# journal is missing or damaged.)
+Detection = Callable[["Lab", "ClusterView"], bool]
 StateRows = Callable[[Context], dict[str, str]]
+Preview = Callable[["Lab"], list[str]]
 
 
 @dataclass(frozen=True)
 class Scenario:
-    """One injectable fault: its facts, four functions, and its checks.
+    """One injectable fault: its facts, five functions, and its checks.
 
-    `about` is the runbook's opening (the module docstring); the functions' docstrings are
-    its steps. Optional: `state` (summary rows compared between baseline and recovery),
-    `gauges` (curves for the timeline plot), `watch` (kinds the checks read; default:
-    the lab's standard view) and `by_hand` (the same fault with plain kubectl).
+    `area` is where the fault lives (`scenario.list` groups by it); `about` is the runbook's
+    opening (the module docstring); the functions' docstrings are its steps. `detect` reads
+    the fault off the cluster, so `scenario.revert --all` and `lab.down` find it even when the
+    journal is gone. Optional: `state` (summary rows compared between baseline and recovery),
+    `preview` (the infrastructure changes the injection would make, shown and confirmed
+    first), `gauges` (curves for the timeline plot), `watch` (kinds the checks and `detect`
+    read; default: the lab's standard view) and `by_hand` (the same fault with plain kubectl).
+    `doctor_finding` names the `lab.doctor` finding (`labs.doctor.catalog`) that must be the
+    probable cause while the fault is in: the doctor's accuracy is measured against it. None
+    for a fault that leaves nothing in the cluster to read (the module says why): the doctor
+    must then find no problem rather than a wrong one.
     """
 
     name: str
     summary: str
+    area: Area
     about: str
     needs: Needs
     risk: str
@@ -168,13 +192,25 @@ class Scenario:
     recovery: Sequence[Check]
     diagnose: Diagnosis
     traps: Sequence[Trap]
+    doctor_finding: str | None
+    detect: Detection
     state: StateRows | None = None
     gauges: Mapping[str, Gauge] = field(default_factory=dict)
     watch: Callable[[Lab], list[WatchedKind]] | None = None
     by_hand: ByHand | None = None
+    preview: Preview | None = None
 
     def __post_init__(self) -> None:
         if not DASHED_NAME.fullmatch(self.name):
             raise ValueError(
                 f"scenario name {self.name!r} must be dashed lower case, e.g. device-plugin-off"
+            )
+        if self.doctor_finding is not None and self.doctor_finding not in KINDS:
+            raise ValueError(
+                f"scenario {self.name}: doctor_finding {self.doctor_finding!r} is not a doctor "
+                f"finding; known: {', '.join(sorted(KINDS))}"
+            )
+        if self.area not in AREAS:
+            raise ValueError(
+                f"scenario {self.name} has area {self.area!r}; use one of {', '.join(AREAS)}"
             )

@@ -2,8 +2,9 @@
 
 The engine owns the order and the safety net; scenarios own only their facts. The
 journal entry is written before the mutation, so a crash at any later point leaves
-a record that `revert_scenarios` can act on; any exception or Ctrl-C after the
-injection reverts first and reports afterwards.
+a record that `revert_scenarios` can act on; any exception, Ctrl-C, SIGTERM or SIGHUP
+after the injection reverts first and reports afterwards, and a second signal cannot cut
+that short. Each command holds the lab's lock from its first check to its last write.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,14 +20,16 @@ from typing import TYPE_CHECKING, Any
 
 from labs.errors import LabError
 from labs.guard import check_lab_target
+from labs.interrupts import describe, shielded
 from labs.journal import INJECTED, KEPT, REVERTED
 from labs.kube import gpu
 from labs.kube.view import ClusterView
+from labs.lock import lab_lock
 from labs.run.contract import ByHand, CheckResult, Context, Needs, Scenario
 from labs.run.report import RunRecord, write_report
 from labs.run.timeline import Timeline
 from labs.run.watch import watch_checks
-from labs.state import utc_now
+from labs.state import StateWriteError, utc_now
 
 if TYPE_CHECKING:
     from labs.lab import Lab
@@ -163,6 +167,7 @@ def _state(scenario: Scenario, ctx: Context) -> dict[str, str]:
 
 
 def _new_run_dir(lab: Lab, name: str) -> Path:
+    """A fresh folder for one run's report (the lock already proved the lab dir writable)."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     base = lab.paths.runs_dir / f"{stamp}-{name}"
     candidate, n = base, 1
@@ -223,25 +228,71 @@ def _revert_or_explain(lab: Lab, scenario: Scenario, entry: str, out: Out) -> st
     try:
         out(f"reverting first: {_first_line(scenario.revert)}")
         scenario.revert(lab)
-        lab.journal.mark(entry, REVERTED)
-        return None
     except BaseException as error:  # a failed revert must be reported, not lost
         return (
             f"the revert failed too ({type(error).__name__}: {error}); the fault may still be in "
             f"the lab: run `invoke scenario.revert --name {scenario.name} --lab {lab.name}`"
         )
+    return _record_reverted(lab, entry)
+
+
+def _record_reverted(lab: Lab, entry: str) -> str | None:
+    """Mark the entry reverted; a journal that cannot be written is reported, not fatal."""
+    try:
+        lab.journal.mark(entry, REVERTED)
+    except StateWriteError as error:
+        return (
+            f"the fault was reverted, but the journal could not record it ({error}); it still "
+            f"lists the fault, and `invoke scenario.revert --all --lab {lab.name}` is safe to run"
+        )
+    return None
+
+
+Confirm = Callable[[str], bool]
+
+
+def confirm_plan(lab: Lab, scenario: Scenario, confirm: Confirm | None, out: Out) -> list[str]:
+    """Show what the injection changes in the infrastructure and ask; [] when it changes none.
+
+    ScenarioError when the person says no (or nobody can be asked): nothing is injected.
+    """
+    if scenario.preview is None:
+        return []
+    plan = scenario.preview(lab)
+    out(f"{scenario.name} changes the infrastructure ({len(plan)} change(s)):")
+    for line in plan:
+        out(f"    {line}")
+    out(f"risk: {scenario.risk}")
+    if confirm is None or not confirm(f"Inject {scenario.name} on lab {lab.name}?"):
+        raise ScenarioError(
+            f"{scenario.name} was not confirmed, nothing was injected; answer y, or pass --yes"
+        )
+    return plan
 
 
 def run_scenario(
-    lab: Lab, scenario: Scenario, keep_fault: bool = False, out: Out = print
+    lab: Lab,
+    scenario: Scenario,
+    keep_fault: bool = False,
+    out: Out = print,
+    confirm: Confirm | None = None,
 ) -> RunResult:
     """Run `scenario` on `lab` from baseline to proven recovery and write its report.
 
     With `keep_fault` the fault is left in place after the diagnosis (journal "kept").
+    `confirm` answers the question before an infrastructure change (None: nobody to ask).
     Raises ScenarioError/GuardError before anything changes when the lab is not ready.
+    The lab's world runs at the program's pace meanwhile, and at its own pace again after.
     """
+    with lab_lock(lab, f"scenario.run {scenario.name}"):
+        check_ready(lab, scenario)
+        plan = confirm_plan(lab, scenario, confirm, out)
+        with lab.backend.program_pace(lab):
+            return _run(lab, scenario, keep_fault, out, plan)
+
+
+def _run(lab: Lab, scenario: Scenario, keep_fault: bool, out: Out, plan: list[str]) -> RunResult:
     name = scenario.name
-    check_ready(lab, scenario)
     scale = lab.speed
     run = RunRecord(
         scenario=name,
@@ -253,47 +304,96 @@ def run_scenario(
         speed=scale,
         started_at=utc_now(),
         traps=list(scenario.traps),
+        plan=plan,
     )
     timeline = Timeline(scenario.gauges)
     story = _Story(out, scale, timeline)
     out(f"{name} on lab {lab.name} ({run.backend_label}): {scenario.summary}")
-    with _open_view(lab, scenario) as view:
-        view.on_change(timeline.sample)
-        timeline.sample(view)
-        ctx = Context(lab, view)
-        out(f"baseline: {_first_line(scenario.baseline)}")
-        try:
-            ctx.baseline = run.baseline = dict(scenario.baseline(lab, view))
-        except Exception as error:
-            raise ScenarioError(
-                f"the baseline of {name} failed, so the lab is not healthy and nothing was "
-                f"injected: {error}. Check it with `invoke lab.status --lab {lab.name}`."
-            ) from error
-        run.states["baseline"] = _state(scenario, ctx)
-        for key, value in run.states["baseline"].items():
-            out(f"  {key}: {value}")
-        run_dir = _new_run_dir(lab, name)
-        entry = run.journal_id = lab.journal.record_injecting(name, str(run_dir))
-        injected_at = timeline.origin = time.monotonic()
-        try:
-            _inject_observe_revert(lab, scenario, ctx, run, story, entry, keep_fault, injected_at)
-        except BaseException as error:
-            interrupted = isinstance(error, KeyboardInterrupt)
-            run.error = (
-                "interrupted (Ctrl-C)" if interrupted else f"{type(error).__name__}: {error}"
-            )
-            run.exit_code = EXIT_INTERRUPTED if interrupted else EXIT_ERROR
-            out(f"run stopped: {run.error}")
-            if run.reverted_at is None:
-                problem = _revert_or_explain(lab, scenario, entry, out)
-                if problem:
-                    run.error += f"; {problem}"
-                    out(problem)
-        run.timeline = timeline.to_dict()
+    finishing = ExitStack()  # from an error on: revert, close the view, report, whatever comes
+    with finishing:
+        with _open_view(lab, scenario) as view:
+            view.on_change(timeline.sample)
+            timeline.sample(view)
+            ctx = Context(lab, view)
+            _take_baseline(scenario, ctx, run, out)
+            run_dir, entry = _record_injecting(lab, name)
+            run.journal_id = entry
+            injected_at = timeline.origin = time.monotonic()
+            try:
+                _inject_observe_revert(
+                    lab, scenario, ctx, run, story, entry, keep_fault, injected_at
+                )
+            except BaseException as error:
+                finishing.enter_context(shielded())
+                _stopped(lab, scenario, run, entry, error, out)
+            run.timeline = timeline.to_dict()
+        with shielded():
+            return _finish(run, run_dir, out)
+
+
+def _take_baseline(scenario: Scenario, ctx: Context, run: RunRecord, out: Out) -> None:
+    """Before anything changes: the fault is not in already, and the lab reads healthy."""
+    lab = ctx.lab
+    _not_in_already(lab, scenario, ctx.view)
+    out(f"baseline: {_first_line(scenario.baseline)}")
+    try:
+        ctx.baseline = run.baseline = dict(scenario.baseline(lab, ctx.view))
+    except Exception as error:
+        raise ScenarioError(
+            f"the baseline of {scenario.name} failed, so the lab is not healthy and nothing was "
+            f"injected: {error}. Check it with `invoke lab.status --lab {lab.name}`."
+        ) from error
+    run.states["baseline"] = _state(scenario, ctx)
+    for key, value in run.states["baseline"].items():
+        out(f"  {key}: {value}")
+
+
+def _record_injecting(lab: Lab, name: str) -> tuple[Path, str]:
+    """The run's folder and its journal entry, written before the injection."""
+    run_dir = _new_run_dir(lab, name)
+    try:
+        return run_dir, lab.journal.record_injecting(name, str(run_dir))
+    except StateWriteError:
+        run_dir.rmdir()  # nothing was injected: leave no empty run folder behind
+        raise
+
+
+def _not_in_already(lab: Lab, scenario: Scenario, view: ClusterView) -> None:
+    """Without a whole journal, look at the cluster: is this fault in already?"""
+    why = lab.journal.incomplete()
+    if why and scenario.detect(lab, view):
+        raise ScenarioError(
+            f"{why}, and {scenario.name}'s fault is in the cluster already: undo it with "
+            f"`invoke scenario.revert --all --lab {lab.name}` first. Nothing was changed."
+        )
+
+
+def _stopped(
+    lab: Lab, scenario: Scenario, run: RunRecord, entry: str, error: BaseException, out: Out
+) -> None:
+    """The run stopped with the fault perhaps in: say why, and revert unless it already was."""
+    interrupted = isinstance(error, KeyboardInterrupt)
+    run.error = describe(error) if interrupted else f"{type(error).__name__}: {error}"
+    run.exit_code = EXIT_INTERRUPTED if interrupted else EXIT_ERROR
+    out(f"run stopped: {run.error}")
+    if run.reverted_at is None:
+        problem = _revert_or_explain(lab, scenario, entry, out)
+        if problem:
+            run.error += f"; {problem}"
+            out(problem)
+
+
+def _finish(run: RunRecord, run_dir: Path, out: Out) -> RunResult:
+    """Write the report and say the verdict; a report that cannot be written is an error."""
     run.finished_at = utc_now()
     if not run.exit_code and run.failed_checks:
         run.exit_code = EXIT_CHECK_FAILED
-    report = write_report(run, run_dir)
+    try:
+        report = write_report(run, run_dir)
+    except StateWriteError as error:
+        run.exit_code, run.error = EXIT_ERROR, f"the report could not be written: {error}"
+        out(f"result: FAILED (exit {EXIT_ERROR}): {run.error}")
+        return RunResult(run.exit_code, run.failed_checks, run_dir, run.error)
     verdict = "OK" if run.exit_code == EXIT_OK else f"FAILED (exit {run.exit_code})"
     out(f"result: {verdict}" + (f": {'; '.join(run.failed_checks)}" if run.failed_checks else ""))
     out(f"report: {report}")
@@ -331,9 +431,12 @@ def _inject_observe_revert(
     out(f"revert: {_first_line(scenario.revert)}")
     reverted_at = time.monotonic()
     story.timeline.mark("revert", at=reverted_at)
-    scenario.revert(lab)
-    lab.journal.mark(entry, REVERTED)
-    run.reverted_at = reverted_at - injected_at  # from here on an error needs no second revert
+    with shielded(reraise=True):  # a signal now waits until the revert is recorded
+        scenario.revert(lab)
+        run.reverted_at = reverted_at - injected_at  # from here on no second revert
+        problem = _record_reverted(lab, entry)
+    if problem:
+        raise ScenarioError(problem)
     report = story.check_reporter(reverted_at)
     run.checks += watch_checks(ctx, scenario.recovery, "recovery", reverted_at, scale, report)
     run.states["recovered"] = _state(scenario, ctx)
@@ -347,18 +450,41 @@ def _inject_observe_revert(
 # --- practice and clean-up ----------------------------------------------------------------------
 
 
-def inject_scenario(lab: Lab, scenario: Scenario, out: Out = print) -> str:
+def inject_scenario(
+    lab: Lab,
+    scenario: Scenario,
+    out: Out = print,
+    speed: float | None = None,
+    confirm: Confirm | None = None,
+) -> str:
     """Inject `scenario` and leave it for a learner to debug by hand; returns the entry id.
 
-    The symptoms are watched (and printed) so the fault is fully in place before this
-    returns; an error after the injection reverts it.
+    The symptoms are watched (and printed) at the program's pace, so the fault is fully in
+    place before this returns; then the world runs at a person's pace (`speed`, default
+    real time) until a program speeds it up again. An error after the injection reverts it.
     """
+    person = lab.backend.person_speed(lab, speed)
+    with lab_lock(lab, f"scenario.inject {scenario.name}"):
+        check_ready(lab, scenario)
+        confirm_plan(lab, scenario, confirm, out)
+        with lab.backend.program_pace(lab):
+            entry = _inject_and_watch(lab, scenario, out)
+    lab.backend.set_speed(lab, person)
+    out(
+        f"the fault is in place; the lab now runs at {lab.backend.describe(lab)}. Debug it by "
+        f"hand (kubectl --kubeconfig {lab.paths.kubeconfig}); when done: "
+        f"`invoke scenario.revert --name {scenario.name} --lab {lab.name}`"
+    )
+    return entry
+
+
+def _inject_and_watch(lab: Lab, scenario: Scenario, out: Out) -> str:
     name = scenario.name
-    check_ready(lab, scenario)
     scale = lab.speed
     story = _Story(out, scale, Timeline({}))
     with _open_view(lab, scenario) as view:
         ctx = Context(lab, view)
+        _not_in_already(lab, scenario, view)
         out(f"baseline: {_first_line(scenario.baseline)}")
         ctx.baseline = dict(scenario.baseline(lab, view))
         entry = lab.journal.record_injecting(name, None)
@@ -370,14 +496,11 @@ def inject_scenario(lab: Lab, scenario: Scenario, out: Out = print) -> str:
             report = story.check_reporter(injected_at)
             watch_checks(ctx, scenario.symptoms, "symptom", injected_at, scale, report)
         except BaseException:
-            problem = _revert_or_explain(lab, scenario, entry, out)
-            if problem:
-                out(problem)
+            with shielded():
+                problem = _revert_or_explain(lab, scenario, entry, out)
+                if problem:
+                    out(problem)
             raise
-    out(
-        f"the fault is in place. Debug it by hand (kubectl --kubeconfig {lab.paths.kubeconfig}); "
-        f"when done: `invoke scenario.revert --name {name} --lab {lab.name}`"
-    )
     return entry
 
 
@@ -395,14 +518,28 @@ def revert_scenarios(
     naming any revert that failed.
     """
     lab.backend.check_writable(lab, "scenario.revert")
+    with lab_lock(lab, "scenario.revert"):
+        return _revert(lab, catalogue, names, out)
+
+
+def _revert(
+    lab: Lab, catalogue: Mapping[str, Scenario], names: list[str] | None, out: Out
+) -> list[str]:
     outstanding = lab.journal.outstanding()
+    lost = lab.journal.incomplete() if names is None else None
     if names is None:
         # Undo in reverse order of injection, each scenario once.
         targets = list(dict.fromkeys(e["scenario"] for e in reversed(outstanding)))
     else:
         targets = list(names)
+    if lost:
+        found = detect_faults(lab, catalogue)
+        out(f"{lost}: looked in the cluster: {', '.join(found) or 'no fault found'}")
+        targets += [name for name in found if name not in targets]
     if not targets:
         out(f"nothing to revert: the journal of lab {lab.name} records no injected fault")
+        if lost:
+            lab.journal.cleared()
         return []
     check_lab_target(lab, cluster=True, account=False)
     reverted: list[str] = []
@@ -424,7 +561,32 @@ def revert_scenarios(
             "could not revert " + "; ".join(failures) + ". The journal still lists them; fix the "
             f"cause and run `invoke scenario.revert --all --lab {lab.name}` again."
         )
+    if lost:
+        lab.journal.cleared()
     return reverted
+
+
+def detect_faults(lab: Lab, catalogue: Mapping[str, Scenario]) -> list[str]:
+    """The scenarios whose fault the cluster shows now (each read through its own view)."""
+    try:
+        with lab.view() as standard:
+            return [
+                name for name, scenario in catalogue.items() if _detected(lab, scenario, standard)
+            ]
+    except LabError:
+        raise
+    except Exception as error:
+        raise ScenarioError(
+            f"could not read the cluster of lab {lab.name!r} to look for faults "
+            f"({type(error).__name__}: {error}); is it up? `invoke lab.status --lab {lab.name}`"
+        ) from error
+
+
+def _detected(lab: Lab, scenario: Scenario, standard: ClusterView) -> bool:
+    if scenario.watch is None:
+        return scenario.detect(lab, standard)
+    with ClusterView(scenario.watch(lab)) as own:
+        return scenario.detect(lab, own)
 
 
 def _lookup(catalogue: Mapping[str, Scenario], name: str) -> Scenario:

@@ -40,6 +40,7 @@ class RunRecord:
     findings: list[Finding] = field(default_factory=list)
     traps: list[Trap] = field(default_factory=list)
     differences: list[str] = field(default_factory=list)
+    plan: list[str] = field(default_factory=list)  # the injection's infrastructure changes
     timeline: dict[str, Any] = field(default_factory=dict)
     reverted_at: float | None = None
     error: str | None = None
@@ -71,6 +72,7 @@ class RunRecord:
                 "error": self.error,
                 "fault_kept": self.kept,
             },
+            "plan": self.plan,
             "baseline": self.baseline,
             "states": self.states,
             "checks": [_rounded(asdict(c)) for c in self.checks],
@@ -205,6 +207,8 @@ def render_markdown(run: RunRecord, plot_name: str | None = "timeline.png") -> s
         f"- journal entry: `{run.journal_id or 'none (nothing injected)'}`",
         "",
     ]
+    if run.plan:
+        lines += ["## Infrastructure plan of the injection", "", "```", *run.plan, "```", ""]
     lines += _summary_section(run)
     if run.differences:
         lines += ["Recovered state differs from the baseline:", ""]

@@ -13,9 +13,10 @@ import sys
 import threading
 from pathlib import Path
 
+from labs.sim.process import recorded_endpoints
 from labs.sim.timings import DEFAULT_SPEED
 from labs.sim.world import ENDPOINTS_FILE, start_world
-from labs.state import atomic_write_json, read_json
+from labs.state import atomic_write_json
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         world.stop()
         endpoints_path = args.state_dir / ENDPOINTS_FILE
-        endpoints = read_json(endpoints_path, {})
+        endpoints = recorded_endpoints(args.state_dir)
         endpoints.pop("pid", None)
         atomic_write_json(endpoints_path, endpoints)
     return 0

@@ -14,7 +14,9 @@ is turned away at the door instead of stalling the scheduler later.
 
 from __future__ import annotations
 
+import ipaddress
 import re
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -75,6 +77,31 @@ _ZERO_FIELDS: dict[str, list[tuple[str, dict]]] = {
     "Deployment": [("status.conditions[]", _CONDITION)],
     "Job": [("status.conditions[]", _CONDITION)],
 }
+# kind -> top-level fields the API server defaults when the writer leaves them out.
+_DEFAULTS: dict[str, dict[str, str]] = {"Secret": {"type": "Opaque"}}
+# EKS gives a cluster in a 192.168.0.0/16 VPC the service range 10.100.0.0/16.
+SERVICE_CIDR = ipaddress.ip_network("10.100.0.0/16")
+
+
+def _new_service(service: dict) -> None:
+    """A ClusterIP from the service range (derived from the uid) and the spec's defaults."""
+    spec = service.setdefault("spec", {})
+    spec.setdefault("type", "ClusterIP")
+    if not spec.get("clusterIP") and spec["type"] != "ExternalName":
+        offset = 10 + int(service["metadata"]["uid"].replace("-", "")[:8], 16) % 65000
+        spec["clusterIP"] = str(SERVICE_CIDR.network_address + offset)
+        spec["clusterIPs"] = [spec["clusterIP"]]
+    spec.setdefault("sessionAffinity", "None")
+    spec.setdefault("ipFamilies", ["IPv4"])
+    spec.setdefault("ipFamilyPolicy", "SingleStack")
+    spec.setdefault("internalTrafficPolicy", "Cluster")
+    for port in spec.get("ports") or []:
+        port.setdefault("protocol", "TCP")
+        port.setdefault("targetPort", port.get("port"))
+
+
+# kind -> what the API server assigns to a new object of that kind (uid already set).
+ON_CREATE: dict[str, Callable[[dict], None]] = {"Service": _new_service}
 
 
 def _parents(obj: Any, path: list[str]) -> list[dict]:
@@ -165,8 +192,10 @@ def _quantity_problem(amount: object) -> str | None:
 
 
 def as_served(kind: str, obj: dict) -> dict:
-    """Normalize quantities and fill always-serialized zero fields of `obj` in place."""
+    """Normalize quantities, default fields and fill always-serialized zero fields in place."""
     normalize_quantities(obj)
+    for key, value in _DEFAULTS.get(kind, {}).items():
+        obj.setdefault(key, value)
     for path, zeros in _ZERO_FIELDS.get(kind, ()):
         for parent in _parents(obj, path.split(".")):
             for key, zero in zeros.items():

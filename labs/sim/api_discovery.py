@@ -1,15 +1,11 @@
-"""Discovery and OpenAPI documents built from the store's registered types.
+"""Discovery documents built from the store's registered types.
 
 Legacy (non-aggregated) discovery only: kubectl falls back to it when the answer's
-Content-Type is plain application/json. The OpenAPI v3 documents carry no schemas, just
-the patch operations with a `fieldValidation` parameter that `kubectl apply` looks for
-before it trusts the server to validate.
+Content-Type is plain application/json. The OpenAPI documents are `labs.sim.openapi`'s.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections import defaultdict
 
 from labs.sim.store import ResourceType
@@ -25,16 +21,24 @@ KUBERNETES_VERSION = {
     "compiler": "gc",
     "platform": "linux/amd64",
 }
-OBJECT_VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
 # The types `kubectl get all` shows, as on a real server.
-ALL_CATEGORY = frozenset({"pods", "services", "daemonsets.apps", "deployments.apps", "jobs.batch"})
+ALL_CATEGORY = frozenset(
+    {"pods", "services", "daemonsets.apps", "deployments.apps", "replicasets.apps", "jobs.batch"}
+)
 SUBRESOURCE_VERBS = {
     "status": ["get", "patch", "update"],
     "log": ["get"],
     "scale": ["get", "patch", "update"],
+    "exec": ["create", "get"],
+    "attach": ["create", "get"],
 }
 # Subresources served as another kind: name -> (group, version, kind).
-SUBRESOURCE_KINDS = {"log": ("", "v1", "Pod"), "scale": ("autoscaling", "v1", "Scale")}
+SUBRESOURCE_KINDS = {
+    "log": ("", "v1", "Pod"),
+    "scale": ("autoscaling", "v1", "Scale"),
+    "exec": ("", "v1", "PodExecOptions"),
+    "attach": ("", "v1", "PodAttachOptions"),
+}
 
 
 def group_versions(types: list[ResourceType]) -> dict[str, list[str]]:
@@ -87,7 +91,7 @@ def api_resource_list(group_version: str, types: list[ResourceType]) -> dict:
                 "singularName": rtype.singular,
                 "namespaced": rtype.namespaced,
                 "kind": rtype.kind,
-                "verbs": OBJECT_VERBS,
+                "verbs": list(rtype.verbs),
                 **({"shortNames": list(rtype.short_names)} if rtype.short_names else {}),
                 **({"categories": ["all"]} if rtype.ref in ALL_CATEGORY else {}),
             }
@@ -110,46 +114,3 @@ def api_resource_list(group_version: str, types: list[ResourceType]) -> dict:
         "groupVersion": group_version,
         "resources": resources,
     }
-
-
-def _path_prefix(rtype: ResourceType) -> str:
-    return f"api/{rtype.version}" if not rtype.group else f"apis/{rtype.group}/{rtype.version}"
-
-
-def openapi_v3_document(types: list[ResourceType]) -> dict:
-    """`GET /openapi/v3/{prefix}` for one group version (all `types` share it)."""
-    paths = {}
-    for rtype in types:
-        scope = "namespaces/{namespace}/" if rtype.namespaced else ""
-        gvk = {"group": rtype.group, "version": rtype.version, "kind": rtype.kind}
-        paths[f"/{_path_prefix(rtype)}/{scope}{rtype.plural}/{{name}}"] = {
-            "patch": {
-                "operationId": f"patch{rtype.kind}",
-                "x-kubernetes-action": "patch",
-                "x-kubernetes-group-version-kind": gvk,
-                "parameters": [
-                    {"name": "fieldValidation", "in": "query", "schema": {"type": "string"}},
-                    {"name": "fieldManager", "in": "query", "schema": {"type": "string"}},
-                ],
-                "responses": {"200": {"description": "OK"}},
-            }
-        }
-    version = KUBERNETES_VERSION["gitVersion"]
-    return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": version}, "paths": paths}
-
-
-def openapi_v3_index(types: list[ResourceType]) -> dict[str, dict]:
-    """Prefix ("api/v1", "apis/apps/v1") -> its document, for the index and the documents."""
-    by_prefix: dict[str, list[ResourceType]] = defaultdict(list)
-    for rtype in types:
-        by_prefix[_path_prefix(rtype)].append(rtype)
-    return {prefix: openapi_v3_document(members) for prefix, members in by_prefix.items()}
-
-
-def openapi_v3_root(documents: dict[str, dict]) -> dict:
-    """`GET /openapi/v3`: each document's URL, with a content hash kubectl caches by."""
-    paths = {}
-    for prefix, document in sorted(documents.items()):
-        digest = hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:16]
-        paths[prefix] = {"serverRelativeURL": f"/openapi/v3/{prefix}?hash={digest.upper()}"}
-    return {"paths": paths}

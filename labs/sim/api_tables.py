@@ -155,6 +155,10 @@ def _count(path: str) -> Cell:
     return lambda obj: _path(obj, path, 0)
 
 
+def _entries(*fields: str) -> Cell:
+    return lambda obj: sum(len(obj.get(field) or ()) for field in fields)
+
+
 def _text(path: str, default: str = "<none>") -> Cell:
     return lambda obj: _path(obj, path, default)
 
@@ -242,7 +246,22 @@ _LAYOUTS: dict[str, list[Column]] = {
         ("Port(s)", "string", 0, _service_ports),
         AGE,
     ],
-    "ConfigMap": [NAME, ("Data", "integer", 0, lambda o: len(o.get("data") or {})), AGE],
+    "ReplicaSet": [
+        NAME,
+        ("Desired", "integer", 0, _count("spec.replicas")),
+        ("Current", "integer", 0, _count("status.replicas")),
+        ("Ready", "integer", 0, _count("status.readyReplicas")),
+        AGE,
+        *_workload_wide(),
+    ],
+    "ConfigMap": [NAME, ("Data", "integer", 0, _entries("data", "binaryData")), AGE],
+    "Secret": [
+        NAME,
+        ("Type", "string", 0, _text("type", "Opaque")),
+        ("Data", "integer", 0, _entries("data")),
+        AGE,
+    ],
+    "ServiceAccount": [NAME, ("Secrets", "integer", 0, _entries("secrets")), AGE],
     "Job": [
         NAME,
         ("Status", "string", 0, _job_status),

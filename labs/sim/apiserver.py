@@ -3,33 +3,51 @@
 Why stdlib `ThreadingHTTPServer` and not aiohttp: the store is synchronous and watches block
 on queues, so one thread per connection is the simplest correct model, needs no event-loop
 bridging and no extra dependency. HTTP/1.1 (chunked watch streams) and TCP_NODELAY (no 40 ms
-Nagle stalls per response) make it fast enough for kubectl and the official client.
+Nagle stalls per response) make it fast enough for kubectl and the official client. It
+speaks HTTPS only (its own CA, `labs.sim.tls`): clients send a token over TLS only.
 
-What it serves: legacy discovery, OpenAPI v3 stubs for `kubectl apply`, get/list/create/
+What it serves: legacy discovery, OpenAPI v3 (`labs.sim.openapi`), get/list/create/
 replace/patch/delete with selectors and delete preconditions, the status subresource, the
-deployments' scale subresource, watches, pods/log and Table output. Every error is a full
-`Status` body. It deliberately has no authentication or authorization (any token works), no
-admission beyond the store's (namespace exists, quantities parse), no aggregated discovery,
-no server-side apply, no dry run, no field validation, no finalizers or graceful deletion,
-and no pagination.
+deployments' scale subresource, watches, pods/log and Table output; protobuf request bodies
+(`api_protobuf`), authorization reviews (`api_reviews`), pods/exec and pods/attach
+(`api_stream`, run by the world's `runtime`), and the world's own `controls` (its pace).
+Every error is a full `Status` body. Authentication as on a real cluster: every request but
+the public `/version` and health checks needs `Authorization: Bearer <token>` (the server's
+random token, or what `also_accept` takes, e.g. an EKS token), else 401 Unauthorized; there
+is no authorization beyond that (reviews allow everything). It deliberately has no admission
+beyond the store's (namespace exists, quantities parse, EKS's pod plugins), no aggregated
+discovery, no server-side apply, no dry run, no field validation, no finalizers or graceful
+deletion, and no pagination.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import select
 import socket
+import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from labs.sim import api_discovery, api_scale, api_tables
+from labs.sim import (
+    api_discovery,
+    api_protobuf,
+    api_reviews,
+    api_scale,
+    api_stream,
+    api_tables,
+    openapi,
+)
+from labs.sim.auth import new_token
 from labs.sim.kubeconfig import write_kubeconfig
 from labs.sim.store import (
     BUILTIN_TYPES,
@@ -43,12 +61,16 @@ from labs.sim.store import (
     StoreError,
     Watch,
 )
+from labs.sim.tls import ServerTls, new_server_tls
 
 log = logging.getLogger(__name__)
 
 DEFAULT_WATCH_SECONDS = 1800
+REQUEST_LOG_SIZE = 10_000  # the latest requests kept in `request_log`
 POLL_SECONDS = 0.25
 STOP_GRACE_SECONDS = 5
+# What a real API server shows anyone (system:public-info-viewer).
+PUBLIC_PATHS = frozenset({"/version", "/healthz", "/livez", "/readyz"})
 PATCH_TYPES = {
     "application/merge-patch+json": "merge",
     "application/strategic-merge-patch+json": "strategic",
@@ -58,6 +80,10 @@ PATCH_TYPES = {
 
 class UnsupportedMediaType(StoreError):
     code, reason = 415, "UnsupportedMediaType"
+
+
+class Unauthorized(StoreError):
+    code, reason = 401, "Unauthorized"
 
 
 def _unknown_path() -> NotFound:
@@ -108,9 +134,23 @@ class ApiServer:
     """The emulator: `start()` returns its URL; `stop()` also ends open watch streams."""
 
     def __init__(
-        self, store: ObjectStore | None = None, host: str = "127.0.0.1", port: int = 0
+        self,
+        store: ObjectStore | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        token: str | None = None,
+        also_accept: Callable[[str], bool] | None = None,
+        tls: ServerTls | None = None,
     ) -> None:
         self.store = store if store is not None else ObjectStore()
+        for review in api_reviews.REVIEW_TYPES:
+            self.store.register(review)
+        self.runtime: api_stream.StreamRuntime | None = None  # the kubelets, for exec/attach
+        # Paths outside the Kubernetes API the world answers (its pace): path -> handler.
+        self.controls: dict[str, Callable[[str, Any], dict]] = {}
+        self.token = token or new_token()
+        self.tls = tls or new_server_tls(host)
+        self._also_accept = also_accept or (lambda _token: False)
         self._address = (host, port)
         self._httpd: _HttpServer | None = None
         self._thread: threading.Thread | None = None
@@ -119,19 +159,21 @@ class ApiServer:
         self._changed = threading.Condition(self._lock)
         self._watches: set[Watch] = set()
         self._connections: set[socket.socket] = set()
+        # (HTTP method, path with query) of every request, newest last: what clients did.
+        self.request_log: deque[tuple[str, str]] = deque(maxlen=REQUEST_LOG_SIZE)
 
     @property
     def url(self) -> str:
         if self._httpd is None:
             raise RuntimeError("the API server is not running: call start() first")
-        return f"http://{self._httpd.authority}"
+        return f"https://{self._httpd.authority}"
 
     def start(self) -> str:
         """Bind, serve in a background thread and return the base URL."""
         if self._httpd is not None:
             return self.url
         self.stopping.clear()
-        self._httpd = _HttpServer(self._address, _Handler, self)
+        self._httpd = _HttpServer(self._address, _Handler, self, self.tls.server_context())
         self._thread = threading.Thread(
             target=self._httpd.serve_forever,
             kwargs={"poll_interval": POLL_SECONDS / 5},  # stop() waits at most this long
@@ -172,8 +214,15 @@ class ApiServer:
             return len(self._watches)
 
     def write_kubeconfig(self, path: Path | str, cluster_name: str = "sim") -> Path:
-        """A kubeconfig pointing at this server (see `labs.sim.kubeconfig`)."""
-        return write_kubeconfig(path, self.url, cluster_name)
+        """A kubeconfig pointing at this server, with its token (see `labs.sim.kubeconfig`)."""
+        return write_kubeconfig(path, self.url, cluster_name, self.token, self.tls.ca_data)
+
+    def authenticated(self, authorization: str) -> bool:
+        """The `Authorization` header carries this server's token, or one `also_accept` takes."""
+        scheme, _, given = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not given:
+            return False
+        return hmac.compare_digest(given.strip(), self.token) or self._also_accept(given.strip())
 
     def __enter__(self) -> ApiServer:
         self.start()
@@ -192,13 +241,26 @@ class _HttpServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, address: tuple[str, int], handler: type, api: ApiServer) -> None:
+    def __init__(
+        self, address: tuple[str, int], handler: type, api: ApiServer, tls: ssl.SSLContext
+    ) -> None:
         self.api = api
+        self.tls = tls
         super().__init__(address, handler)
         # `host:port` as bound (the OS picks the port when asked for 0), read from the socket:
         # typeshed allows a bytes host in `server_address`, which an AF_INET socket never gives.
         host, port = self.socket.getsockname()[:2]
         self.authority = f"{host}:{port}"
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        """Wrap each connection in TLS; the handshake happens in its own handler thread."""
+        connection, address = super().get_request()
+        wrapped = self.tls.wrap_socket(connection, server_side=True, do_handshake_on_connect=False)
+        return wrapped, address
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that fails the TLS handshake (or leaves mid-way) is not the server's error."""
+        log.debug("connection from %s failed", client_address, exc_info=True)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -207,7 +269,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     # ---- plumbing --------------------------------------------------------------------
 
+    request: ssl.SSLSocket
+
     def setup(self) -> None:
+        self.request.do_handshake()
         super().setup()
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.api._track(self.api._connections, self.connection, True)
@@ -253,9 +318,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _handle(self, method: str) -> None:
         details = None
+        self.api.request_log.append((method, self.path))
         try:
             self.body = self._read_body()
             url = urlsplit(self.path)
+            if url.path not in PUBLIC_PATHS and not self.api.authenticated(
+                self.headers.get("Authorization", "")
+            ):
+                raise Unauthorized("Unauthorized")
             self.query = dict(parse_qsl(url.query))
             segments = [unquote(part) for part in url.path.split("/") if part]
             target = self._target(segments)
@@ -285,6 +355,11 @@ class _Handler(BaseHTTPRequestHandler):
         return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
     def _json_body(self) -> Any:
+        if self.headers.get("Content-Type", "").startswith(api_protobuf.PROTOBUF):
+            try:
+                return api_protobuf.decode(self.body)
+            except ValueError as error:
+                raise BadRequest(f"the request body is not valid protobuf: {error}") from None
         try:
             return json.loads(self.body or b"null")
         except ValueError as error:
@@ -316,8 +391,8 @@ class _Handler(BaseHTTPRequestHandler):
         readable, _, _ = select.select([self.connection], [], [], 0)
         if not readable:
             return False
-        try:
-            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        try:  # peek at the TCP stream under TLS: b"" once the peer closed it
+            return socket.socket.recv(self.connection, 1, socket.MSG_PEEK) == b""
         except OSError:
             return True
 
@@ -327,6 +402,10 @@ class _Handler(BaseHTTPRequestHandler):
     # ---- fixed documents -------------------------------------------------------------
 
     def _serve_document(self, method: str, segments: list[str]) -> None:
+        control = self.api.controls.get("/".join(segments))
+        if control is not None:
+            self._send_json(200, control(method, self._json_body() if self.body else None))
+            return
         if method != "GET":
             raise MethodNotAllowed(
                 "the server does not allow this method on the requested resource"
@@ -347,10 +426,10 @@ class _Handler(BaseHTTPRequestHandler):
                 raise _unknown_path()
             self._send_json(200, api_discovery.api_group(segments[1], versions))
         elif path.startswith("openapi/v3"):
-            documents = api_discovery.openapi_v3_index(types)
+            index, documents = openapi.served(frozenset(types))
             prefix = path.removeprefix("openapi/v3").strip("/")
             if not prefix:
-                self._send_json(200, api_discovery.openapi_v3_root(documents))
+                self._send_json(200, index)
             elif prefix in documents:
                 self._send_json(200, documents[prefix])
             else:
@@ -409,8 +488,14 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve_resource(self, method: str, target: _Target) -> None:
         if "dryRun" in self.query and method in ("POST", "PUT", "PATCH", "DELETE"):
             raise BadRequest("dry run is not supported by the API emulator: run without --dry-run")
-        if target.subresource == "log":
+        if target.rtype in api_reviews.REVIEW_TYPES:
+            if target.name is not None:
+                raise _unknown_path()
+            handlers = {"POST": self._review}
+        elif target.subresource == "log":
             handlers = {"GET": self._get_log}
+        elif target.subresource in api_stream.SUBRESOURCES:
+            handlers = {"GET": self._stream, "POST": self._stream}
         elif target.subresource == "scale":
             handlers = {"GET": self._get_scale, "PUT": self._replace_scale, "PATCH": self._patch}
         elif target.name is None:
@@ -469,6 +554,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _create(self, target: _Target) -> None:
         created = self.store.create(target.rtype, self._json_body(), target.namespace)
         self._respond_object(201, target, created)
+
+    def _review(self, target: _Target) -> None:
+        self._send_json(201, api_reviews.answer(target.rtype, self._json_body()))
 
     def _replace(self, target: _Target) -> None:
         obj = self._json_body()
@@ -591,6 +679,15 @@ class _Handler(BaseHTTPRequestHandler):
             return int(value)
         except ValueError:
             raise BadRequest(f"{key} must be an integer, got {value!r}") from None
+
+    def _stream(self, target: _Target) -> None:
+        runtime = self.api.runtime
+        if runtime is None:
+            raise BadRequest("exec and attach need a rehearsal world behind the emulator")
+        self.close_connection = True  # the stream owns the connection to its end
+        where = (target.namespace or "default", target.object_name, str(target.subresource))
+        headers = list(self.headers.items())
+        api_stream.serve(self.path, headers, self.connection, self.rfile, runtime, where)
 
     def _get_log(self, target: _Target) -> None:
         namespace = target.namespace or "default"

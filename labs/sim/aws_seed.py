@@ -15,11 +15,13 @@ remove exactly their rules.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from labs.aws.stack import gpu_node_group_name, system_node_group_name
+from labs.aws import stack
+from labs.aws.stack import NODE_TEMPLATE_TAG_PREFIX, gpu_node_group_name, system_node_group_name
+from labs.sim.auth import CREDENTIAL_KEYS
 
 ACCOUNT_ID = "123456789012"
 KUBERNETES_VERSION = "1.35"
@@ -33,6 +35,15 @@ AMI_NAMES = {
 }
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
 GPU_LABELS = {"tier": "gpu", "nvidia.com/gpu": "true"}
+# The stack's node-template tags for that label and taint (terraform/eks.tf).
+GPU_NODE_TEMPLATE_TAGS = {
+    **{f"{NODE_TEMPLATE_TAG_PREFIX}label/{key}": value for key, value in GPU_LABELS.items()},
+    f"{NODE_TEMPLATE_TAG_PREFIX}taint/{GPU_TAINT['key']}": f"{GPU_TAINT['value']}:NoSchedule",
+}
+GPU_INSTANCE_TYPE = "g5.xlarge"
+# Marks the private subnet the GPU node group lives in (the stack's var.gpu_az_index), so the
+# stack's ids read back even while the node group itself is gone.
+GPU_SUBNET_TAG = "sim.eks-gpu-lab/gpu-subnet"
 
 Source = Literal["self", "cluster", "vpc", "anywhere"]
 
@@ -83,6 +94,7 @@ class StackIds:
     auxiliary_node_sg_id: str
     ami_al2023_standard: str
     ami_al2023_nvidia: str
+    gpu_ttl_scheduler_role_arn: str
 
 
 def node_sg_name(cluster: str) -> str:
@@ -102,6 +114,7 @@ def seed_stack(
     cluster: str,
     region: str,
     kube_url: str,
+    ca_data: str,
     gpu_az_index: int = 0,
 ) -> StackIds:
     """Create the stack in moto; `clients(service)` returns a boto3 client for the moto server."""
@@ -141,8 +154,8 @@ def seed_stack(
             "endpointPrivateAccess": True,
         },
     )
-    _point_cluster_at(cluster, region, kube_url, cluster_sg)
-    node_role = f"arn:aws:iam::{ACCOUNT_ID}:role/{cluster}-node"
+    _point_cluster_at(cluster, region, kube_url, ca_data, cluster_sg)
+    node_role = node_role_arn(cluster)
     eks.create_nodegroup(
         clusterName=cluster,
         nodegroupName=system_node_group_name(cluster),
@@ -153,34 +166,63 @@ def seed_stack(
         amiType="AL2023_x86_64_STANDARD",
         capacityType="ON_DEMAND",
     )
-    eks.create_nodegroup(
+    ec2.create_tags(Resources=[private[gpu_az_index]], Tags=[{"Key": GPU_SUBNET_TAG, "Value": ""}])
+    gpu_group = create_gpu_nodegroup(eks, cluster, private[gpu_az_index], node_role, max_size=2)
+    _gpu_ttl_role(clients("iam"), cluster, region, gpu_group["nodegroupArn"])
+    return find_stack(clients, cluster, region)
+
+
+def create_gpu_nodegroup(
+    eks: Any, cluster: str, subnet_id: str, node_role: str, max_size: int
+) -> dict[str, Any]:
+    """The stack's GPU node group: one subnet, g5.xlarge, the GPU labels and taint, the
+    node-template tags, at 0."""
+    group: dict[str, Any] = eks.create_nodegroup(
         clusterName=cluster,
         nodegroupName=gpu_node_group_name(cluster),
-        scalingConfig={"minSize": 0, "maxSize": 2, "desiredSize": 0},
-        subnets=[private[gpu_az_index]],
+        scalingConfig={"minSize": 0, "maxSize": max_size, "desiredSize": 0},
+        subnets=[subnet_id],
         nodeRole=node_role,
-        instanceTypes=["g5.xlarge"],
+        instanceTypes=[GPU_INSTANCE_TYPE],
         amiType="AL2023_x86_64_NVIDIA",
         capacityType="ON_DEMAND",
         labels=dict(GPU_LABELS),
         taints=[dict(GPU_TAINT)],
+        tags=dict(GPU_NODE_TEMPLATE_TAGS),
+    )["nodegroup"]
+    return group
+
+
+def node_role_arn(cluster: str) -> str:
+    return f"arn:aws:iam::{ACCOUNT_ID}:role/{cluster}-node"
+
+
+def _gpu_ttl_role(iam: Any, cluster: str, region: str, nodegroup_arn: str) -> None:
+    """The stack's scheduler role, from the same policy templates terraform renders."""
+    name = stack.gpu_ttl_role_name(cluster)
+    schedule = f"{stack.GPU_TTL_SCHEDULE_GROUP}/{stack.gpu_ttl_schedule_name(cluster)}"
+    schedule_arn = f"arn:aws:scheduler:{region}:{ACCOUNT_ID}:schedule/{schedule}"
+    trust = stack.render_policy(
+        stack.GPU_TTL_TRUST_POLICY, account_id=ACCOUNT_ID, schedule_arn=schedule_arn
     )
-    return find_stack(clients, cluster, region)
+    iam.create_role(RoleName=name, AssumeRolePolicyDocument=trust)
+    iam.put_role_policy(
+        RoleName=name,
+        PolicyName="scale-gpu-node-group",
+        PolicyDocument=stack.render_policy(stack.GPU_TTL_POLICY, nodegroup_arn=nodegroup_arn),
+    )
 
 
 def find_stack(clients: Callable[[str], Any], cluster: str, region: str) -> StackIds:
     """Read the seeded stack's ids back from moto by name and tag."""
-    ec2, eks = clients("ec2"), clients("eks")
+    ec2 = clients("ec2")
     vpcs = ec2.describe_vpcs(Filters=[{"Name": "tag:Name", "Values": [cluster]}])["Vpcs"]
     if not vpcs:
         raise LookupError(f"no VPC tagged Name={cluster} in the rehearsal world")
     vpc_id = vpcs[0]["VpcId"]
     subnets = ec2.describe_subnets(Filters=[{"Name": "vpc-id", "Values": [vpc_id]}])["Subnets"]
     by_cidr = {s["CidrBlock"]: s for s in subnets}
-    gpu_group = eks.describe_nodegroup(
-        clusterName=cluster, nodegroupName=gpu_node_group_name(cluster)
-    )["nodegroup"]
-    gpu_subnet = next(s for s in subnets if s["SubnetId"] == gpu_group["subnets"][0])
+    gpu_subnet = next(s for s in subnets if tag_value(s, GPU_SUBNET_TAG) is not None)
     groups = ec2.describe_security_groups(Filters=[{"Name": "vpc-id", "Values": [vpc_id]}])
     sg_by_name = {g["GroupName"]: g["GroupId"] for g in groups["SecurityGroups"]}
     images = ec2.describe_images(Filters=[{"Name": "name", "Values": list(AMI_NAMES.values())}])
@@ -198,7 +240,15 @@ def find_stack(clients: Callable[[str], Any], cluster: str, region: str) -> Stac
         auxiliary_node_sg_id=sg_by_name[aux_sg_name(cluster)],
         ami_al2023_standard=ami_by_name[AMI_NAMES["standard"]],
         ami_al2023_nvidia=ami_by_name[AMI_NAMES["nvidia"]],
+        gpu_ttl_scheduler_role_arn=clients("iam").get_role(
+            RoleName=stack.gpu_ttl_role_name(cluster)
+        )["Role"]["Arn"],
     )
+
+
+def tag_value(resource: dict, key: str) -> str | None:
+    """The value of an EC2 resource's tag `key`, or None."""
+    return next((t["Value"] for t in resource.get("Tags") or [] if t["Key"] == key), None)
 
 
 def rule_ids(ec2: Any, group_id: str, rule: SgRule) -> list[str]:
@@ -279,21 +329,26 @@ def _revoke_untagged(ec2: Any, group_id: str) -> None:
             revoke(GroupId=group_id, SecurityGroupRuleIds=[r["SecurityGroupRuleId"]])
 
 
-def _point_cluster_at(cluster: str, region: str, kube_url: str, cluster_sg_id: str) -> None:
-    """Make the EKS cluster's endpoint the emulator (EKS assigns it; moto has no API for it)."""
+def _point_cluster_at(
+    cluster: str, region: str, kube_url: str, ca_data: str, cluster_sg_id: str
+) -> None:
+    """Make the EKS cluster's endpoint and CA the emulator's (EKS assigns them; moto has no
+    API for either)."""
     from moto.eks.models import eks_backends
 
     record = eks_backends[ACCOUNT_ID][region].clusters[cluster]
     record.endpoint = kube_url
+    record.certificate_authority = {"data": ca_data}
     record.resources_vpc_config["clusterSecurityGroupId"] = cluster_sg_id
 
 
-def moto_clients(endpoint_url: str, region: str) -> Callable[[str], Any]:
-    """A factory of boto3 clients for the moto server (dummy credentials, own session)."""
+def moto_clients(endpoints: Mapping[str, Any]) -> Callable[[str], Any]:
+    """A factory of boto3 clients for a world's moto server (its keys, its region, own session)."""
     import boto3
 
+    endpoint_url = endpoints["aws_endpoint_url"]
     session = boto3.session.Session(
-        aws_access_key_id="testing", aws_secret_access_key="testing", region_name=region
+        region_name=endpoints["region"], **{key: endpoints[key] for key in CREDENTIAL_KEYS}
     )
     cache: dict[str, Any] = {}
     lock = threading.Lock()

@@ -1,7 +1,11 @@
-"""What the rehearsal's machines look like: instance shapes and the A10G as nvidia-smi reports it.
+"""What the rehearsal's machines look like: instance shapes, the A10G as nvidia-smi reports it,
+and the software of the AL2023 NVIDIA AMI that node-side commands report.
 
 Figures are those of real EKS AL2023 nodes with maxPods 50 (from `kubectl describe node`
-on g5.xlarge and t3.medium) and of `nvidia-smi` on the AL2023 NVIDIA AMI.
+on g5.xlarge and t3.medium) and of `nvidia-smi` on the AL2023 NVIDIA AMI; the A10G's
+table cells (bus id, power cap, temperature) are those of a g5.xlarge's `nvidia-smi`;
+the AMI's glibc and NVIDIA Container Toolkit are those of its release notes (v20260714),
+the toolkit's commit that of its v1.19.1 tag.
 """
 
 from __future__ import annotations
@@ -30,6 +34,46 @@ GPU_PRODUCT_LABEL = "NVIDIA-A10G"
 GPU_DRIVER_VERSION = "580.126.09"
 GPU_MEMORY_MIB = 23028
 NVIDIA_PCI_LABEL = "feature.node.kubernetes.io/pci-10de.present"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+# Each AMI type's containerd default runtime handler: nodeadm makes `nvidia` the default
+# wherever /usr/bin/nvidia-container-runtime exists (the NVIDIA AMI); elsewhere runc. Not a
+# field of a real Node: the sim writes it as this annotation for its kubelet to read.
+DEFAULT_RUNTIMES = {"AL2023_x86_64_NVIDIA": "nvidia", "AL2023_x86_64_STANDARD": "runc"}
+DEFAULT_RUNTIME_ANNOTATION = "sim.eks-gpu-lab/default-runtime"
+NVIDIA_RUNTIME = "nvidia"
+# What images put in a container's environment: the nvidia/cuda base images set these; NVIDIA's
+# other images (device plugin, dcgm-exporter, the operator's) NVIDIA_VISIBLE_DEVICES=all, so
+# the NVIDIA runtime mounts every GPU into them without a GPU request.
+CUDA_IMAGE_ENV = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
+IMAGE_ENV = {
+    "nvcr.io/nvidia/cuda:": CUDA_IMAGE_ENV,
+    "nvidia/cuda:": CUDA_IMAGE_ENV,
+    "nvcr.io/nvidia/": {"NVIDIA_VISIBLE_DEVICES": "all"},
+}
+CUDA_VERSION = "13.0"  # what driver 580 reports
+GPU_COMPUTE_CAP = "8.6"
+# nvidia-smi's table cells for an idle A10G on a g5.xlarge.
+GPU_TABLE_CELLS = {
+    "bus_id": "00000000:00:1E.0",
+    "persistence": "Off",
+    "display": "Off",
+    "ecc": "0",
+    "fan": "0%",
+    "temperature": "26C",
+    "perf": "P0",
+    "power": "60W",
+    "power_cap": "300W",
+    "utilization": "0%",
+    "compute_mode": "Default",
+    "mig": "N/A",
+}
+# The NVIDIA AMI (AL2023) as node-side commands report it.
+AMI_GLIBC = "2.34"
+AMI_GLIBC_YEAR = "2021"
+TOOLKIT_VERSION = "1.19.1"
+TOOLKIT_COMMIT = "09ceee5dde66ba9ce25c7cc69b1ebd5e6e3266fa"
 
 
 def shape(instance_type: str) -> InstanceShape:
@@ -41,6 +85,13 @@ def shape(instance_type: str) -> InstanceShape:
         raise ValueError(
             f"the rehearsal world has no instance type {instance_type!r}; use one of {supported}"
         ) from None
+
+
+def gpus_on(node: dict) -> int:
+    """GPUs built into the node's machine (whatever the device plugin advertises)."""
+    labels = node["metadata"].get("labels") or {}
+    machine = INSTANCE_SHAPES.get(labels.get(INSTANCE_TYPE_LABEL, ""))
+    return machine.gpus if machine else int(labels.get(NVIDIA_PCI_LABEL) == "true")
 
 
 def gpu_uuid(node_name: str) -> str:

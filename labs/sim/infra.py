@@ -15,6 +15,7 @@ What each variable does here, as in the Terraform stack:
 
 from __future__ import annotations
 
+import base64
 import copy
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,20 +25,25 @@ import yaml
 
 from labs.aws import stack
 from labs.errors import InfraError
+from labs.sim.auth import CREDENTIAL_KEYS
 from labs.sim.aws_seed import (
     AUX_VPC_ALLOW_RULE,
     AZ_SUFFIXES,
+    GPU_INSTANCE_TYPE,
     NODE_SG_RECOMMENDED_RULES,
     SgRule,
     StackIds,
     add_rule,
+    create_gpu_nodegroup,
     find_stack,
     moto_clients,
+    node_role_arn,
     remove_rule,
     rule_ids,
 )
 from labs.sim.controllers.gpu_operator import DEFAULT_TOLERATIONS, daemonset_manifest
 from labs.sim.controllers.workloads import STARTUP_ANNOTATION
+from labs.sim.kubeconfig import kubeconfig_document
 from labs.sim.timings import REAL_WORLD_SECONDS
 
 VALUES_FILE = stack.STACK_DIR / "gpu_operator_values.yaml"
@@ -62,6 +68,7 @@ NFD_WORKER_TOLERATIONS = [
 ]
 CHART_DEFAULTS: dict[str, Any] = {
     "operator": {"defaultRuntime": "containerd", "runtimeClass": "nvidia"},
+    "cdi": {"enabled": True, "nriPluginEnabled": False},
     "daemonsets": {
         "priorityClassName": "system-node-critical",
         "tolerations": copy.deepcopy(DEFAULT_TOLERATIONS),
@@ -93,7 +100,8 @@ class SimInfra:
     """The `Infra` of a running rehearsal world, reached through its endpoints."""
 
     def __init__(self, endpoints: Mapping[str, Any]) -> None:
-        missing = {"aws_endpoint_url", "kube_url", "region", "cluster_name"} - set(endpoints)
+        needed = {"aws_endpoint_url", "kube_url", "kube_token", "kube_ca", "region", "cluster_name"}
+        missing = (needed | set(CREDENTIAL_KEYS)) - set(endpoints)
         if missing:
             raise InfraError(
                 f"rehearsal endpoints lack {sorted(missing)}: is endpoints.json from `labs.sim`?"
@@ -101,7 +109,7 @@ class SimInfra:
         self._endpoints = dict(endpoints)
         self._cluster = endpoints["cluster_name"]
         self._region = endpoints["region"]
-        self._aws = moto_clients(endpoints["aws_endpoint_url"], self._region)
+        self._aws = moto_clients(endpoints)
         self._kube: Any = None
 
     # ---- Infra ------------------------------------------------------------------------
@@ -135,6 +143,8 @@ class SimInfra:
             "gpu_node_group_name": stack.gpu_node_group_name(self._cluster),
             "system_node_group_name": stack.system_node_group_name(self._cluster),
             "vpc_id": ids.vpc_id,
+            "gpu_ttl_scheduler_role_arn": ids.gpu_ttl_scheduler_role_arn,
+            "gpu_ttl_schedule_name": stack.gpu_ttl_schedule_name(self._cluster),
         }
 
     def destroy(self) -> None:
@@ -149,6 +159,22 @@ class SimInfra:
         ids = self._ids()
         group = self._gpu_group()
         wanted = self._checked(variables, ids, group)
+        if group is None:  # deleted out of band: terraform plans it again
+            return [self._recreate_gpu_group(ids, wanted), *self._other_changes(ids, wanted)]
+        return self._other_changes(ids, wanted, group)
+
+    def _recreate_gpu_group(self, ids: StackIds, wanted: Mapping[str, Any]) -> tuple[str, Any]:
+        def create() -> None:
+            create_gpu_nodegroup(
+                self._aws("eks"), self._cluster, ids.gpu_subnet_id, node_role_arn(self._cluster),
+                max_size=wanted[stack.GPU_MAX_SIZE],
+            )  # fmt: skip
+
+        return f"+ {GPU_NODE_GROUP_ADDRESS} (create)", create
+
+    def _other_changes(
+        self, ids: StackIds, wanted: Mapping[str, Any], group: dict | None = None
+    ) -> list[tuple[str, Any]]:
         ec2 = self._aws("ec2")
         changes: list[tuple[str, Any]] = []
         release = self._installed_release()
@@ -184,9 +210,8 @@ class SimInfra:
             ids.cluster_security_group_id,
             _node_sg_address,
         )
-        scaling = group["scalingConfig"]
-        if scaling["maxSize"] != wanted[stack.GPU_MAX_SIZE]:
-            new = dict(scaling, maxSize=wanted[stack.GPU_MAX_SIZE])
+        if group and group["scalingConfig"]["maxSize"] != wanted[stack.GPU_MAX_SIZE]:
+            new = dict(group["scalingConfig"], maxSize=wanted[stack.GPU_MAX_SIZE])
             changes.append(
                 (
                     f"~ {GPU_NODE_GROUP_ADDRESS} (update in-place)",
@@ -227,7 +252,9 @@ class SimInfra:
                 )
         return changes
 
-    def _checked(self, variables: Mapping[str, Any], ids: StackIds, group: dict) -> dict[str, Any]:
+    def _checked(
+        self, variables: Mapping[str, Any], ids: StackIds, group: dict | None
+    ) -> dict[str, Any]:
         missing = stack.ORCHESTRATOR_VARIABLES - set(variables)
         if missing:
             raise InfraError(f"variables missing: {sorted(missing)}; pass the lab's full set")
@@ -236,7 +263,7 @@ class SimInfra:
             stack.CLUSTER_BASE_NAME: self._cluster,
             stack.TARGET_REGION: self._region,
             stack.AVAILABILITY_ZONES: [self._region + suffix for suffix in AZ_SUFFIXES],
-            stack.GPU_INSTANCE_TYPE: group["instanceTypes"][0],
+            stack.GPU_INSTANCE_TYPE: group["instanceTypes"][0] if group else GPU_INSTANCE_TYPE,
             stack.GPU_AZ_INDEX: ids.private_subnet_ids.index(ids.gpu_subnet_id),
         }
         for name, actual in fixed.items():
@@ -263,21 +290,37 @@ class SimInfra:
                 f"{error}; is the world running (lab.up --sim)?"
             ) from error
 
-    def _gpu_group(self) -> dict:
-        return self._aws("eks").describe_nodegroup(
-            clusterName=self._cluster, nodegroupName=stack.gpu_node_group_name(self._cluster)
-        )["nodegroup"]
+    def _gpu_group(self) -> dict | None:
+        """The GPU node group, or None when it is gone (the cluster still there)."""
+        from botocore.exceptions import ClientError
+
+        try:
+            return self._aws("eks").describe_nodegroup(
+                clusterName=self._cluster, nodegroupName=stack.gpu_node_group_name(self._cluster)
+            )["nodegroup"]
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") != "ResourceNotFoundException":
+                raise
+        try:
+            self._aws("eks").describe_cluster(name=self._cluster)
+        except ClientError as error:
+            raise InfraError(
+                f"the rehearsal's EKS cluster {self._cluster} is gone and a rehearsal cannot "
+                "make a new one: run `invoke lab.down --destroy`, then `invoke lab.up --sim`"
+            ) from error
+        return None
 
     # ---- the helm release -------------------------------------------------------------
 
     def _api(self) -> Any:
         if self._kube is None:
-            from kubernetes import client
+            from kubernetes import config
 
-            configuration = client.Configuration()
-            configuration.host = self._endpoints["kube_url"]
-            configuration.api_key = {"authorization": "Bearer rehearsal"}
-            self._kube = client.ApiClient(configuration)
+            document = kubeconfig_document(
+                self._endpoints["kube_url"], self._cluster, self._endpoints["kube_token"],
+                base64.b64encode(self._endpoints["kube_ca"].encode()).decode(),
+            )  # fmt: skip
+            self._kube = config.new_client_from_config_dict(document)
         return self._kube
 
     def _installed_release(self) -> tuple[str, str] | None:

@@ -1,7 +1,7 @@
 """A kubeconfig for the API emulator, so kubectl and the kubernetes client reach it unchanged.
 
-The emulator accepts any bearer token; the file still carries one because clients expect
-a user entry, and it is never a real credential.
+It carries the emulator's CA and bearer token (random per world; the emulator answers 401
+without it), so the file is written mode 0600 like any kubeconfig holding a credential.
 """
 
 from __future__ import annotations
@@ -12,17 +12,22 @@ import yaml
 
 from labs.state import atomic_write_text
 
-EMULATOR_TOKEN = "rehearsal-token-accepted-by-the-emulator"
 
-
-def kubeconfig_document(server_url: str, cluster_name: str, user: str = "lab-admin") -> dict:
+def kubeconfig_document(
+    server_url: str, cluster_name: str, token: str, ca_data: str, user: str = "lab-admin"
+) -> dict:
     """The kubeconfig as a dict: one cluster, one token user, one current context."""
     context = f"{user}@{cluster_name}"
     return {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": cluster_name, "cluster": {"server": server_url}}],
-        "users": [{"name": user, "user": {"token": EMULATOR_TOKEN}}],
+        "clusters": [
+            {
+                "name": cluster_name,
+                "cluster": {"server": server_url, "certificate-authority-data": ca_data},
+            }
+        ],
+        "users": [{"name": user, "user": {"token": token}}],
         "contexts": [{"name": context, "context": {"cluster": cluster_name, "user": user}}],
         "current-context": context,
         "preferences": {},
@@ -30,11 +35,16 @@ def kubeconfig_document(server_url: str, cluster_name: str, user: str = "lab-adm
 
 
 def write_kubeconfig(
-    path: Path | str, server_url: str, cluster_name: str, user: str = "lab-admin"
+    path: Path | str,
+    server_url: str,
+    cluster_name: str,
+    token: str,
+    ca_data: str,
+    user: str = "lab-admin",
 ) -> Path:
     """Write the kubeconfig atomically (mode 0600, as kubectl expects) and return its path."""
     target = Path(path)
-    document = kubeconfig_document(server_url, cluster_name, user)
+    document = kubeconfig_document(server_url, cluster_name, token, ca_data, user)
     atomic_write_text(target, yaml.safe_dump(document, sort_keys=False))
     target.chmod(0o600)
     return target

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -18,7 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from labs.errors import LabError
-from labs.state import read_json
+from labs.state import DamagedFile, load_json
+
+ENDPOINTS = "endpoints.json"
 
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 15.0
@@ -43,19 +46,34 @@ def _alive(pid: int) -> bool:
 
 
 def _answers(endpoints: dict[str, Any]) -> bool:
-    url = endpoints.get("kube_url")
-    if not url:
+    url, ca = endpoints.get("kube_url"), endpoints.get("kube_ca")
+    if not url or not ca:
         return False
     try:
-        with urllib.request.urlopen(f"{url}/version", timeout=2) as response:
+        context = ssl.create_default_context(cadata=ca)
+        with urllib.request.urlopen(f"{url}/version", timeout=2, context=context) as response:
             return response.status == 200
-    except OSError:
+    except (OSError, ssl.SSLError, ValueError):
         return False
+
+
+def _endpoints_problem(endpoints: Any) -> str | None:
+    if not isinstance(endpoints, dict) or not isinstance(endpoints.get("pid", 0), int):
+        return "not the endpoints object labs.sim writes"
+    return None
+
+
+def recorded_endpoints(sim_dir: Path) -> dict[str, Any]:
+    """What the process last wrote (its pid while it runs); {} when nothing usable is there."""
+    try:
+        return load_json(sim_dir / ENDPOINTS, _endpoints_problem) or {}
+    except DamagedFile:
+        return {}
 
 
 def running_endpoints(sim_dir: Path) -> dict[str, Any] | None:
     """The endpoints of this lab's rehearsal process if it is alive and answering, else None."""
-    endpoints = read_json(sim_dir / "endpoints.json")
+    endpoints = recorded_endpoints(sim_dir)
     if not endpoints or not _alive(int(endpoints.get("pid", 0))) or not _answers(endpoints):
         return None
     return endpoints
@@ -67,7 +85,8 @@ def start(sim_dir: Path, speed: float, cluster_name: str, region: str) -> dict[s
     if existing:
         return existing
     sim_dir.mkdir(parents=True, exist_ok=True)
-    (sim_dir / "endpoints.json").unlink(missing_ok=True)
+    sim_dir.chmod(0o700)  # its files carry the world's keys and token
+    (sim_dir / ENDPOINTS).unlink(missing_ok=True)
     command = [
         sys.executable, "-m", "labs.sim", "serve",
         "--state-dir", str(sim_dir), "--speed", str(speed),
@@ -82,19 +101,22 @@ def start(sim_dir: Path, speed: float, cluster_name: str, region: str) -> dict[s
             start_new_session=True,
             cwd=Path(__file__).resolve().parents[2],
         )
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        endpoints = read_json(sim_dir / "endpoints.json")
-        if endpoints and int(endpoints.get("pid", 0)) == process.pid and _answers(endpoints):
+    started = time.monotonic()
+    while (waited := time.monotonic() - started) < START_TIMEOUT:
+        endpoints = recorded_endpoints(sim_dir)
+        if endpoints.get("pid") == process.pid and _answers(endpoints):
             return endpoints
-        if process.poll() is not None:
+        if (code := process.poll()) is not None:
+            what = f"exited with code {code} after {waited:.1f} s"
             break
         time.sleep(0.1)
-    process.kill()
+    else:
+        what = f"did not come up within {START_TIMEOUT:.0f} s"
+        process.kill()
+        process.wait()
     tail = (sim_dir / "sim.log").read_text(errors="replace")[-2000:]
     raise SimProcessError(
-        f"the rehearsal backend did not come up within {START_TIMEOUT:.0f} s; "
-        f"its log ({sim_dir / 'sim.log'}) ends with:\n{tail}"
+        f"the rehearsal backend {what}; its log ({sim_dir / 'sim.log'}) ends with:\n{tail}"
     )
 
 
@@ -107,17 +129,23 @@ def _is_rehearsal(pid: int, sim_dir: Path) -> bool:
     return b"labs.sim" in argv and str(sim_dir).encode() in argv
 
 
-def stop(sim_dir: Path) -> bool:
-    """Stop this lab's rehearsal process (SIGTERM, then SIGKILL); True if one was running."""
-    endpoints = read_json(sim_dir / "endpoints.json") or {}
-    pid = int(endpoints.get("pid", 0))
-    if not pid or not _alive(pid) or not _is_rehearsal(pid, sim_dir):
-        return False
-    os.kill(pid, signal.SIGTERM)
+def processes(sim_dir: Path) -> list[int]:
+    """Every live `labs.sim serve` of this state dir: the recorded one, and any whose lab.up
+    was killed before its endpoints file said who it is."""
+    candidates = {int(recorded_endpoints(sim_dir).get("pid", 0))}
+    candidates |= {int(entry.name) for entry in Path("/proc").iterdir() if entry.name.isdigit()}
+    return sorted(pid for pid in candidates if pid and _is_rehearsal(pid, sim_dir) and _alive(pid))
+
+
+def stop(sim_dir: Path) -> list[int]:
+    """Stop this lab's rehearsal processes (SIGTERM, then SIGKILL); the pids that were running."""
+    pids = processes(sim_dir)
+    for pid in pids:
+        os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT
-    while time.monotonic() < deadline:
-        if not _alive(pid):
-            return True
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    os.kill(pid, signal.SIGKILL)
-    return True
+    for pid in pids:
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    return pids

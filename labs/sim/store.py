@@ -17,8 +17,10 @@ Semantics worth knowing:
   Kubernetes "start at most recent" semantics); a numeric version replays history after it,
   or raises `Gone` (410) once that history has been dropped.
 - Admission is the part a client notices: creating into a namespace that does not exist is
-  NotFound, and resource quantities that do not parse are Invalid (API writes only; the
-  controllers' `update()` is trusted). Deleting a namespace removes it and everything in it
+  NotFound, resource quantities that do not parse are Invalid (API writes only; the
+  controllers' `update()` is trusted), and a new pod passes EKS's admission plugins
+  (`labs.sim.api_admission`: tolerations for extended resources, 403 Forbidden for a
+  RuntimeClass that does not exist). Deleting a namespace removes it and everything in it
   at once. The namespaces default, kube-system, kube-public and kube-node-lease exist from
   the start.
 - `delete()` honours DeleteOptions preconditions (uid, resourceVersion): Conflict on mismatch.
@@ -41,9 +43,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from labs.sim.api_defaults import as_served, invalid_quantities
+from labs.sim.api_admission import admit
+from labs.sim.api_defaults import ON_CREATE, as_served, invalid_quantities
 from labs.sim.api_patch import PatchError, apply_patch
 from labs.sim.api_selectors import Matcher, SelectorError, field_matcher, label_matcher
+
+OBJECT_VERBS = ("create", "delete", "get", "list", "patch", "update", "watch")
 
 
 @dataclass(frozen=True)
@@ -58,6 +63,8 @@ class ResourceType:
     short_names: tuple[str, ...] = ()
     subresources: tuple[str, ...] = ()
     printer_columns: tuple[tuple[str, str], ...] = ()  # (column, dotted path) for custom types
+    verbs: tuple[str, ...] = OBJECT_VERBS  # ("create",) for a review that is answered, not kept
+    schema: str = ""  # a custom type's OpenAPI schema, a file in labs/sim/data
 
     @property
     def api_version(self) -> str:
@@ -79,13 +86,18 @@ class ResourceType:
 
 NODES = ResourceType("", "v1", "nodes", "Node", False, ("no",))
 NAMESPACES = ResourceType("", "v1", "namespaces", "Namespace", False, ("ns",))
-PODS = ResourceType("", "v1", "pods", "Pod", True, ("po",), ("status", "log"))
+PODS = ResourceType("", "v1", "pods", "Pod", True, ("po",), ("status", "log", "exec", "attach"))
 EVENTS = ResourceType("", "v1", "events", "Event", True, ("ev",))
 SERVICES = ResourceType("", "v1", "services", "Service", True, ("svc",))
 CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap", True, ("cm",))
+SECRETS = ResourceType("", "v1", "secrets", "Secret", True)
+SERVICEACCOUNTS = ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True, ("sa",))
 DAEMONSETS = ResourceType("apps", "v1", "daemonsets", "DaemonSet", True, ("ds",), ("status",))
 DEPLOYMENTS = ResourceType(
     "apps", "v1", "deployments", "Deployment", True, ("deploy",), ("status", "scale")
+)
+REPLICASETS = ResourceType(
+    "apps", "v1", "replicasets", "ReplicaSet", True, ("rs",), ("status", "scale")
 )
 JOBS = ResourceType("batch", "v1", "jobs", "Job", True, (), ("status",))
 RUNTIMECLASSES = ResourceType("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", False)
@@ -96,8 +108,11 @@ BUILTIN_TYPES = (
     EVENTS,
     SERVICES,
     CONFIGMAPS,
+    SECRETS,
+    SERVICEACCOUNTS,
     DAEMONSETS,
     DEPLOYMENTS,
+    REPLICASETS,
     JOBS,
     RUNTIMECLASSES,
 )
@@ -109,6 +124,7 @@ CLUSTER_POLICY = ResourceType(
     False,
     subresources=("status",),
     printer_columns=(("Status", "status.state"),),
+    schema="clusterpolicies.schema.json",
 )
 # What a real API server fills in when a new object of these types comes without a status.
 _INITIAL_STATUS = {NAMESPACES: {"phase": "Active"}, PODS: {"phase": "Pending"}}
@@ -145,6 +161,12 @@ class Invalid(StoreError):
 
 class BadRequest(StoreError):
     code, reason = 400, "BadRequest"
+
+
+class Forbidden(StoreError):
+    """An admission plugin refused the object (`pods "x" is forbidden: ...`)."""
+
+    code, reason = 403, "Forbidden"
 
 
 class MethodNotAllowed(StoreError):
@@ -365,9 +387,12 @@ class ObjectStore:
             metadata["uid"] = str(uuid.uuid4())
             metadata["creationTimestamp"] = now_rfc3339()
             metadata["generation"] = 1
+            if rtype.kind in ON_CREATE and rtype in BUILTIN_TYPES:
+                ON_CREATE[rtype.kind](obj)
             _validate_quantities(rtype, obj)
-            if rtype in _INITIAL_STATUS:
-                obj.setdefault("status", clone(_INITIAL_STATUS[rtype]))
+            self._admit(rtype, obj)
+            if rtype in _INITIAL_STATUS and not obj.get("status"):
+                obj["status"] = clone(_INITIAL_STATUS[rtype])
             return clone(self._commit(rtype, (scope, name), "ADDED", obj, None))
 
     def replace(
@@ -548,6 +573,18 @@ class ObjectStore:
         if obj is None:
             raise NotFound(f'{rtype.ref} "{name}" not found')
         return obj
+
+    def _admit(self, rtype: ResourceType, obj: dict) -> None:
+        """The admission plugins of a new built-in object (`labs.sim.api_admission`)."""
+        if rtype not in BUILTIN_TYPES:
+            return
+
+        def exists(plural: str, name: str) -> bool:
+            return ("", name) in self._objects[self.resolve(plural).ref]
+
+        rejection = admit(rtype.kind, obj, exists)
+        if rejection:
+            raise Forbidden(f'{rtype.ref} "{obj["metadata"]["name"]}" is forbidden: {rejection}')
 
     def _generated_name(self, rtype: ResourceType, scope: str, metadata: dict) -> str:
         prefix = metadata.get("generateName")

@@ -2,12 +2,15 @@
 
 Every delay the rehearsal world plays is a real-world duration (seconds, as observed on
 EKS with g5.xlarge nodes and GPU Operator v26.3.1) divided by `speed`: speed 1 is real
-time, speed 60 turns a 5.5-minute node boot into 5.5 seconds.
+time, speed 60 turns a 5.5-minute node boot into 5.5 seconds. A running world changes its
+speed in place (`Timings.set_speed`): every controller shares one `Timings` and reads the
+new delays from its next pass; a delay already under way keeps the pace it started with.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 DEFAULT_SPEED = 60.0
 
@@ -17,8 +20,6 @@ REAL_WORLD_SECONDS: dict[str, float] = {
     "node_boot": 330.0,
     # Scale-down: drain and terminate until the Node object is gone.
     "node_terminate": 60.0,
-    # How often the node lifecycle controller reads the node group's desiredSize.
-    "nodegroup_poll": 10.0,
     # GPU Operator: from a ClusterPolicy change to the DaemonSets matching it (< 10 s).
     "operator_reconcile": 4.0,
     # Operator pod start after `helm install` (image pull, leader election).
@@ -41,19 +42,18 @@ REAL_WORLD_SECONDS: dict[str, float] = {
     "unschedulable_retry": 300.0,
     # Scheduler: first retry of a pod that failed (podInitialBackoffSeconds).
     "scheduler_backoff": 1.0,
-    # NCCL bootstrap gives up on a blocked peer after its socket retries.
-    "connect_timeout": 60.0,
+    # EventBridge Scheduler: a one-time schedule without a flexible window fires within this.
+    "schedule_poll": 20.0,
 }
 
 
-@dataclass(frozen=True)
+@dataclass
 class Timings:
     """The delays of one world, in wall-clock seconds (already divided by speed)."""
 
     speed: float
     node_boot: float
     node_terminate: float
-    nodegroup_poll: float
     operator_reconcile: float
     operator_start: float
     operand_first_ready: float
@@ -65,7 +65,12 @@ class Timings:
     capacity_grace: float
     unschedulable_retry: float
     scheduler_backoff: float
-    connect_timeout: float
+    schedule_poll: float
+
+    def set_speed(self, speed: float) -> None:
+        """Retime every delay for `speed`, in place; ValueError names a bad value."""
+        for name, value in vars(scaled(speed)).items():
+            setattr(self, name, value)
 
 
 def scaled(speed: float = DEFAULT_SPEED) -> Timings:
@@ -74,3 +79,31 @@ def scaled(speed: float = DEFAULT_SPEED) -> Timings:
         raise ValueError(f"speed must be a positive number (1 = real time), got {speed!r}")
     values = {name: seconds / speed for name, seconds in REAL_WORLD_SECONDS.items()}
     return Timings(speed=speed, **values)
+
+
+class WorldClock:
+    """The world's calendar: wall time at the world's start, then each stretch of wall time
+    times the speed the world ran at meanwhile (its pace changes while it runs).
+
+    A rehearsal lab's time limit is an `at(...)` on this clock, so a 4-hour TTL runs out
+    after 4 minutes of wall time at speed 60, like every other delay of the world, and after
+    4 hours while a person practises at speed 1.
+    """
+
+    def __init__(self, speed: float, start: datetime | None = None) -> None:
+        self._wall = self._world = start or datetime.now(UTC)
+        self.speed = speed
+
+    def now(self) -> datetime:
+        return self._world + (datetime.now(UTC) - self._wall) * self.speed
+
+    def set_speed(self, speed: float) -> None:
+        """From now on the clock runs `speed` times faster than the wall clock."""
+        wall = datetime.now(UTC)
+        self._world = self._world + (wall - self._wall) * self.speed
+        self._wall, self.speed = wall, speed
+
+    def wall_seconds_until(self, moment: datetime) -> float:
+        """Wall-clock seconds until the world's clock shows `moment` at the present pace
+        (negative once past)."""
+        return (moment - self.now()).total_seconds() / self.speed

@@ -12,28 +12,30 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from moto.server import ThreadedMotoServer
-
+from labs.sim import eks_updates, pace
 from labs.sim.apiserver import ApiServer
+from labs.sim.auth import Keys, eks_token_ok, new_token
 from labs.sim.aws_seed import ACCOUNT_ID, moto_clients, seed_stack
+from labs.sim.aws_server import AwsServer, reset_moto
+from labs.sim.container_runtime import ContainerRuntime
 from labs.sim.controllers.base import Controller
 from labs.sim.controllers.device_plugin import DevicePlugin
 from labs.sim.controllers.gpu_operator import GpuOperator
 from labs.sim.controllers.kubelet import Kubelet
-from labs.sim.controllers.network import ConnectProbe, SecurityGroups
+from labs.sim.controllers.network import AllReduce, Network, SecurityGroups, TcpCheck
 from labs.sim.controllers.node_lifecycle import NodeLifecycle
 from labs.sim.controllers.scheduler import Scheduler
+from labs.sim.controllers.schedules import EventBridgeScheduler
 from labs.sim.controllers.taint_eviction import TaintEviction
 from labs.sim.controllers.workloads import Workloads
 from labs.sim.kube_seed import seed_cluster
 from labs.sim.kubeconfig import write_kubeconfig
 from labs.sim.store import ObjectStore
-from labs.sim.timings import DEFAULT_SPEED, scaled
+from labs.sim.timings import DEFAULT_SPEED, WorldClock, scaled
 from labs.state import atomic_write_json
 
 ENDPOINTS_FILE = "endpoints.json"
@@ -48,11 +50,15 @@ class World:
     endpoints: dict[str, Any]
     kubeconfig_path: Path
     store: ObjectStore
-    _moto: ThreadedMotoServer
+    _aws: AwsServer
     _api: ApiServer
     _controllers: list[Controller] = field(default_factory=list)
-    _moto_started: bool = False
     _stopped: bool = False
+
+    @property
+    def api(self) -> ApiServer:
+        """The world's Kubernetes API emulator (its request log, for instance)."""
+        return self._api
 
     def stop(self) -> None:
         """Join every controller thread and stop both servers; safe to call twice."""
@@ -63,8 +69,7 @@ class World:
             for controller in self._controllers:
                 controller.stop()
             self._api.stop()
-            if self._moto_started:
-                self._moto.stop()
+            self._aws.stop()
         finally:
             _one_world.release()
 
@@ -89,51 +94,53 @@ def start_world(
             "stop it before starting another"
         )
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
-    moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    api = ApiServer()
-    world = World({}, Path(state_dir) / KUBECONFIG_FILE, api.store, moto, api)
+    updates = eks_updates.install()  # before the AWS server first serves EKS (its routes)
+    updates.clear()
+    clock = WorldClock(speed)
+    keys, token = Keys.generate(), new_token()
+    aws = AwsServer(keys)
+    api = ApiServer(token=token, also_accept=lambda given: eks_token_ok(keys, cluster_name, given))
+    world = World({}, Path(state_dir) / KUBECONFIG_FILE, api.store, aws, api)
     try:
-        moto.start()
-        world._moto_started = True
-        host, port = moto.get_host_and_port()
-        aws_url = f"http://{host}:{port}"
-        _reset_moto(aws_url)
+        reset_moto()  # moto keeps state per process, across servers: start from an empty account
+        api.runtime = ContainerRuntime(api.store)
+        api.controls[pace.PACE_PATH] = pace.control(timings, clock)
         kube_url = api.start()
-        clients = moto_clients(aws_url, region)
-        seed_stack(clients, cluster_name, region, kube_url)
+        endpoints: dict[str, Any] = {
+            "aws_endpoint_url": aws.start(),
+            "kube_url": kube_url,
+            "kube_token": token,
+            "kube_ca": api.tls.ca_pem,
+            **keys.as_endpoints(),
+            "region": region,
+            "cluster_name": cluster_name,
+            "account_id": ACCOUNT_ID,
+            "speed": speed,
+            "pid": os.getpid(),
+        }
+        clients = moto_clients(endpoints)
+        seed_stack(clients, cluster_name, region, kube_url, api.tls.ca_data)
         seed_cluster(api.store)
-        nodes = NodeLifecycle(api.store, timings, clients, cluster_name, region)
+        nodes = NodeLifecycle(api.store, timings, clients, cluster_name, region, updates)
         nodes.converge_instantly()
-        network = ConnectProbe(api.store, SecurityGroups(clients, cluster_name))
+        network = Network(api.store, SecurityGroups(clients, cluster_name))
         world._controllers = [
             nodes,
             Workloads(api.store, timings),
             Scheduler(api.store, timings),
             TaintEviction(api.store, timings),
-            Kubelet(api.store, timings, programs=[network]),
+            Kubelet(api.store, timings, programs=[TcpCheck(network), AllReduce(network)]),
             DevicePlugin(api.store, timings),
             GpuOperator(api.store, timings),
+            EventBridgeScheduler(api.store, timings, clients, clock),
         ]
+        aws.on_eks_write = nodes.wake
         for controller in world._controllers:
             controller.start()
-        world.endpoints = {
-            "aws_endpoint_url": aws_url,
-            "kube_url": kube_url,
-            "region": region,
-            "cluster_name": cluster_name,
-            "account_id": ACCOUNT_ID,
-            "pid": os.getpid(),
-        }
-        write_kubeconfig(world.kubeconfig_path, kube_url, cluster_name)
+        world.endpoints = endpoints
+        write_kubeconfig(world.kubeconfig_path, kube_url, cluster_name, token, api.tls.ca_data)
         atomic_write_json(Path(state_dir) / ENDPOINTS_FILE, world.endpoints)
     except BaseException:
         world.stop()
         raise
     return world
-
-
-def _reset_moto(aws_url: str) -> None:
-    """Start from an empty account: moto keeps state per process, across servers."""
-    request = urllib.request.Request(f"{aws_url}/moto-api/reset", method="POST", data=b"")
-    with urllib.request.urlopen(request, timeout=10):
-        pass

@@ -2,7 +2,8 @@
 
 Controllers are level-triggered: `reconcile()` looks at the whole world and moves it one
 step towards what it should be, then says when it next wants to run (a pending delay
-expiring). Store watches wake it early; `stop()` wakes it for good and joins its threads.
+expiring). Store watches (or `wake()`) wake it early; `stop()` wakes it for good and joins
+its threads. With nothing pending it sleeps until woken, so an idle world uses no CPU.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from labs.sim.timings import Timings
 
 log = logging.getLogger(__name__)
 
-# Upper bound on a sleep between two passes, so a missed wake-up costs little.
-MAX_IDLE_SECONDS = 1.0
+# A full pass at least this often, for changes no watch reports (an out-of-band EC2 change).
+RESYNC_SECONDS = 30.0
+# After a reconcile that failed: look again soon, not at once.
+RETRY_SECONDS = 1.0
 
 
 class Controller:
@@ -47,6 +50,10 @@ class Controller:
             self._watches.append(stream)
             self._spawn(f"{self.name}-watch-{rtype.plural}", self._forward, stream)
         self._spawn(f"{self.name}-loop", self._loop)
+
+    def wake(self) -> None:
+        """Run a pass now (something the controller reads changed outside the store)."""
+        self._wake.set()
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the loop and the watches and wait for the threads to end."""
@@ -78,6 +85,6 @@ class Controller:
                 delay = 0.05
             except Exception:  # keep the world alive; the log says what broke
                 log.exception("%s reconcile failed", self.name)
-                delay = MAX_IDLE_SECONDS
-            wait = MAX_IDLE_SECONDS if delay is None else min(max(delay, 0.0), MAX_IDLE_SECONDS)
+                delay = RETRY_SECONDS
+            wait = RESYNC_SECONDS if delay is None else min(max(delay, 0.0), RESYNC_SECONDS)
             self._wake.wait(wait)

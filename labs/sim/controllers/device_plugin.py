@@ -13,12 +13,11 @@ import time
 
 from labs.sim.controllers.base import Controller
 from labs.sim.controllers.placement import pod_ready
-from labs.sim.hardware import NVIDIA_PCI_LABEL
+from labs.sim.hardware import GPU_RESOURCE, NVIDIA_PCI_LABEL
 from labs.sim.store import NODES, PODS, NotFound, ObjectStore
 from labs.sim.timings import Timings
 
 DEVICE_PLUGIN_APP = "nvidia-device-plugin-daemonset"
-GPU_RESOURCE = "nvidia.com/gpu"
 
 
 class DevicePlugin(Controller):

@@ -8,9 +8,12 @@ reconciles: status frozen, edits ignored, new nodes unlabelled).
 Each reconcile, `operator_reconcile` after the ClusterPolicy or the GPU node set changed:
 - labels GPU nodes (found by NFD's `pci-10de.present`) with `nvidia.com/gpu.present`,
   the `nvidia.com/gpu.deploy.<component>` labels and the GFD product labels;
+- keeps its RuntimeClasses (`nvidia`, and `nvidia-cdi`/`nvidia-legacy` while CDI is on);
 - creates the DaemonSet of every enabled component and deletes it when disabled (the
   operator deletes, it never scales to 0); a re-enabled one is a new object; an existing
   one whose rendered spec (tolerations, env, image) changed is updated in place (same uid);
+  the same for the metrics Service of a component that has one (dcgm-exporter :9400), and
+  its own metrics Service `gpu-operator` (:8080), all owned by the ClusterPolicy;
 - stamps each DaemonSet with when it saw the change (`STARTUP_FROM_ANNOTATION`), so its
   pods' startup times count from the ClusterPolicy change, not from when they were made;
 - writes `status.state` (ready unless an enabled component's DaemonSet has unavailable
@@ -29,7 +32,7 @@ from dataclasses import dataclass
 
 from labs.sim.controllers.base import Controller
 from labs.sim.controllers.placement import pod_ready
-from labs.sim.controllers.workloads import STARTUP_FROM_ANNOTATION
+from labs.sim.controllers.workloads import STARTUP_FROM_ANNOTATION, owner_reference
 from labs.sim.hardware import GPU_MEMORY_MIB, GPU_PRODUCT_LABEL, NVIDIA_PCI_LABEL
 from labs.sim.store import (
     CLUSTER_POLICY,
@@ -37,6 +40,8 @@ from labs.sim.store import (
     DEPLOYMENTS,
     NODES,
     PODS,
+    RUNTIMECLASSES,
+    SERVICES,
     NotFound,
     ObjectStore,
     now_rfc3339,
@@ -47,6 +52,17 @@ OPERATOR_DEPLOYMENT = "gpu-operator"
 LOGGER = "controllers.ClusterPolicy"
 DEFAULT_TOLERATIONS = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 READY_MESSAGE = "ClusterPolicy is ready as all resources have been successfully reconciled"
+
+
+@dataclass(frozen=True)
+class MetricsPort:
+    """The port of a metrics Service the operator creates (name, number)."""
+
+    name: str
+    number: int
+
+
+OPERATOR_METRICS = MetricsPort("gpu-operator-metrics", 8080)
 
 
 @dataclass(frozen=True)
@@ -61,6 +77,7 @@ class Operand:
     enabled_by_default: bool
     image: str
     on_every_gpu_node: bool = True  # False: MIG-capable GPUs only (none on an A10G)
+    metrics: MetricsPort | None = None  # its Service, named like the DaemonSet
 
 
 OPERANDS = (
@@ -108,6 +125,7 @@ OPERANDS = (
         "dcgm",
         False,
         "nvcr.io/nvidia/cloud-native/dcgm:4.5.2-1-ubuntu22.04",
+        metrics=MetricsPort("dcgm", 5555),
     ),
     Operand(
         "state-dcgm-exporter",
@@ -117,6 +135,7 @@ OPERANDS = (
         "dcgm-exporter",
         True,
         "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.1-4.8.0-distroless",
+        metrics=MetricsPort("gpu-metrics", 9400),
     ),
     Operand(
         "gpu-feature-discovery",
@@ -145,6 +164,7 @@ OPERANDS = (
         "node-status-exporter",
         False,
         "nvcr.io/nvidia/gpu-operator:v26.3.1",
+        metrics=MetricsPort("node-status", 8000),
     ),
 )
 STEP_ORDER = (
@@ -172,6 +192,23 @@ GFD_LABELS = {
 }
 
 
+# The pre-requisites state's RuntimeClasses (assets/pre-requisites, v26.3.1), each with the
+# handler of its name: `spec.operator.runtimeClass` (default nvidia) always, and these two
+# while `spec.cdi.enabled` (the chart's default); none while the CDI NRI plugin replaces them.
+CDI_RUNTIME_CLASSES = ("nvidia-cdi", "nvidia-legacy")
+DEFAULT_RUNTIME_CLASS = "nvidia"
+
+
+def runtime_classes(policy: dict) -> list[str]:
+    """The RuntimeClass names the operator keeps for this ClusterPolicy."""
+    spec = policy.get("spec") or {}
+    cdi = spec.get("cdi") or {}
+    if cdi.get("nriPluginEnabled"):
+        return []
+    own = (spec.get("operator") or {}).get("runtimeClass") or DEFAULT_RUNTIME_CLASS
+    return [own, *(CDI_RUNTIME_CLASSES if cdi.get("enabled") else ())]
+
+
 def is_enabled(policy: dict, item: Operand) -> bool:
     section = (policy.get("spec") or {}).get(item.spec_key) or {}
     return bool(section.get("enabled", item.enabled_by_default))
@@ -197,7 +234,8 @@ class GpuOperator(Controller):
             return None
         deploy = deploys[0]
         namespace = deploy["metadata"]["namespace"]
-        if (deploy.get("status") or {}).get("readyReplicas", 0) < 1:
+        operator_pod = self._running_pod(deploy)
+        if operator_pod is None:  # no operator process, whatever its Deployment says for now
             return None
         policies = self.store.list(CLUSTER_POLICY)[0]
         if not policies:
@@ -218,9 +256,10 @@ class GpuOperator(Controller):
             return self._act_at - now
         for node in gpu_nodes:
             self._label(node)
+        self._runtime_classes(policy)
         statuses = self._operands(policy, namespace)
         self._write_status(policy, statuses, bool(gpu_nodes), namespace)
-        self._log(deploy, statuses, len(gpu_nodes))
+        self._log(operator_pod, statuses, len(gpu_nodes))
         return None
 
     def _label(self, node: dict) -> None:
@@ -239,11 +278,27 @@ class GpuOperator(Controller):
         except NotFound:
             pass
 
+    def _runtime_classes(self, policy: dict) -> None:
+        wanted = runtime_classes(policy)
+        present = {r["metadata"]["name"] for r in self.store.list(RUNTIMECLASSES)[0]}
+        for name in sorted(set(wanted) - present):
+            labels = {"app.kubernetes.io/component": "gpu-operator"}
+            self.store.create(
+                RUNTIMECLASSES, {"metadata": {"name": name, "labels": labels}, "handler": name}
+            )
+        for name in sorted(present & ({DEFAULT_RUNTIME_CLASS, *CDI_RUNTIME_CLASSES} - set(wanted))):
+            self.store.delete(RUNTIMECLASSES, name)
+
     def _operands(self, policy: dict, namespace: str) -> dict[str, str]:
         statuses = {step: "ready" for step in STEP_ORDER}
         spec = policy.get("spec") or {}
         tolerations = (spec.get("daemonsets") or {}).get("tolerations") or DEFAULT_TOLERATIONS
+        self._keep_service(OPERATOR_DEPLOYMENT, OPERATOR_METRICS, policy, namespace)
         for item in OPERANDS:
+            if item.metrics is not None:
+                wanted = is_enabled(policy, item)
+                self._keep_service(item.daemonset, item.metrics if wanted else None, policy,
+                                   namespace)  # fmt: skip
             try:
                 existing = self.store.get(DAEMONSETS, item.daemonset, namespace)
             except NotFound:
@@ -265,6 +320,19 @@ class GpuOperator(Controller):
         plugin_on = statuses["state-device-plugin"] != "disabled"
         statuses["state-mps-control-daemon"] = "ready" if plugin_on else "disabled"
         return statuses
+
+    def _keep_service(
+        self, name: str, port: MetricsPort | None, policy: dict, namespace: str
+    ) -> None:
+        """The metrics Service `name` exists exactly when it has a port."""
+        try:
+            existing = self.store.get(SERVICES, name, namespace)
+        except NotFound:
+            existing = None
+        if port is not None and existing is None:
+            self.store.create(SERVICES, _metrics_service(name, port, policy), namespace)
+        elif port is None and existing is not None:
+            self.store.delete(SERVICES, name, namespace)
 
     def _write_status(
         self, policy: dict, statuses: dict[str, str], has_gpu_nodes: bool, namespace: str
@@ -296,16 +364,19 @@ class GpuOperator(Controller):
         except NotFound:
             pass
 
-    def _log(self, deploy: dict, statuses: dict[str, str], gpu_node_count: int) -> None:
+    def _running_pod(self, deploy: dict) -> dict | None:
+        """A Ready pod of the operator's Deployment: the process that reconciles."""
         selector = (deploy["spec"].get("selector") or {}).get("matchLabels") or {}
-        namespace = deploy["metadata"]["namespace"]
         pods = self.store.list(
-            PODS, namespace, label_selector=",".join(f"{k}={v}" for k, v in selector.items())
+            PODS,
+            deploy["metadata"]["namespace"],
+            label_selector=",".join(f"{k}={v}" for k, v in selector.items()),
         )[0]
-        running = [p for p in pods if pod_ready(p)]
-        if not running:
-            return
-        pod = running[0]["metadata"]
+        return next((p for p in pods if pod_ready(p)), None)
+
+    def _log(self, operator_pod: dict, statuses: dict[str, str], gpu_node_count: int) -> None:
+        pod = operator_pod["metadata"]
+        namespace = pod["namespace"]
         story = (pod["uid"], gpu_node_count, tuple(statuses[s] for s in STEP_ORDER))
         if story == self._logged:
             return
@@ -361,6 +432,25 @@ def _render_onto(rendered: dict) -> Callable[[dict], None]:
     return apply
 
 
+def _metrics_service(name: str, port: MetricsPort, policy: dict) -> dict:
+    """The operator's asset for a metrics Service: ClusterIP, selecting the pods by app."""
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {"app": name},
+            "annotations": {"prometheus.io/scrape": "true"},
+            "ownerReferences": [owner_reference(policy)],
+        },
+        "spec": {
+            "selector": {"app": name},
+            "ports": [
+                {"name": port.name, "port": port.number, "targetPort": port.number,
+                 "protocol": "TCP"}
+            ],
+        },
+    }  # fmt: skip
+
+
 def _operand_daemonset(item: Operand, policy: dict, tolerations: list[dict]) -> dict:
     section = (policy.get("spec") or {}).get(item.spec_key) or {}
     image = item.image
@@ -375,16 +465,7 @@ def _operand_daemonset(item: Operand, policy: dict, tolerations: list[dict]) -> 
         env=section.get("env") or [],
         container=item.container,
     )
-    ds["metadata"]["ownerReferences"] = [
-        {
-            "apiVersion": policy["apiVersion"],
-            "kind": policy["kind"],
-            "name": policy["metadata"]["name"],
-            "uid": policy["metadata"]["uid"],
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
-    ]
+    ds["metadata"]["ownerReferences"] = [owner_reference(policy)]
     return ds
 
 

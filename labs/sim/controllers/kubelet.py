@@ -11,22 +11,21 @@ annotation `sim.eks-gpu-lab/startup-seconds` in real-world seconds, counted from
 `sim.eks-gpu-lab/startup-from` when the pod has it, else `container_ready`).
 
 What a container does is decided by the first matching program:
-- `labs.sim.controllers.network.ConnectProbe`: pods annotated with a connect target.
-- `NvidiaSmi`: a command mentioning `nvidia-smi`. With a GPU allocated (limits
-  `nvidia.com/gpu` on a GPU node) it prints what the A10G prints (`-L` line, and the CSV
-  of `--query-gpu=name,driver_version,memory.total`); without one it prints
-  `Failed to initialize NVML: Unknown Error` and fails, as a container without
-  /dev/nvidia* does.
-- anything else prints nothing.
+- the network's programs (`labs.sim.controllers.network`): the TCP check and the all-reduce.
+- `CudaCheck`: the PyTorch one-liner that asks `torch.cuda.is_available()`.
+- `Commands`: any other container's command, run by the world's programs
+  (`labs.sim.programs`: `nvidia-smi` sees what the NVIDIA runtime injected,
+  `labs.sim.nvidia_runtime`; a container without a command prints nothing).
 Only run-to-completion pods (restartPolicy Never or OnFailure) finish (Succeeded, or
-Failed when the program fails); restartPolicy Always pods keep running.
+Failed when the program exits non-zero); restartPolicy Always pods keep running, and so
+does a container started with `stdin` (`kubectl debug -i`): its process waits for its
+terminal and runs when `kubectl attach` comes (`labs.sim.container_runtime`).
 """
 
 from __future__ import annotations
 
 import ipaddress
 import logging
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -38,13 +37,9 @@ from labs.sim.controllers.base import Controller
 from labs.sim.controllers.events import EventRecorder
 from labs.sim.controllers.placement import pod_is_terminal, pod_requests, set_pod_condition
 from labs.sim.controllers.workloads import STARTUP_ANNOTATION, STARTUP_FROM_ANNOTATION
-from labs.sim.hardware import (
-    GPU_DRIVER_VERSION,
-    GPU_MEMORY_MIB,
-    GPU_NAME,
-    NVIDIA_PCI_LABEL,
-    gpu_uuid,
-)
+from labs.sim.hardware import GPU_NAME
+from labs.sim.nvidia_runtime import injected_gpus
+from labs.sim.programs import run_container
 from labs.sim.store import NODES, PODS, NotFound, ObjectStore, now_rfc3339
 from labs.sim.timings import Timings
 
@@ -53,11 +48,15 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a container printed, whether it exited 0, and how long it took (wall seconds)."""
+    """What a container printed, its exit code, and how long it took (wall seconds).
+
+    `again`: not decided yet (a program waiting for its peers): run it again after `duration`.
+    """
 
     log: str
-    succeeded: bool
+    exit_code: int
     duration: float
+    again: bool = False
 
 
 class Program(Protocol):
@@ -66,42 +65,37 @@ class Program(Protocol):
     def run(self, pod: dict, node: dict, timings: Timings) -> Outcome: ...
 
 
-class NvidiaSmi:
-    """`nvidia-smi` as the CUDA base image runs it on a g5.xlarge."""
-
-    _CALL = re.compile(r"nvidia-smi([^&;|\n]*)")
+class CudaCheck:
+    """The write-up's PyTorch check: False and 0 GPUs (exit 0) where the runtime injected none."""
 
     def matches(self, pod: dict) -> bool:
-        return "nvidia-smi" in command_text(pod)
+        return "torch.cuda.is_available()" in command_text(pod)
 
     def run(self, pod: dict, node: dict, timings: Timings) -> Outcome:
-        has_gpu = pod_requests(pod).get("nvidia.com/gpu", 0) > 0 and NVIDIA_PCI_LABEL in (
-            node["metadata"].get("labels") or {}
-        )
-        if not has_gpu:
-            return Outcome(
-                "Failed to initialize NVML: Unknown Error\n", False, timings.container_run
-            )
-        lines: list[str] = []
-        for args in self._CALL.findall(command_text(pod)):
-            if "--query-gpu" in args:
-                lines += [
-                    "name, driver_version, memory.total [MiB]",
-                    f"{GPU_NAME}, {GPU_DRIVER_VERSION}, {GPU_MEMORY_MIB} MiB",
-                ]
-            else:
-                lines.append(f"GPU 0: {GPU_NAME} (UUID: {gpu_uuid(node['metadata']['name'])})")
-        return Outcome("".join(f"{line}\n" for line in lines), True, timings.container_run)
+        count = injected_gpus(pod, node) or 0
+        lines = [
+            f"CUDA available: {count > 0}",
+            f"GPU count: {count}",
+            f"GPU name: {GPU_NAME if count else None}",
+        ]
+        return Outcome("".join(f"{line}\n" for line in lines), 0, timings.container_run)
 
 
-class Silent:
-    """Any other container: prints nothing and exits 0."""
+class Commands:
+    """Any container: its command run by the world's programs."""
+
+    def __init__(self, store: ObjectStore) -> None:
+        self._store = store
 
     def matches(self, pod: dict) -> bool:
         return True
 
     def run(self, pod: dict, node: dict, timings: Timings) -> Outcome:
-        return Outcome("", True, timings.container_run)
+        log, code = "", 0
+        for container in pod["spec"].get("containers") or []:
+            text, status = run_container(self._store, pod, container, node)
+            log, code = log + text, code or status
+        return Outcome(log, code, timings.container_run)
 
 
 class Kubelet(Controller):
@@ -111,7 +105,7 @@ class Kubelet(Controller):
         self, store: ObjectStore, timings: Timings, programs: Sequence[Program] = ()
     ) -> None:
         super().__init__(store, timings)
-        self._programs = [*programs, NvidiaSmi(), Silent()]
+        self._programs = [*programs, CudaCheck(), Commands(store)]
         self._events = EventRecorder(store, "kubelet")
         # pod uid -> (wall time of the next step, step name)
         self._plans: dict[str, tuple[float, str]] = {}
@@ -183,18 +177,23 @@ class Kubelet(Controller):
         if step == "start":
             self._start(pod, node)
             ready_in = self._startup_seconds(pod)
-            if pod["spec"].get("restartPolicy", "Always") == "Always":
+            if pod["spec"].get("restartPolicy", "Always") == "Always" or _interactive(pod):
                 return now + ready_in, "ready"
             outcome = self._program(pod).run(pod, node, self.timings)
             self._outcomes[pod["metadata"]["uid"]] = outcome
             self._update(pod, lambda p: _set_ready(p, True))
             return now + outcome.duration, "finish"
         if step == "ready":
-            self._update(pod, lambda p: _set_ready(p, True))
+            self._update(pod, _ready_if_running)
             return None
         outcome = self._outcomes.pop(pod["metadata"]["uid"])
+        if outcome.again:
+            outcome = self._outcomes[pod["metadata"]["uid"]] = self._program(pod).run(
+                pod, node, self.timings
+            )
+            return now + outcome.duration, "finish"
         self.store.set_pod_log(pod["metadata"]["namespace"], pod["metadata"]["name"], outcome.log)
-        self._update(pod, lambda p: _finish(p, outcome.succeeded))
+        self._update(pod, finish_container(None, outcome.exit_code))
         return None
 
     def _startup_seconds(self, pod: dict) -> float:
@@ -222,7 +221,7 @@ class Kubelet(Controller):
             self._events.record(pod, "Created", "Container created", host=host)
             self._events.record(pod, "Started", "Container started", host=host)
         host_ip = _internal_ip(node)
-        self._update(pod, lambda p: _run(p, host_ip, _pod_ip(host_ip, p["metadata"]["uid"])))
+        self._update(pod, lambda p: _run(p, host_ip, pod_ip_on(node, p)))
 
     def _update(self, pod: dict, mutate: Callable[[dict], None]) -> None:
         try:
@@ -268,17 +267,17 @@ def admission_failure(pod: dict, node: dict, admitted: list[dict]) -> tuple[str,
     return None
 
 
-def _arrival(pod: dict) -> tuple[str, str]:
-    """Admission order: creation time, then name (kubelet admits pods in arrival order)."""
-    return pod["metadata"].get("creationTimestamp", ""), pod["metadata"]["name"]
-
-
 def command_text(pod: dict) -> str:
     """All containers' command and args as one string, for deciding what they do."""
     parts: list[str] = []
     for container in pod["spec"].get("containers") or []:
         parts += [str(x) for x in (container.get("command") or []) + (container.get("args") or [])]
     return " ".join(parts)
+
+
+def _arrival(pod: dict) -> tuple[str, str]:
+    """Admission order: creation time, then name (kubelet admits pods in arrival order)."""
+    return pod["metadata"].get("creationTimestamp", ""), pod["metadata"]["name"]
 
 
 def _internal_ip(node: dict) -> str:
@@ -288,9 +287,11 @@ def _internal_ip(node: dict) -> str:
     return "192.168.0.10"
 
 
-def _pod_ip(host_ip: str, uid: str) -> str:
-    """A secondary IP in the node's /22 (the VPC CNI gives pods VPC addresses)."""
-    network = ipaddress.ip_network(f"{host_ip}/22", strict=False)
+def pod_ip_on(node: dict, pod: dict) -> str:
+    """A secondary IP in the node's /22 (the VPC CNI gives pods VPC addresses); the same
+    for the same pod and node, so a peer can know it before the pod runs."""
+    network = ipaddress.ip_network(f"{_internal_ip(node)}/22", strict=False)
+    uid = pod["metadata"]["uid"]
     offset = 16 + int(uid.replace("-", "")[:8], 16) % (network.num_addresses - 32)
     return str(network.network_address + offset)
 
@@ -322,6 +323,13 @@ def _run(pod: dict, host_ip: str, pod_ip: str) -> None:
     _set_ready(pod, False)
 
 
+def _ready_if_running(pod: dict) -> None:
+    """Ready, unless its process already ended (an attached session can end first)."""
+    statuses = pod["status"].get("containerStatuses") or []
+    if pod["status"].get("phase") == "Running" and all("running" in c["state"] for c in statuses):
+        _set_ready(pod, True)
+
+
 def _set_ready(pod: dict, ready: bool) -> None:
     value = "True" if ready else "False"
     _set_conditions(pod, {"Ready": value, "ContainersReady": value})
@@ -329,22 +337,38 @@ def _set_ready(pod: dict, ready: bool) -> None:
         container["ready"] = ready
 
 
-def _finish(pod: dict, succeeded: bool) -> None:
-    stamp = now_rfc3339()
-    pod["status"]["phase"] = "Succeeded" if succeeded else "Failed"
-    for container in pod["status"].get("containerStatuses") or []:
-        started = container["state"].get("running", {}).get("startedAt", stamp)
-        container["state"] = {
-            "terminated": {
-                "exitCode": 0 if succeeded else 1,
-                "reason": "Completed" if succeeded else "Error",
-                "startedAt": started,
-                "finishedAt": stamp,
+def _interactive(pod: dict) -> bool:
+    """A container with stdin open waits for its terminal (`kubectl attach`)."""
+    return any(c.get("stdin") for c in pod["spec"].get("containers") or [])
+
+
+def finish_container(name: str | None, exit_code: int) -> Callable[[dict], None]:
+    """An update that ends container `name` (all of them when None) with `exit_code`; a
+    run-to-completion pod whose containers all ended is Succeeded, or Failed if one failed."""
+
+    def apply(pod: dict) -> None:
+        stamp = now_rfc3339()
+        statuses = pod.setdefault("status", {}).get("containerStatuses") or []
+        for container in statuses:
+            if name is not None and container["name"] != name:
+                continue
+            started = container["state"].get("running", {}).get("startedAt", stamp)
+            container["state"] = {
+                "terminated": {
+                    "exitCode": exit_code,
+                    "reason": "Completed" if exit_code == 0 else "Error",
+                    "startedAt": started,
+                    "finishedAt": stamp,
+                }
             }
-        }
-        container["ready"] = False
-        container["started"] = False
-    _set_conditions(pod, {"Ready": "False", "ContainersReady": "False"})
+            container.update(ready=False, started=False)
+        ended = [c["state"].get("terminated") for c in statuses]
+        if pod["spec"].get("restartPolicy", "Always") != "Always" and all(ended):
+            failed = any(t["exitCode"] != 0 for t in ended if t)
+            pod["status"]["phase"] = "Failed" if failed else "Succeeded"
+        _set_conditions(pod, {"Ready": "False", "ContainersReady": "False"})
+
+    return apply
 
 
 def _set_conditions(pod: dict, wanted: dict[str, str]) -> None:

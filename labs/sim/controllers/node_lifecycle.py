@@ -1,12 +1,18 @@
 """EKS managed node groups: EC2 instances and Kubernetes Nodes follow each group's desiredSize.
 
-It polls moto's EKS API (there is no watch there, as on AWS). The group's desiredSize is
-held to [minSize, maxSize], as EKS enforces it (moto accepts desiredSize > maxSize).
+It reads moto's EKS API when the world's AWS endpoint reports an EKS write (`wake`), when
+a boot or drain falls due, and on the controllers' slow resync; it never polls. The group's
+desiredSize is held to [minSize, maxSize], as EKS enforces it (moto accepts desiredSize >
+maxSize). Instances of a node group that is gone (deleted, or its cluster deleted) are
+drained and terminated, as EKS does when it deletes a node group.
 Scale-up launches an instance in the group's subnet at once and the Node joins, Ready,
 after the boot delay (~5.5 min real). Scale-down cordons the node, and after the terminate
 delay removes its pods and the Node and terminates the instance. GPU nodes carry the
 group's labels and taints plus NFD's `pci-10de.present` label, as they would once NFD has
-looked at them.
+looked at them. Once a group's nodes match its size, its EKS updates are Successful.
+A joining node gets the Events a real one gets from the node controller
+(`RegisteredNode`) and its kubelet (`NodeReady`, referring to the node by name, as kubelet
+does); a removed one `RemovingNode`.
 """
 
 from __future__ import annotations
@@ -15,15 +21,23 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from labs.sim.aws_seed import AMI_NAMES, aux_sg_name, node_sg_name
+from labs.sim.aws_seed import AMI_NAMES, aux_sg_name, node_sg_name, tag_value
 from labs.sim.controllers.base import Controller
-from labs.sim.hardware import MAX_PODS, NVIDIA_PCI_LABEL, node_name_for_ip, shape
+from labs.sim.controllers.events import EventRecorder
+from labs.sim.eks_updates import UpdateLedger
+from labs.sim.hardware import (
+    DEFAULT_RUNTIME_ANNOTATION,
+    DEFAULT_RUNTIMES,
+    INSTANCE_TYPE_LABEL,
+    MAX_PODS,
+    NVIDIA_PCI_LABEL,
+    node_name_for_ip,
+    shape,
+)
 from labs.sim.store import NODES, PODS, NotFound, ObjectStore, now_rfc3339
 from labs.sim.timings import Timings
 
 NODEGROUP_TAG = "eks:nodegroup-name"
-# Floor on the EKS polling period so a fast world does not hammer moto.
-MIN_POLL_SECONDS = 0.25
 _TAINT_EFFECTS = {
     "NO_SCHEDULE": "NoSchedule",
     "NO_EXECUTE": "NoExecute",
@@ -41,15 +55,18 @@ class NodeLifecycle(Controller):
         clients: Callable[[str], Any],
         cluster: str,
         region: str,
+        updates: UpdateLedger,
     ) -> None:
         super().__init__(store, timings)
+        self._updates = updates
         self._ec2 = clients("ec2")
         self._eks = clients("eks")
         self._cluster = cluster
         self._region = region
         self._booting: dict[str, tuple[float, dict, dict]] = {}
         self._draining: dict[str, tuple[float, str]] = {}
-        self._group_names: list[str] | None = None  # node groups are fixed once seeded
+        self._node_controller = EventRecorder(store, "node-controller")
+        self._kubelet = EventRecorder(store, "kubelet")
 
     def reconcile(self) -> float | None:
         return self._pass(self.timings.node_boot)
@@ -58,19 +75,34 @@ class NodeLifecycle(Controller):
         """Bring every group to its size with no boot delay (the state after terraform apply)."""
         self._pass(0.0)
 
-    def _pass(self, boot_delay: float) -> float:
+    def _pass(self, boot_delay: float) -> float | None:
         now = time.monotonic()
-        if self._group_names is None:
-            self._group_names = self._eks.list_nodegroups(clusterName=self._cluster)["nodegroups"]
         instances = self._instances()
-        for name in self._group_names:
+        names = self._group_names()
+        for name in names:
             group = self._eks.describe_nodegroup(clusterName=self._cluster, nodegroupName=name)
-            mine = [i for i in instances if _tag(i, NODEGROUP_TAG) == name]
+            mine = [i for i in instances if tag_value(i, NODEGROUP_TAG) == name]
             self._follow(group["nodegroup"], mine, now, boot_delay)
-        self._finish_due(now)
+            if self._settled(mine, _bounded_desired(group["nodegroup"]["scalingConfig"])):
+                self._updates.settle(self._cluster, name)
+        for instance in instances:
+            if tag_value(instance, NODEGROUP_TAG) not in names:
+                self._scale_in(instance, now)
+        if self._finish_due(now):
+            return 0.0  # a node joined or left: the next pass sees whether its group settled
         due = [at for at, *_ in self._booting.values()] + [at for at, _ in self._draining.values()]
-        poll = max(self.timings.nodegroup_poll, MIN_POLL_SECONDS)
-        return min([poll, *(at - now for at in due)])
+        return min((at - now for at in due), default=None)
+
+    def _group_names(self) -> list[str]:
+        """The cluster's node groups now; none once the cluster itself is gone."""
+        from botocore.exceptions import ClientError
+
+        try:
+            return list(self._eks.list_nodegroups(clusterName=self._cluster)["nodegroups"])
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") == "ResourceNotFoundException":
+                return []
+            raise
 
     def _follow(self, group: dict, instances: list[dict], now: float, boot_delay: float) -> None:
         desired = _bounded_desired(group["scalingConfig"])
@@ -88,6 +120,11 @@ class NodeLifecycle(Controller):
             booting_first = sorted(newest_first, key=lambda i: i["InstanceId"] not in self._booting)
             for instance in booting_first[:surplus]:
                 self._scale_in(instance, now)
+
+    def _settled(self, instances: list[dict], desired: int) -> bool:
+        """The group runs `desired` instances, none still booting or draining."""
+        changing = self._booting.keys() | self._draining.keys()
+        return len(instances) == desired and not any(i["InstanceId"] in changing for i in instances)
 
     def _instances(self) -> list[dict]:
         reservations = self._ec2.describe_instances(
@@ -135,6 +172,8 @@ class NodeLifecycle(Controller):
 
     def _scale_in(self, instance: dict, now: float) -> None:
         instance_id = instance["InstanceId"]
+        if instance_id in self._draining:
+            return
         if self._booting.pop(instance_id, None) is not None:
             self._ec2.terminate_instances(InstanceIds=[instance_id])
             return
@@ -145,16 +184,26 @@ class NodeLifecycle(Controller):
             pass
         self._draining[instance_id] = (now + self.timings.node_terminate, name)
 
-    def _finish_due(self, now: float) -> None:
-        for instance_id, (at, instance, group) in list(self._booting.items()):
-            if at <= now:
-                del self._booting[instance_id]
-                self.store.create(NODES, build_node(instance, group, self._region))
-        for instance_id, (at, name) in list(self._draining.items()):
-            if at <= now:
-                del self._draining[instance_id]
-                self._remove_node(name)
-                self._ec2.terminate_instances(InstanceIds=[instance_id])
+    def _finish_due(self, now: float) -> bool:
+        """Join the booted nodes and remove the drained ones; whether any was due."""
+        booted = [i for i, (at, *_) in self._booting.items() if at <= now]
+        drained = [i for i, (at, _) in self._draining.items() if at <= now]
+        for instance_id in booted:
+            _, instance, group = self._booting.pop(instance_id)
+            self._joined(self.store.create(NODES, build_node(instance, group, self._region)))
+        for instance_id in drained:
+            _, name = self._draining.pop(instance_id)
+            self._remove_node(name)
+            self._ec2.terminate_instances(InstanceIds=[instance_id])
+        return bool(booted or drained)
+
+    def _joined(self, node: dict) -> None:
+        name = node["metadata"]["name"]
+        message = f"Node {name} event: Registered Node {name} in Controller"
+        self._node_controller.record(node, "RegisteredNode", message)
+        by_name = {**node, "metadata": {**node["metadata"], "uid": name}}
+        self._kubelet.record(by_name, "NodeReady", f"Node {name} status is now: NodeReady",
+                             host=name)  # fmt: skip
 
     def _remove_node(self, name: str) -> None:
         pods, _ = self.store.list(PODS, field_selector=f"spec.nodeName={name}")
@@ -164,9 +213,11 @@ class NodeLifecycle(Controller):
             except NotFound:
                 pass
         try:
-            self.store.delete(NODES, name)
+            node = self.store.delete(NODES, name)
         except NotFound:
-            pass
+            return
+        message = f"Node {name} event: Removing Node {name} from Controller"
+        self._node_controller.record(node, "RemovingNode", message)
 
     def _node_name(self, instance: dict) -> str:
         return node_name_for_ip(instance["PrivateIpAddress"], self._region)
@@ -183,10 +234,6 @@ def _bounded_desired(scaling: dict) -> int:
     """desiredSize held to [minSize, maxSize]: EKS never runs more than maxSize (moto would)."""
     desired = scaling["desiredSize"]
     return max(scaling.get("minSize", 0), min(desired, scaling.get("maxSize", desired)))
-
-
-def _tag(instance: dict, key: str) -> str | None:
-    return next((t["Value"] for t in instance.get("Tags") or [] if t["Key"] == key), None)
 
 
 def _cordon(node: dict) -> None:
@@ -217,7 +264,7 @@ def build_node(instance: dict, group: dict, region: str) -> dict:
         "kubernetes.io/arch": "amd64",
         "kubernetes.io/hostname": name,
         "kubernetes.io/os": "linux",
-        "node.kubernetes.io/instance-type": instance_type,
+        INSTANCE_TYPE_LABEL: instance_type,
         "topology.kubernetes.io/region": region,
         "topology.kubernetes.io/zone": zone,
         **(group.get("labels") or {}),
@@ -245,7 +292,10 @@ def build_node(instance: dict, group: dict, region: str) -> dict:
         "metadata": {
             "name": name,
             "labels": labels,
-            "annotations": {"alpha.kubernetes.io/provided-node-ip": ip},
+            "annotations": {
+                "alpha.kubernetes.io/provided-node-ip": ip,
+                DEFAULT_RUNTIME_ANNOTATION: DEFAULT_RUNTIMES.get(group["amiType"], "runc"),
+            },
         },
         "spec": {"providerID": f"aws:///{zone}/{instance['InstanceId']}", "taints": taints},
         "status": {

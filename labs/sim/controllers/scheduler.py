@@ -4,9 +4,12 @@ Filters run per node in the real plugin order and stop at the node's first failu
 unschedulable, taints (`node(s) had untolerated taint(s)`, the 1.35 wording), nodeSelector
 and required affinity (`node(s) didn't match Pod's node affinity/selector`), then
 resources (`Insufficient <resource>` for every short one, GPUs held by running pods
-counted). A pod no node takes stays Pending with a Warning `FailedScheduling` Event:
-`0/4 nodes are available: 4 Insufficient nvidia.com/gpu. preemption: 0/4 nodes are
-available: 4 Preemption is not helpful for scheduling.` (reasons counted and sorted).
+counted; a resource the node does not advertise at all counts as 0), then required pod
+(anti-)affinity (`node(s) didn't match pod anti-affinity rules`). A pod no node takes
+stays Pending with a Warning `FailedScheduling` Event: `0/4 nodes are available: 4
+Insufficient nvidia.com/gpu. preemption: 0/4 nodes are available: 4 Preemption is not
+helpful for scheduling.` (reasons counted and sorted as strings, as FitError does; a node
+whose GPU is only held by another pod says `No preemption victims found for incoming pod`).
 
 Retries follow the real queue: at once (after the backoff) when nodes or bound pods
 change, otherwise every `unschedulable_retry`; each retry bumps the Event's count.
@@ -19,6 +22,7 @@ import time
 from collections import Counter
 from decimal import Decimal
 
+from labs.kube.scheduling import POD_AFFINITY_MISMATCH, pod_affinity_failure
 from labs.sim.controllers.base import Controller
 from labs.sim.controllers.events import EventRecorder
 from labs.sim.controllers.placement import (
@@ -90,16 +94,18 @@ class Scheduler(Controller):
         self, pod: dict, nodes: list[dict], pods: list[dict], fingerprint: object, now: float
     ) -> str | None:
         reasons: Counter[str] = Counter()
+        preemption: Counter[str] = Counter()
         feasible = []
         for node in nodes:
-            failures = node_failures(pod, node, pods)
+            failures = node_failures(pod, node, pods, nodes)
             if failures:
                 reasons.update(failures)
+                preemption[preemption_verdict(pod, node, failures)] += 1
             else:
                 feasible.append(node)
         if not feasible:
             self._failed[pod["metadata"]["uid"]] = (fingerprint, now)
-            self._reject(pod, failure_message(len(nodes), reasons))
+            self._reject(pod, failure_message(len(nodes), reasons, preemption))
             return None
         chosen = min(feasible, key=lambda n: (_load(n, pods), n["metadata"]["name"]))
         name = chosen["metadata"]["name"]
@@ -138,25 +144,59 @@ class Scheduler(Controller):
         )
 
 
-def node_failures(pod: dict, node: dict, pods: list[dict]) -> list[str]:
-    """Why `node` cannot take `pod` (empty when it can), in the scheduler's words."""
+UNSCHEDULABLE = "node(s) were unschedulable"
+UNTOLERATED = "node(s) had untolerated taint(s)"
+SELECTOR = "node(s) didn't match Pod's node affinity/selector"
+# What DefaultPreemption says of a node: a verdict no eviction can change
+# (UnschedulableAndUnresolvable), or one it might, where no pod of lower priority runs to
+# evict (every pod of a lab has priority 0 or higher, so none is ever a victim).
+NOT_HELPFUL = "Preemption is not helpful for scheduling"
+NO_VICTIMS = "No preemption victims found for incoming pod"
+
+
+def node_failures(
+    pod: dict, node: dict, pods: list[dict], nodes: list[dict] | None = None
+) -> list[str]:
+    """Why `node` cannot take `pod` (empty when it can), in the scheduler's words; `nodes`
+    (all of them) place the other pods for pod (anti-)affinity."""
     spec = pod["spec"]
     if (node.get("spec") or {}).get("unschedulable") or not node_is_ready(node):
-        return ["node(s) were unschedulable"]
+        return [UNSCHEDULABLE]
     if untolerated_taints(spec.get("tolerations") or [], node):
-        return ["node(s) had untolerated taint(s)"]
+        return [UNTOLERATED]
     if not selector_matches(spec.get("nodeSelector") or {}, node, spec.get("affinity")):
-        return ["node(s) didn't match Pod's node affinity/selector"]
-    return _insufficient(pod, node, pods)
+        return [SELECTOR]
+    short = _insufficient(pod, node, pods)
+    if short:
+        return short
+    affinity = pod_affinity_failure(pod, node, pods, nodes or [node])
+    return [affinity] if affinity else []
 
 
-def failure_message(node_count: int, reasons: Counter[str]) -> str:
-    """The FitError text: counted reasons sorted as strings, then the preemption verdict."""
-    counted = sorted(f"{count} {reason}" for reason, count in reasons.items())
+def preemption_verdict(pod: dict, node: dict, failures: list[str]) -> str:
+    """NOT_HELPFUL when a filter failed for good: unschedulable, taints, selector, or a request
+    larger than the node's whole allocatable (NodeResourcesFit's `Unresolvable`)."""
+    if {UNSCHEDULABLE, UNTOLERATED, SELECTOR, POD_AFFINITY_MISMATCH} & set(failures):
+        return NOT_HELPFUL
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    too_big = any(
+        amount > quantity(allocatable.get(resource, "0"))
+        for resource, amount in pod_requests(pod).items()
+        if f"Insufficient {resource}" in failures
+    )
+    return NOT_HELPFUL if too_big else NO_VICTIMS
+
+
+def failure_message(node_count: int, reasons: Counter[str], preemption: Counter[str]) -> str:
+    """The FitError text: counted reasons sorted as strings, then the preemption verdicts
+    counted and sorted the same way (`preemption: 0/4 nodes are available: ...`)."""
+
+    def counted(verdicts: Counter[str]) -> str:
+        return ", ".join(sorted(f"{count} {reason}" for reason, count in verdicts.items()))
+
     return (
-        f"0/{node_count} nodes are available: {', '.join(counted)}. "
-        f"preemption: 0/{node_count} nodes are available: "
-        f"{node_count} Preemption is not helpful for scheduling."
+        f"0/{node_count} nodes are available: {counted(reasons)}. "
+        f"preemption: 0/{node_count} nodes are available: {counted(preemption)}."
     )
 
 

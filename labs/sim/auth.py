@@ -1,0 +1,119 @@
+"""The rehearsal's credentials: random per world, checked the way AWS and EKS check them.
+
+Both endpoints listen on loopback, where every local user can reach them. So each world
+makes its own AWS key pair and bearer token (kept in its 0600 endpoints file and kubeconfig):
+moto's front door checks each request's SigV4 signature against the key pair, and the API
+emulator takes the bearer token, or an EKS token (`aws eks get-token`: a presigned STS
+GetCallerIdentity URL) signed with the same keys for this cluster, as EKS would.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import secrets
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from urllib.parse import parse_qsl, urlencode, urlsplit
+
+if TYPE_CHECKING:  # botocore loads in ~0.2 s: only the rehearsal process signs and checks
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+# How a world's endpoints file names its key pair (boto3's own argument names).
+CREDENTIAL_KEYS = ("aws_access_key_id", "aws_secret_access_key")
+EKS_TOKEN_PREFIX = "k8s-aws-v1."
+EKS_CLUSTER_HEADER = "x-k8s-aws-id"
+_KEY_ALPHABET = string.ascii_uppercase + string.digits
+
+
+@dataclass(frozen=True)
+class Keys:
+    """One world's AWS key pair (what `lab.env` exports and boto3 signs with)."""
+
+    access_key_id: str
+    secret_access_key: str
+
+    @classmethod
+    def generate(cls) -> Keys:
+        key_id = "AKIA" + "".join(secrets.choice(_KEY_ALPHABET) for _ in range(16))
+        return cls(key_id, secrets.token_urlsafe(30))
+
+    def as_endpoints(self) -> dict[str, str]:
+        return dict(zip(CREDENTIAL_KEYS, (self.access_key_id, self.secret_access_key), strict=True))
+
+    @property
+    def credentials(self) -> Credentials:
+        from botocore.credentials import Credentials
+
+        return Credentials(self.access_key_id, self.secret_access_key)
+
+
+def new_token() -> str:
+    """A random bearer token for the API emulator."""
+    return secrets.token_urlsafe(32)
+
+
+def _field(authorization: str, name: str) -> str:
+    return authorization.partition(f"{name}=")[2].partition(",")[0].strip()
+
+
+def signed_request_ok(
+    keys: Keys, method: str, url: str, headers: Mapping[str, str], body: bytes
+) -> bool:
+    """An `Authorization: AWS4-HMAC-SHA256 ...` request signed with `keys` (headers lower-case)."""
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+
+    authorization = headers.get("authorization", "")
+    scope = _field(authorization, "Credential").split("/")
+    if not authorization.startswith("AWS4-HMAC-SHA256 ") or len(scope) != 5:
+        return False
+    if scope[0] != keys.access_key_id:
+        return False
+    signed = _field(authorization, "SignedHeaders").split(";")
+    request = AWSRequest(
+        method=method, url=url, data=body, headers={h: headers[h] for h in signed if h in headers}
+    )
+    request.context["timestamp"] = headers.get("x-amz-date", "")
+    auth = SigV4Auth(keys.credentials, scope[3], scope[2])
+    return _same(auth, request, _field(authorization, "Signature"))
+
+
+def eks_token_ok(keys: Keys, cluster: str, token: str) -> bool:
+    """An EKS bearer token presigned with `keys` for `cluster` (expiry is not enforced)."""
+    from botocore.auth import SigV4QueryAuth
+    from botocore.awsrequest import AWSRequest
+
+    if not token.startswith(EKS_TOKEN_PREFIX):
+        return False
+    encoded = token.removeprefix(EKS_TOKEN_PREFIX)
+    try:
+        url = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError):
+        return False
+    parts = urlsplit(url)
+    query = dict(parse_qsl(parts.query, keep_blank_values=True))
+    signature = query.pop("X-Amz-Signature", "")
+    scope = query.get("X-Amz-Credential", "").split("/")
+    if len(scope) != 5 or scope[0] != keys.access_key_id or scope[3] != "sts":
+        return False
+    if not query.get("X-Amz-Expires", "").isdigit():
+        return False
+    headers = {"host": parts.netloc, EKS_CLUSTER_HEADER: cluster}
+    unsigned = parts._replace(query=urlencode(sorted(query.items()))).geturl()
+    request = AWSRequest(method="GET", url=unsigned, headers=headers)
+    request.context["timestamp"] = query.get("X-Amz-Date", "")
+    auth = SigV4QueryAuth(keys.credentials, "sts", scope[2], expires=int(query["X-Amz-Expires"]))
+    return _same(auth, request, signature)
+
+
+def _same(auth: SigV4Auth, request: AWSRequest, signature: str) -> bool:
+    """Sign `request` as the client did (its own timestamp) and compare in constant time."""
+    canonical = auth.canonical_request(request)
+    expected = auth.signature(auth.string_to_sign(request, canonical), request)
+    return hmac.compare_digest(expected, signature)

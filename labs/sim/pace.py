@@ -1,0 +1,75 @@
+"""The world's pace: how much faster than a real cluster it runs, read and changed while it runs.
+
+A program watching (scenario.run, demo, lab.up) wants the world fast; a person practising
+with kubectl wants real-cluster time. The world serves its pace beside the Kubernetes API,
+at `/sim/pace` on the emulator's address (`GET` -> `{"speed": S, "now": <world time>}`,
+`PUT {"speed": S}`); the world's clock runs at the pace in force, so it is read here too;
+it is no Kubernetes resource, so discovery never lists it, but
+`kubectl get --raw /sim/pace` reads it.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import urllib.request
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from labs.sim.store import BadRequest, MethodNotAllowed
+from labs.sim.timings import Timings, WorldClock
+
+PACE_PATH = "sim/pace"
+TIMEOUT_SECONDS = 5.0
+
+Control = Callable[[str, Any], dict]
+
+
+def control(timings: Timings, clock: WorldClock) -> Control:
+    """The emulator's handler for PACE_PATH, acting on the world's shared timings and clock."""
+
+    def handle(method: str, body: Any) -> dict:
+        if method == "PUT":
+            wanted: Any = body.get("speed") if isinstance(body, dict) else None
+            try:
+                timings.set_speed(float(wanted))
+                clock.set_speed(float(wanted))
+            except (TypeError, ValueError):
+                raise BadRequest(
+                    f"speed must be a positive number (1 = real time), got {wanted!r}"
+                ) from None
+        elif method != "GET":
+            raise MethodNotAllowed(f"{method} is not allowed on /{PACE_PATH}: use GET or PUT")
+        return {"speed": timings.speed, "now": clock.now().isoformat()}
+
+    return handle
+
+
+def _call(world: Mapping[str, Any], method: str, body: dict | None = None) -> dict[str, Any]:
+    """One request to the world's pace, over its TLS with its token (`world`: its endpoints)."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(
+        f"{world['kube_url']}/{PACE_PATH}", data=data, method=method,
+        headers={"Content-Type": "application/json",
+                 "Authorization": f"Bearer {world['kube_token']}"},
+    )  # fmt: skip
+    tls = ssl.create_default_context(cadata=world["kube_ca"])
+    with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS, context=tls) as response:
+        document: dict[str, Any] = json.load(response)
+        return document
+
+
+def read_speed(world: Mapping[str, Any]) -> float:
+    """The running world's speed."""
+    return float(_call(world, "GET")["speed"])
+
+
+def read_now(world: Mapping[str, Any]) -> datetime:
+    """The running world's clock."""
+    return datetime.fromisoformat(_call(world, "GET")["now"])
+
+
+def write_speed(world: Mapping[str, Any], speed: float) -> float:
+    """Run the world at `speed` from now on; returns the speed in force."""
+    return float(_call(world, "PUT", {"speed": speed})["speed"])

@@ -1,0 +1,236 @@
+"""What the faults in a pod spec share: the wrong pods from one manifest, and the way back.
+
+Nothing in the cluster is broken in these scenarios, only a workload is wrong, so each one
+ships its pods as `scenarios/manifests/<scenario>.yaml` (what a learner applies by hand too),
+every pod labelled `eks-gpu-lab/scenario: <scenario>`. A `gpu-probe` in that file stands for
+the lab's probe written wrong, so it takes the probe's place; the revert deletes every
+labelled pod and applies the lab's own probe again: the corrected pod is the probe, and the
+lab ends as it began.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+import labs
+from labs.kube import gpu, probes
+from labs.kube.view import WORKLOAD_NAMESPACE, ClusterView, Objects, WatchedKind
+from labs.lab import Lab
+from labs.run.contract import (
+    Baseline,
+    ByHand,
+    Check,
+    Context,
+    Diagnosis,
+    Mutation,
+    Needs,
+    Scenario,
+    StateRows,
+    Step,
+    Trap,
+    Verdict,
+)
+from scenarios import _checks
+
+SCENARIO_LABEL = "eks-gpu-lab/scenario"
+NEEDS = Needs(gpu_nodes=2, operator=True)
+PROBE = probes.probe_name()
+MANIFESTS = Path(__file__).resolve().parent / "manifests"
+REPO = Path(labs.__file__).resolve().parent.parent
+PROBE_MANIFEST = probes.PROBE_MANIFEST.relative_to(REPO)
+
+
+def manifest(scenario: str) -> Path:
+    """The scenario's pods, as a file a person applies with kubectl."""
+    return MANIFESTS / f"{scenario}.yaml"
+
+
+def pods_of(scenario: str) -> list[dict[str, Any]]:
+    """The pods of the scenario's manifest (fresh copies)."""
+    text = manifest(scenario).read_text(encoding="utf-8")
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def by_hand_inject(scenario: str) -> list[str]:
+    """The kubectl lines that inject it: free the probe's name, apply the manifest."""
+    return [
+        f"kubectl delete pod {PROBE} --ignore-not-found",
+        f"kubectl apply -f {manifest(scenario).relative_to(REPO)}",
+    ]
+
+
+def by_hand_revert(scenario: str) -> list[str]:
+    """The kubectl lines that undo it: its pods go, the lab's probe comes back."""
+    return [
+        f"kubectl delete pod -l {SCENARIO_LABEL}={scenario} --ignore-not-found",
+        f"kubectl apply -f {PROBE_MANIFEST}",
+    ]
+
+
+def _core(lab: Lab) -> Any:
+    from kubernetes import client as k8s
+
+    return k8s.CoreV1Api(lab.kube)
+
+
+def baseline(lab: Lab, view: ClusterView) -> dict[str, Any]:
+    """Run gpu-probe on the healthy lab; keep its output, the GPU nodes and how many nodes the
+    scheduler judges (GPU and system)."""
+    run = probes.run_probe(lab, view, lab.settings.probe_timeout)
+    nodes = [gpu.name_of(n) for n in gpu.gpu_nodes(view)]
+    total = len(view.objects("nodes"))
+    return {
+        "probe_output": run.gpu_line,
+        "gpu_nodes": nodes,
+        "node_count": total,
+        "system_nodes": total - len(nodes),
+    }
+
+
+def submit(lab: Lab, scenario: str) -> None:
+    """Delete the lab's probe (the name must be free), then create the scenario's pods."""
+    probes.delete_probe(lab, lab.settings.probe_timeout)
+    for pod in pods_of(scenario):
+        _core(lab).create_namespaced_pod(WORKLOAD_NAMESPACE, pod)
+
+
+def undo(lab: Lab, scenario: str) -> None:
+    """Delete the scenario's pods (waiting until they are gone), then apply the lab's probe
+    unless a gpu-probe is there already. Safe to repeat."""
+    labelled = _core(lab).list_namespaced_pod(
+        WORKLOAD_NAMESPACE, label_selector=f"{SCENARIO_LABEL}={scenario}"
+    )
+    for pod in labelled.items:
+        probes.delete_probe(lab, lab.settings.probe_timeout, name=pod.metadata.name)
+    if gpu.pod(lab.snapshot("pods"), PROBE) is None:
+        probes.create_probe(lab)
+
+
+def scenario_pods(objects: Objects, scenario: str) -> list[dict[str, Any]]:
+    return [
+        p
+        for p in objects.objects("pods")
+        if (p["metadata"].get("labels") or {}).get(SCENARIO_LABEL) == scenario
+    ]
+
+
+def log_of(lab: Lab, objects: Objects, name: str) -> str:
+    """What pod `name` printed so far ("" while it does not exist or has not started)."""
+    found = gpu.pod(objects, name)
+    if found is None or gpu.pod_phase(objects, name) == "Pending":
+        return ""
+    return probes.read_probe_log(lab, name)
+
+
+def pending_with(name: str, expected: Callable[[Context], str]) -> _checks.Condition:
+    """Pod `name` is Pending and its latest FailedScheduling message begins with `expected`."""
+
+    def condition(ctx: Context) -> Verdict:
+        phase, events = gpu.pod_story(ctx.view, name)
+        message = gpu.scheduling_failure(events) or ""
+        held = phase == "Pending" and message.startswith(expected(ctx))
+        return held, f"{name} {phase}: {message or 'no FailedScheduling event yet'}"
+
+    return condition
+
+
+def ran_with_baseline_output(name: str, scenario: str | None) -> _checks.Condition:
+    """Pod `name` Succeeded and printed the baseline probe's GPU line; with `scenario`, only a
+    pod of that scenario counts, with None only one of no scenario (the lab's own probe)."""
+
+    def condition(ctx: Context) -> Verdict:
+        found = gpu.pod(ctx.view, name) or {}
+        owner = (found.get("metadata", {}).get("labels") or {}).get(SCENARIO_LABEL)
+        phase, expected = gpu.pod_phase(ctx.view, name), ctx.baseline["probe_output"]
+        if phase != "Succeeded" or owner != scenario:
+            return False, f"{name} {phase}" + (f" ({SCENARIO_LABEL}={owner})" if owner else "")
+        output = probes.gpu_summary(probes.read_probe_log(ctx.lab, name))
+        return output == expected, f"{output!r} (baseline {expected!r})"
+
+    return condition
+
+
+def recovery(scenario: str) -> list[Check]:
+    """What every workload fault ends with: its pods gone, the lab's probe ran as before."""
+
+    def gone(ctx: Context) -> Verdict:
+        left = [gpu.name_of(p) for p in scenario_pods(ctx.view, scenario)]
+        return not left, f"pods with {SCENARIO_LABEL}={scenario}: {', '.join(left) or 'none'}"
+
+    return [
+        Check(f"no pod of {scenario} left", gone, 60),
+        Check("gpu-probe as the lab writes it ran with the baseline output",
+              ran_with_baseline_output(PROBE, None), 180),
+    ]  # fmt: skip
+
+
+def state(ctx: Context) -> dict[str, str]:
+    """The summary rows, compared between baseline, fault and recovery."""
+    pods = sorted(ctx.view.objects("pods"), key=gpu.name_of)
+    return {
+        f"pods in {WORKLOAD_NAMESPACE}": ", ".join(
+            f"{gpu.name_of(p)} {gpu.pod_phase(ctx.view, gpu.name_of(p))}" for p in pods
+        ),
+        "allocatable nvidia.com/gpu": gpu.describe_allocatable(ctx.view),
+    }
+
+
+def describe_step(name: str, message: str) -> Step:
+    """The by-hand look at a Pending pod's FailedScheduling event."""
+    return Step(
+        f"kubectl describe pod {name}",
+        message,
+        "the scheduler's verdict, one reason per node: the first branch of the debugging path",
+    )
+
+
+def scenario(
+    *,
+    name: str,
+    summary: str,
+    about: str,
+    risk: str,
+    inject: Mutation,
+    revert: Mutation,
+    symptoms: Sequence[Check],
+    diagnose: Diagnosis,
+    traps: Sequence[Trap],
+    look: Sequence[Step],
+    doctor_finding: str | None,
+    baseline: Baseline = baseline,
+    state: StateRows = state,
+    watch: Callable[[Lab], list[WatchedKind]] | None = None,
+) -> Scenario:
+    """A workload fault: its own facts, and what every one shares (the lab it needs, the
+    baseline probe, the recovery, the by-hand inject and revert around its `look`)."""
+
+    def detect(lab: Lab, view: ClusterView) -> bool:
+        """In while a pod labelled with the scenario's name exists."""
+        return bool(scenario_pods(view, name))
+
+    return Scenario(
+        name=name,
+        summary=summary,
+        area="workload",
+        doctor_finding=doctor_finding,
+        detect=detect,
+        about=about,
+        needs=NEEDS,
+        risk=risk,
+        duration="about 1 minute on EKS",
+        baseline=baseline,
+        inject=inject,
+        revert=revert,
+        symptoms=symptoms,
+        recovery=recovery(name),
+        diagnose=diagnose,
+        traps=traps,
+        state=state,
+        gauges=gpu.gpu_gauges(PROBE),
+        watch=watch,
+        by_hand=ByHand(by_hand_inject(name), look, by_hand_revert(name)),
+    )

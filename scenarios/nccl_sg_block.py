@@ -1,0 +1,274 @@
+"""Switch both node-to-node security-group toggles off: NCCL between the GPU nodes is blocked.
+
+With `enable_aux_sg_vpc_allow=false` and `node_sg_enable_recommended_rules=false` the stack
+drops the auxiliary SG's all-traffic rule from the VPC and the node SG's ephemeral self rule
+(tcp 1025-65535). Two pods on two GPU nodes can then no longer open a connection to each
+other: the all-reduce job's rendezvous on port 29500 times out first (rank 1
+`DistNetworkError: The client socket has timed out ...`, rank 0 `DistStoreError: Timed out
+after N seconds waiting for clients. 1/2 clients joined.`), while DNS, `kubectl logs` and
+pods on one node still work. A TCP check from the same node and from the other node tells
+the network from NCCL; the SG rules tell which rule went; the lab's toggles tell why.
+
+Security groups are stateful: a connection made before the rules went survives, so the fault
+goes in before any workload starts. The recommended rules also carry the webhook ports, so
+admission webhooks may fail while it is in: read the plan, keep the window short.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from labs import lifecycle
+from labs.aws import stack
+from labs.aws.node_network import NodeRules, node_rules
+from labs.console import Console
+from labs.errors import LabError
+from labs.kube import gpu, workloads
+from labs.kube.verdicts import allreduce_verdict, tcp_verdict
+from labs.kube.view import ClusterView
+from labs.lab import Lab
+from labs.run.contract import Check, Context, Finding, Needs, Scenario, Trap, Verdict
+
+TOGGLES = (stack.ENABLE_AUX_SG_VPC_ALLOW, stack.NODE_SG_ENABLE_RECOMMENDED_RULES)
+SAME, CROSS = "tcp-check-same-node", "tcp-check-cross-node"
+# Real-cluster seconds: the job's rendezvous timeout is 60 s, its NCCL deadline 240 s.
+RUN_LIMIT = 420.0
+SLOWER_BY_AT_MOST = 3.0  # a recovered all-reduce's busbw is within this factor of baseline
+BLOCKED = "cross-node TCP check times out while the same-node one connects"
+RENDEZVOUS = "all-reduce fails within its bound: rendezvous timeout on both ranks"
+traps = [
+    Trap("a broken network makes NCCL fail fast", "an error within seconds",
+         "each blocked connect waits for the kernel's ~130 s SYN timeout and NCCL retries "
+         "34 times by default: over an hour of hanging",
+         "bound it yourself: a short init_process_group timeout, NCCL_SOCKET_RETRY_CNT, a "
+         "deadline, activeDeadlineSeconds (the lab's job does all four)", shown_by=RENDEZVOUS),
+    Trap("removing a rule cuts running jobs", "an SG change breaks live connections",
+         "security groups are stateful: established connections live on",
+         "a fault injected mid-run shows nothing; start the workload after the change"),
+    Trap("only NCCL ports are affected", "the toggles touch node-to-node traffic only",
+         "the node SG's recommended rules also open the webhook ports from the control plane",
+         "admission webhooks (the operator's, a load balancer controller's) can time out "
+         "while the fault is in: keep the window short"),
+]  # fmt: skip
+
+
+def _variables(on: bool) -> dict[str, Any]:
+    return dict.fromkeys(TOGGLES, on)
+
+
+def _run_limit(lab: Lab) -> float:
+    return lab.settings.probe_timeout + RUN_LIMIT / lab.speed
+
+
+def _tcp(lab: Lab, view: ClusterView) -> dict[str, str]:
+    """Run the TCP check pair; each client's verdict line, by pod name."""
+    try:
+        workloads.start(lab, workloads.TCP_CHECK, _run_limit(lab))
+        runs = workloads.wait_finished(lab, view, workloads.TCP_CHECK, _run_limit(lab))
+    finally:
+        workloads.remove(lab, workloads.TCP_CHECK, _run_limit(lab))
+    return {name: tcp_verdict(run.log).outcome for name, run in runs.items()}
+
+
+def _allreduce(lab: Lab, view: ClusterView) -> dict[str, workloads.PodRun]:
+    try:
+        workloads.start(lab, workloads.ALLREDUCE, _run_limit(lab))
+        return workloads.wait_finished(lab, view, workloads.ALLREDUCE, _run_limit(lab))
+    finally:
+        workloads.remove(lab, workloads.ALLREDUCE, _run_limit(lab))
+
+
+def baseline(lab: Lab, view: ClusterView) -> dict[str, Any]:
+    """Read the two SG rules, run the TCP checks and the all-reduce on the healthy lab."""
+    rules = node_rules(lab)
+    if not (rules.self_rule and rules.vpc_rule):
+        raise LabError(
+            f"the node-to-node rules are not both in place ({rules.describe()}): revert first "
+            f"(`invoke scenario.revert --name nccl-sg-block --lab {lab.name}`)"
+        )
+    tcp = _tcp(lab, view)
+    runs = _allreduce(lab, view)
+    verdicts = {name: allreduce_verdict(run.log) for name, run in runs.items()}
+    failed = [f"{n}: {v.cause} ({v.evidence})" for n, v in verdicts.items() if not v.passed]
+    if failed or any(outcome != "connected" for outcome in tcp.values()):
+        raise LabError(f"the healthy lab's network checks fail already: {tcp}; {failed}")
+    return {
+        "rules": rules.describe(),
+        "tcp": tcp,
+        "nodes": sorted({run.node for run in runs.values()}),
+        "busbw": min(v.busbw or 0.0 for v in verdicts.values()),
+    }
+
+
+def inject(lab: Lab) -> None:
+    """Apply the lab's full variable set with both security-group toggles false."""
+    lifecycle.apply_changes(lab, _variables(False), Console())
+
+
+def revert(lab: Lab) -> None:
+    """Apply the lab's full variable set with both toggles true (idempotent)."""
+    lifecycle.apply_changes(lab, _variables(True), Console())
+
+
+def detect(lab: Lab, view: ClusterView) -> bool:
+    """In while either node-to-node rule is missing from the security groups (read via EC2)."""
+    rules = node_rules(lab)
+    return not (rules.self_rule and rules.vpc_rule)
+
+
+def preview(lab: Lab) -> list[str]:
+    """The infrastructure plan of the injection: the two rules removed, nothing else."""
+    return lab.infra().plan(lifecycle.full_variables(lab, **_variables(False)))
+
+
+# --- symptoms and recovery ----------------------------------------------------------------
+
+
+def _rules(expect_open: bool) -> Check:
+    def condition(ctx: Context) -> Verdict:
+        rules: NodeRules = node_rules(ctx.lab)
+        ctx.notes["rules"] = rules
+        held = bool(rules.self_rule and rules.vpc_rule) if expect_open else not rules.open
+        return held, rules.describe()
+
+    name = "both node-to-node rules back" if expect_open else "both node-to-node rules absent"
+    return Check(name, condition, timeout=120.0, then=_start_tcp)
+
+
+def _start_tcp(ctx: Context) -> None:
+    workloads.start(ctx.lab, workloads.TCP_CHECK, _run_limit(ctx.lab))
+
+
+def _finished(ctx: Context, workload: workloads.Workload) -> dict[str, str] | str:
+    """Each finished pod's log by name, or (while any still runs) the pods' phases."""
+    phases = {n: gpu.pod_phase(ctx.view, n) for n in workload.finishing()}
+    if not all(p in workloads.FINISHED for p in phases.values()):
+        return ", ".join(f"{n} {p}" for n, p in phases.items())
+    runs = workloads.wait_finished(ctx.lab, ctx.view, workload, 10.0)
+    return {name: run.log for name, run in runs.items()}
+
+
+def _tcp_check(expected_cross: str) -> Check:
+    def condition(ctx: Context) -> Verdict:
+        logs = _finished(ctx, workloads.TCP_CHECK)
+        if isinstance(logs, str):
+            return False, logs
+        outcomes = {n: tcp_verdict(log) for n, log in logs.items()}
+        ctx.notes["tcp"] = outcomes
+        seen = "; ".join(f"{n}: {v.evidence}" for n, v in outcomes.items())
+        held = outcomes[SAME].connected and outcomes[CROSS].outcome == expected_cross
+        return held, seen
+
+    name = (
+        BLOCKED if expected_cross == "timed out" else "same-node and cross-node TCP checks connect"
+    )
+    return Check(name, condition, timeout=RUN_LIMIT, then=_start_allreduce)
+
+
+def _start_allreduce(ctx: Context) -> None:
+    workloads.remove(ctx.lab, workloads.TCP_CHECK, _run_limit(ctx.lab))
+    workloads.start(ctx.lab, workloads.ALLREDUCE, _run_limit(ctx.lab))
+
+
+def _allreduce_check(passing: bool) -> Check:
+    def condition(ctx: Context) -> Verdict:
+        logs = _finished(ctx, workloads.ALLREDUCE)
+        if isinstance(logs, str):
+            return False, logs
+        verdicts = {n: allreduce_verdict(log) for n, log in logs.items()}
+        ctx.notes["allreduce"] = verdicts
+        seen = "; ".join(f"{n}: {v.evidence}" for n, v in verdicts.items())
+        if not passing:
+            return all(v.cause == "rendezvous timed out" for v in verdicts.values()), seen
+        floor = ctx.baseline["busbw"] / SLOWER_BY_AT_MOST
+        held = all(v.passed and (v.busbw or 0) >= floor for v in verdicts.values())
+        return held, f"{seen} (baseline busbw {ctx.baseline['busbw']:.2f} GB/s)"
+
+    name = RENDEZVOUS if not passing else "all-reduce passes again, busbw near the baseline"
+    return Check(name, condition, timeout=RUN_LIMIT, then=_clean_up)
+
+
+def _clean_up(ctx: Context) -> None:
+    workloads.remove(ctx.lab, workloads.ALLREDUCE, _run_limit(ctx.lab))
+
+
+def _operator_still_installed(ctx: Context) -> Verdict:
+    policy = gpu.cluster_policy(ctx.view)
+    state = gpu.policy_state(policy)
+    return state == "ready", f"ClusterPolicy state {state or 'missing'}"
+
+
+symptoms = [_rules(expect_open=False), _tcp_check("timed out"), _allreduce_check(passing=False)]
+recovery = [
+    _rules(expect_open=True),
+    _tcp_check("connected"),
+    _allreduce_check(passing=True),
+    Check("GPU Operator still installed (the full variable set was applied)",
+          _operator_still_installed, timeout=60.0),
+]  # fmt: skip
+
+
+# --- diagnosis --------------------------------------------------------------------------
+
+
+def diagnose(lab: Lab, view: ClusterView) -> list[Finding]:
+    """Top-down: the job's logs, placement, the same-node control, the SG rules, the toggles."""
+    rules = node_rules(lab)
+    toggles = {name: (lab.variables or {}).get(name) for name in TOGGLES}
+    return [
+        Finding("1. the job's logs", "kubectl logs nccl-allreduce-0; kubectl logs nccl-allreduce-1",
+                "rank 1: `DistNetworkError: The client socket has timed out after 60000ms while "
+                "trying to connect to (<rank 0 IP>, 29500)`; rank 0: `DistStoreError: Timed out "
+                "after 61 seconds waiting for clients. 1/2 clients joined.`",
+                "the rendezvous never connected: a network problem before NCCL even started",
+                trap=traps[0].name),
+        Finding("2. placement", "kubectl get pods -o wide -l app=nccl-allreduce",
+                "the two ranks ran on two different GPU nodes (required anti-affinity)",
+                "their traffic crosses the nodes' security groups"),
+        Finding("3. the same-node control",
+                "kubectl logs tcp-check-same-node; kubectl logs tcp-check-cross-node",
+                "same node: connected; other node: `timed out after 10 s`; both resolved the name",
+                "DNS and the pods are fine; new connections between nodes are dropped"),
+        Finding("4. the SG rules", f"aws ec2 describe-security-group-rules --filters "
+                f"Name=group-id,Values={rules.node_sg},{rules.aux_sg}",
+                rules.describe(),
+                "no rule admits tcp 1025-65535 from the other GPU node", trap=traps[2].name),
+        Finding("5. the lab's toggles", "invoke lab.status (variables)",
+                ", ".join(f"{k}={v}" for k, v in toggles.items()),
+                "both toggles are off: the stack removed the rules on purpose"),
+        Finding("6. the fix", "terraform apply with both toggles true (invoke scenario.revert)",
+                "one apply of the full variable set; the operator and every other setting kept",
+                "start the workload again afterwards: nothing retries a failed rendezvous",
+                trap=traps[1].name),
+    ]  # fmt: skip
+
+
+def state(ctx: Context) -> dict[str, str]:
+    rules = node_rules(ctx.lab)
+    return {"node-to-node rules": "present" if rules.self_rule and rules.vpc_rule else "absent"}
+
+
+SCENARIO = Scenario(
+    name="nccl-sg-block",
+    summary="security-group toggles off: NCCL between the GPU nodes is blocked",
+    about=__doc__ or "",
+    needs=Needs(gpu_nodes=2, operator=True),
+    risk=(
+        "removes the node SG's recommended rules (the webhook ports from the control plane "
+        "with them: admission webhooks can fail while injected) and the aux SG's VPC rule; "
+        "one terraform apply each way, the full variable set carried"
+    ),
+    duration="about 15 minutes on EKS (two applies, a 60 s rendezvous timeout, three workloads)",
+    baseline=baseline,
+    inject=inject,
+    revert=revert,
+    symptoms=symptoms,
+    recovery=recovery,
+    diagnose=diagnose,
+    traps=traps,
+    state=state,
+    preview=preview,
+    doctor_finding="sg-blocks-nccl",
+    detect=detect,
+    area="network",
+)

@@ -1,0 +1,110 @@
+"""Through `invoke`, without a lab to share: bad settings and a broken backend start are clear
+errors that create nothing, and a rehearsal backend left by a killed `lab.up` is found and
+stopped by `lab.down --destroy`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from lab_support import INVOKE, ROOT, invoke_env, pid_alive, run_invoke
+
+from labs.sim import process
+from labs.state import load_json
+
+
+@pytest.mark.parametrize("speed", ["nan", "inf", "-inf"])
+def test_a_speed_that_is_not_finite_is_refused(tmp_path: Path, speed: str):
+    result = run_invoke(
+        "lab.up", "--sim", "--lab", "x", env=invoke_env(tmp_path, INVOKE_LAB_SPEED=speed)
+    )
+
+    assert result.returncode == 1
+    assert f"INVOKE_LAB_SPEED {speed!r} is not a finite number" in result.stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_region_shaped_like_one_but_unknown_is_refused_before_anything_starts(tmp_path: Path):
+    env = invoke_env(tmp_path, INVOKE_LAB_REGION="xx-mars-1")
+    result = run_invoke("lab.up", "--sim", "--lab", "x", env=env)
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "region 'xx-mars-1' is not an AWS region" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "x").exists()
+
+
+def test_an_empty_state_dir_is_refused_not_taken_as_the_current_directory(tmp_path: Path):
+    result = run_invoke(
+        "lab.status", "--lab", "x", env=invoke_env(tmp_path, INVOKE_LAB_STATE_DIR="")
+    )
+
+    assert result.returncode == 1
+    assert "INVOKE_LAB_STATE_DIR '' is not a directory path" in result.stderr
+
+
+def test_a_lab_section_that_is_not_a_mapping_is_named(tmp_path: Path):
+    config = tmp_path / "invoke.yaml"
+    config.write_text("lab: 5\n")
+
+    result = run_invoke("-f", str(config), "lab.status", "--lab", "x", env=invoke_env(tmp_path))
+
+    assert result.returncode == 1
+    assert "the `lab:` section of invoke.yaml is a int (5), not a mapping" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_backend_that_dies_at_start_is_reported_as_dead_not_as_slow(tmp_path: Path):
+    blocker = tmp_path / "x" / "sim" / "kubeconfig"  # the backend cannot write its kubeconfig
+    blocker.mkdir(parents=True)
+    (blocker / "in-the-way").touch()
+
+    result = run_invoke("lab.up", "--sim", "--lab", "x", env=invoke_env(tmp_path))
+
+    assert result.returncode == 1
+    assert "the rehearsal backend exited with code 1 after" in result.stderr
+    assert "did not come up within" not in result.stderr
+    assert f"could not write {blocker}" in result.stderr  # the log's tail says why
+    assert process.processes(tmp_path / "x" / "sim") == []
+
+
+def test_a_backend_left_by_a_killed_lab_up_is_stopped_by_lab_down_destroy(tmp_path: Path):
+    env = invoke_env(tmp_path)
+    sim_dir = tmp_path / "orphan" / "sim"
+    up = subprocess.Popen([INVOKE, "lab.up", "--sim", "--lab", "orphan"], cwd=ROOT, env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (pids := process.processes(sim_dir)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.killpg(up.pid, signal.SIGKILL)  # killed right after the backend started
+        up.wait(timeout=30)
+        assert pids and all(pid_alive(pid) for pid in pids), "no backend was running"
+
+        down = run_invoke("lab.down", "--lab", "orphan", "--destroy", "--yes", env=env)
+
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert f"rehearsal backend stopped (pid {pids[0]})" in down.stdout
+        assert process.processes(sim_dir) == [] and not any(pid_alive(pid) for pid in pids)
+        status = run_invoke("lab.status", "--lab", "orphan", env=env)
+        assert status.returncode == 1 and "no lab named 'orphan'" in status.stderr
+    finally:
+        for pid in process.processes(sim_dir):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_lab_scale_to_a_negative_count_is_refused_by_range(tmp_path: Path):
+    env = invoke_env(tmp_path)
+    state = tmp_path / "neg" / "state.json"
+    state.parent.mkdir()
+    state.write_text('{"backend": "sim"}')  # no backend runs: the range check comes first
+
+    result = run_invoke("lab.scale", "-1", "--lab", "neg", env=env)
+
+    assert result.returncode == 1
+    assert "cannot scale lab 'neg' to -1 GPU node(s): use 0 to 2" in result.stderr
+    assert load_json(state) == {"backend": "sim"}

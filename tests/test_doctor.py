@@ -1,0 +1,173 @@
+"""lab.doctor on one rehearsal world: healthy, then every registered scenario's fault.
+
+The accuracy matrix: for each scenario in the registry, inject it as `scenario.inject` does,
+run the doctor on the lab, and require that the probable cause is the finding the scenario
+declares; the same doctor through `--kubeconfig/--context` (no lab state) must find the same,
+and the emulator's request log must show it only read. Then the faults reached through AWS:
+security-group rules removed (through `invoke lab.doctor --json`), and the GPU node group
+scaled to zero.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from pathlib import Path
+
+import pytest
+from lab_support import invoke_env, run_invoke
+from scenario_support import LAB_NAME, SimLab, quiet, wait_ready
+
+import scenarios
+from labs import lifecycle
+from labs.console import Console
+from labs.doctor.model import Report
+from labs.doctor.render import SCHEMA, as_document, as_text
+from labs.doctor.run import doctor
+from labs.kube import probes
+from labs.lab import Lab
+from labs.run.engine import inject_scenario, revert_scenarios
+from labs.settings import load_settings
+
+CONTEXT = f"lab-admin@{LAB_NAME}"  # the context the world's kubeconfig names
+READS = {"GET"}  # list, get, watch and pods/log are all GETs
+
+
+def attached(sim_lab: SimLab, state_dir: Path) -> Report:
+    """The doctor through the world's kubeconfig and context, with no lab state."""
+    settings = load_settings(
+        None,
+        {
+            "kubeconfig": str(sim_lab.world.kubeconfig_path),
+            "context": CONTEXT,
+            "state_dir": str(state_dir),
+        },
+    )
+    return doctor(lambda: Lab.open(settings))
+
+
+def lab_doctor(lab: Lab, *args: str) -> tuple[int, dict]:
+    """`invoke lab.doctor --lab L --json`: exit code and the document."""
+    env = invoke_env(lab.settings.state_dir)
+    result = run_invoke("lab.doctor", "--lab", lab.name, "--json", *args, env=env)
+    assert result.stdout.startswith("{"), result.stdout + result.stderr
+    return result.returncode, json.loads(result.stdout)
+
+
+def kubernetes_findings(document: dict) -> list[tuple]:
+    """(name, subject, severity, explained by) of every finding a kubeconfig can show."""
+    return [
+        (f["name"], f["subject"], f["severity"], json.dumps(f["explained_by"]))
+        for f in document["findings"]
+        if f["stage"] != "network"
+    ]
+
+
+def test_a_healthy_lab_exits_0_says_so_and_lists_what_it_checked(sim_lab: SimLab):
+    lab = sim_lab.lab
+
+    result = run_invoke("lab.doctor", "--lab", lab.name, env=invoke_env(lab.settings.state_dir))
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "no problem found" in out and "probable cause" not in out
+    assert "read: nodes 4 (2 GPU)" in out and "clusterpolicy cluster-policy ready" in out
+    for stage in ("pods", "nodes", "operands", "operator", "logs", "node-internals", "network"):
+        assert f"\n  {stage:<14} " in out, stage
+    assert "NOT CHECKED: validation files, nvidia-smi" in out
+
+
+@pytest.mark.parametrize("name", sorted(scenarios.all_scenarios()))
+def test_the_probable_cause_is_each_scenarios_declared_finding(
+    sim_lab: SimLab, name: str, tmp_path: Path
+):
+    lab, api = sim_lab.lab, sim_lab.world.api
+    scenario = scenarios.get(name)
+    inject_scenario(lab, scenario, out=quiet, speed=lab.speed, confirm=lambda _question: True)
+    try:
+        on_lab = doctor(lambda: Lab.open(lab.settings))
+        api.request_log.clear()
+        from_kubeconfig = as_document(attached(sim_lab, tmp_path / "no-lab"))
+        requests = list(api.request_log)
+    finally:
+        revert_scenarios(lab, scenarios.all_scenarios(), None, out=quiet)
+    wait_ready(lab)
+
+    document = as_document(on_lab)
+    cause = document["probable_cause"]
+    if scenario.doctor_finding is None:  # nothing left to read: no wrong cause either
+        assert (cause, on_lab.exit_code) == (None, 0), as_text(on_lab)
+    else:
+        assert cause and cause["name"] == scenario.doctor_finding, as_text(on_lab)
+        assert (on_lab.exit_code, document["status"]) == (1, "problems")
+        assert document["findings"][0]["name"] == scenario.doctor_finding
+    assert kubernetes_findings(from_kubeconfig) == kubernetes_findings(document)
+    assert requests and {method for method, _ in requests} == READS, requests
+    assert not (tmp_path / "no-lab").exists()
+
+
+def test_the_json_document_keeps_its_schema(sim_lab: SimLab, tmp_path: Path):
+    document = as_document(attached(sim_lab, tmp_path / "no-lab"))
+
+    assert document["schema"] == SCHEMA and document["status"] == "healthy"
+    assert (document["exit_code"], document["probable_cause"], document["error"]) == (0, None, None)
+    assert set(document) == {
+        "schema",
+        "target",
+        "status",
+        "exit_code",
+        "error",
+        "probable_cause",
+        "findings",
+        "checked",
+        "not_checked",
+        "seconds",
+    }
+    assert document["target"]["backend"] == "existing"
+    assert {f["severity"] for f in document["findings"]} <= {"info"}
+    assert {"stage", "check", "looked_at"} == set(document["checked"][0])
+    network = [s for s in document["not_checked"] if s["stage"] == "network"]
+    assert network and "no AWS access" in network[0]["why"]
+
+
+def test_security_group_rules_that_block_nccl_are_named_on_a_lab(sim_lab: SimLab):
+    lab = sim_lab.lab
+    toggles = {"enable_aux_sg_vpc_allow": False, "node_sg_enable_recommended_rules": False}
+    lab.infra().apply({**lab.variables, **toggles})
+    try:
+        report = doctor(lambda: Lab.open(lab.settings))
+    finally:
+        lab.infra().apply(lab.variables)
+
+    cause = report.probable_cause
+    assert cause is not None and cause.name == "sg-blocks-nccl", as_text(report)
+    assert cause.subject == f"securitygroup/{lab.outputs['node_security_group_id']}"
+    assert "tcp 1025-65535" not in " ".join(e.value for e in cause.evidence)
+    assert (
+        "192.168.0.0/16" in cause.meaning and "node_sg_enable_recommended_rules=true" in cause.fix
+    )
+    assert doctor(lambda: Lab.open(lab.settings)).exit_code == 0
+
+
+def test_gpu_nodes_scaled_to_zero_are_named_with_the_node_group(sim_lab: SimLab):
+    lab = sim_lab.lab
+    console = Console(io.StringIO())
+    lifecycle.scale(lab, 0, console)
+    try:
+        probes.create_probe(lab)
+        deadline = time.monotonic() + 30
+        while (report := doctor(lambda: Lab.open(lab.settings))).probable_cause is None:
+            assert time.monotonic() < deadline, as_text(report)
+            time.sleep(0.1)  # until the scheduler has said why the probe waits
+    finally:
+        probes.delete_probe(lab, 30)
+        lifecycle.scale(lab, 2, console)
+    wait_ready(lab)
+
+    cause = report.probable_cause
+    assert cause is not None and cause.name == "gpu-nodes-scaled-to-zero", as_text(report)
+    evidence = {e.object: e.value for e in cause.evidence}
+    assert evidence["nodegroup/myeks-ng-gpu"] == "desired 0, min 0, max 2"
+    assert evidence["pods"] == "pod/default/gpu-probe"
+    assert "--nodegroup-name myeks-ng-gpu" in cause.fix and "desiredSize=2" in cause.fix

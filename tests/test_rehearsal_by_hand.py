@@ -1,0 +1,151 @@
+"""A person at the keyboard of an injected rehearsal lab, with plain kubectl and the write-up's
+commands: `kubectl debug node` and `exec` reach the world's programs, the API pieces a person
+reaches for are there, and after `scenario.inject` the world runs at a person's pace, so the
+recovery after the revert can be watched as on EKS.
+
+One world for the module, with device-plugin-off injected at the start; the tests run in
+order (the revert comes last). The pace is a person's, compressed 3x (`--speed 3`) so that
+the 2-second kubectl loop of the last test costs seconds, not the minute of real time.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from scenario_support import SCENARIO_SPEED, SimLab, another_lab_record, quiet, wait_ready
+from tool_support import require_tool
+
+import scenarios
+from labs import status as lab_status
+from labs.kube import gpu
+from labs.lab import Lab
+from labs.run.engine import inject_scenario, revert_scenarios
+
+PERSON_SPEED = 3.0
+DEBUG_IMAGE = "public.ecr.aws/amazonlinux/amazonlinux:2023"
+DEVICE_PLUGIN_DS = "nvidia-device-plugin-daemonset"
+
+
+@pytest.fixture(scope="module")
+def practice(world_lab: SimLab, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    """The shared world with device-plugin-off injected for practice."""
+    lab = another_lab_record(world_lab, tmp_path_factory.mktemp("state")).lab
+    inject_scenario(lab, scenarios.get("device-plugin-off"), out=quiet, speed=PERSON_SPEED)
+    yield lab
+    revert_scenarios(lab, scenarios.all_scenarios(), None, out=quiet)
+
+
+@pytest.fixture(scope="module")
+def kubectl(practice: Lab, tmp_path_factory: pytest.TempPathFactory):
+    """`kubectl(*args)` against the lab, as `eval "$(invoke lab.env)"` would set it up."""
+    binary = require_tool("kubectl")
+    cache = tmp_path_factory.mktemp("kubectl-cache")
+
+    def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        command = [binary, "--kubeconfig", str(practice.paths.kubeconfig), "--cache-dir",
+                   str(cache), *args]  # fmt: skip
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)  # fmt: skip
+
+    return run
+
+
+def gpu_node(lab: Lab) -> str:
+    return gpu.name_of(gpu.gpu_nodes(lab.snapshot("nodes"))[0])
+
+
+def debug_node(kubectl, node: str, *command: str) -> subprocess.CompletedProcess:
+    """The write-up's `kubectl debug node/N -it --image=... -- <command>`."""
+    return kubectl("debug", f"node/{node}", "-it", f"--image={DEBUG_IMAGE}", "--", *command)
+
+
+def test_after_inject_the_world_runs_at_a_persons_pace_until_a_program_speeds_it_up(
+    practice: Lab, kubectl
+):
+    assert practice.speed == PERSON_SPEED
+    label = lab_status.gather(practice)["backend_label"]
+    assert f"{PERSON_SPEED:g}x speed now" in label and f"{SCENARIO_SPEED:g}x" in label
+    served = json.loads(kubectl("get", "--raw", "/sim/pace").stdout)
+    assert served["speed"] == PERSON_SPEED
+    assert datetime.fromisoformat(served["now"]) > datetime.now(UTC), "the world's clock runs ahead"
+    with practice.backend.program_pace(practice):
+        assert practice.speed == SCENARIO_SPEED
+    assert practice.speed == PERSON_SPEED
+
+
+def test_debug_node_chroot_nvidia_smi_hits_the_nvml_trap(practice: Lab, kubectl):
+    run = debug_node(kubectl, gpu_node(practice), "chroot", "/host", "nvidia-smi", "-L")
+    assert run.returncode == 0, run.stderr
+    assert "Creating debugging pod node-debugger-" in run.stdout
+    assert run.stdout.rstrip().endswith("Failed to initialize NVML: Unknown Error")
+
+
+def test_socket_directory_has_no_nvidia_gpu_sock_while_the_plugin_is_off(practice: Lab, kubectl):
+    listing = "ls -la /var/lib/kubelet/device-plugins/".split()
+    run = debug_node(kubectl, gpu_node(practice), "chroot", "/host", *listing)
+    assert run.returncode == 0, run.stderr
+    assert "kubelet.sock" in run.stdout and "kubelet_internal_checkpoint" in run.stdout
+    assert "nvidia-gpu.sock" not in run.stdout
+
+
+def test_exec_into_the_dcgm_exporter_shows_the_driver_alive(kubectl):
+    selector = "-l", "app=nvidia-dcgm-exporter", "-o", "jsonpath={.items[0].metadata.name}"
+    pod = kubectl("get", "pods", "-n", "gpu-operator", *selector).stdout
+    run = kubectl("exec", "-n", "gpu-operator", pod, "--", "nvidia-smi", "-L")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("GPU 0: NVIDIA A10G (UUID: GPU-")
+    missing = kubectl("exec", "-n", "gpu-operator", pod, "--", "nvidia-smi", "--bogus")
+    assert missing.returncode == 255  # the process's exit status, through the error channel
+
+
+def test_the_api_pieces_a_person_reaches_for(kubectl):
+    assert kubectl("create", "ns", "practice").stdout == "namespace/practice created\n"
+    created = kubectl("create", "configmap", "notes", "-n", "practice", "--from-literal=a=b")
+    assert created.stdout == "configmap/notes created\n", created.stderr
+    explain = kubectl("explain", "clusterpolicy.spec.devicePlugin.enabled").stdout
+    assert "KIND:       ClusterPolicy" in explain and "FIELD: enabled <boolean>" in explain
+    assert kubectl("auth", "can-i", "patch", "clusterpolicies").stdout == "yes\n"
+    everything = kubectl("get", "all", "-n", "gpu-operator").stdout
+    assert "replicaset.apps/gpu-operator-" in everything
+    assert "service/nvidia-dcgm-exporter" in everything and "9400/TCP" in everything
+    events = kubectl("get", "events", "-A").stdout
+    for reason in ("SuccessfulCreate", "ScalingReplicaSet", "RegisteredNode", "NodeReady"):
+        assert reason in events
+
+
+def ds_counts(kubectl) -> str:
+    line = kubectl("get", "ds", "-n", "gpu-operator", DEVICE_PLUGIN_DS, "--no-headers").stdout
+    return "/".join(line.split()[1:4]) if line else "NotFound"
+
+
+def test_a_two_second_loop_sees_the_recovery_of_the_write_up(practice: Lab, kubectl):
+    revert_scenarios(practice, scenarios.all_scenarios(), None, out=quiet)
+    seen: list[str] = []
+    deadline = time.monotonic() + 90 / PERSON_SPEED
+    while not seen or seen[-1] != "2/2/2":
+        assert time.monotonic() < deadline, f"no 2/2/2 in time; seen {seen}"
+        seen.append(ds_counts(kubectl))
+        time.sleep(2)
+    assert "2/2/1" in seen, seen  # one node's plugin is ready first, as in the write-up's table
+    listing = "ls -la /var/lib/kubelet/device-plugins/".split()
+    after = debug_node(kubectl, gpu_node(practice), "chroot", "/host", *listing)
+    assert "nvidia-gpu.sock" in after.stdout
+    with practice.backend.program_pace(practice):
+        wait_ready(practice)
+
+
+def test_speed_is_checked_before_anything_is_injected(tmp_path: Path):
+    from labs.backends.aws import AwsBackend
+    from labs.errors import LabError
+    from labs.settings import load_settings
+
+    aws_lab = Lab.create(load_settings(None, {"state_dir": str(tmp_path)}), "aws")
+    with pytest.raises(LabError, match="runs in real time; --speed applies to rehearsal labs"):
+        AwsBackend().person_speed(aws_lab, 5.0)
+    assert AwsBackend().person_speed(aws_lab, None) == 1.0
