@@ -24,7 +24,7 @@ from labs.aws.node_network import NodeRules, node_rules
 from labs.console import Console
 from labs.errors import LabError
 from labs.kube import gpu, workloads
-from labs.kube.verdicts import allreduce_verdict, tcp_verdict
+from labs.kube.verdicts import AllReduceVerdict, allreduce_verdict, tcp_verdict
 from labs.kube.view import ClusterView
 from labs.lab import Lab
 from labs.run.contract import Check, Context, Finding, Needs, Scenario, Trap, Verdict
@@ -127,7 +127,6 @@ def preview(lab: Lab) -> list[str]:
 def _rules(expect_open: bool) -> Check:
     def condition(ctx: Context) -> Verdict:
         rules: NodeRules = node_rules(ctx.lab)
-        ctx.notes["rules"] = rules
         held = bool(rules.self_rule and rules.vpc_rule) if expect_open else not rules.open
         return held, rules.describe()
 
@@ -244,8 +243,19 @@ def diagnose(lab: Lab, view: ClusterView) -> list[Finding]:
 
 
 def state(ctx: Context) -> dict[str, str]:
+    """The rules, and what the latest TCP checks and all-reduce showed (the baseline's first)."""
     rules = node_rules(ctx.lab)
-    return {"node-to-node rules": "present" if rules.self_rule and rules.vpc_rule else "absent"}
+    tcp = ctx.notes.get("tcp")
+    cross = tcp[CROSS].outcome if tcp else ctx.baseline["tcp"][CROSS]
+    verdicts: dict[str, AllReduceVerdict] | None = ctx.notes.get("allreduce")
+    allreduce = "passes"
+    if verdicts and not all(v.passed for v in verdicts.values()):
+        allreduce = "fails: " + ", ".join(sorted({v.cause for v in verdicts.values()}))
+    return {
+        "node-to-node rules": "present" if rules.self_rule and rules.vpc_rule else "absent",
+        "cross-node TCP check": cross,
+        "all-reduce": allreduce,
+    }
 
 
 SCENARIO = Scenario(

@@ -6,6 +6,7 @@
 ########################
 
 resource "aws_security_group" "node_aux" {
+  #checkov:skip=CKV2_AWS_5:attached to both node groups through the eks module (vpc_security_group_ids), which checkov does not read without downloading it
   name        = "${var.ClusterBaseName}-node-aux-sg"
   description = "Auxiliary security group shared by the system and GPU node groups"
   vpc_id      = module.vpc.vpc_id

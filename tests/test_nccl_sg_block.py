@@ -147,7 +147,20 @@ def test_full_run_shows_plan_fault_and_recovery(sim_lab: SimLab):
     assert "1/2 clients joined." in rendezvous and ", 29500)." in rendezvous
     assert "busbw 0.74 GB/s" in seen["all-reduce passes again, busbw near the baseline"]
     assert "timed out after 10 s" in seen[scenarios.get(NAME).symptoms[1].name]
-    assert report["states"]["recovered"] == report["states"]["baseline"]
+    assert report["states"]["fault"] == {
+        "node-to-node rules": "absent",
+        "cross-node TCP check": "timed out",
+        "all-reduce": "fails: rendezvous timed out",
+    }
+    assert (
+        report["states"]["recovered"]
+        == report["states"]["baseline"]
+        == {
+            "node-to-node rules": "present",
+            "cross-node TCP check": "connected",
+            "all-reduce": "passes",
+        }
+    )
     assert (
         "## Infrastructure plan of the injection" in (result.report_dir / "report.md").read_text()
     )
