@@ -16,7 +16,8 @@ admission webhooks may fail while it is in: read the plan, keep the window short
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from labs import lifecycle
 from labs.aws import stack
@@ -28,6 +29,8 @@ from labs.kube.verdicts import AllReduceVerdict, allreduce_verdict, tcp_verdict
 from labs.kube.view import ClusterView
 from labs.lab import Lab
 from labs.run.contract import Check, Context, Finding, Needs, Scenario, Trap, Verdict
+
+V = TypeVar("V")
 
 TOGGLES = (stack.ENABLE_AUX_SG_VPC_ALLOW, stack.NODE_SG_ENABLE_RECOMMENDED_RULES)
 SAME, CROSS = "tcp-check-same-node", "tcp-check-cross-node"
@@ -147,13 +150,23 @@ def _finished(ctx: Context, workload: workloads.Workload) -> dict[str, str] | st
     return {name: run.log for name, run in runs.items()}
 
 
+def _verdicts(
+    ctx: Context, workload: workloads.Workload, parse: Callable[[str], V], note: str
+) -> dict[str, V] | str:
+    """Each finished pod's verdict by name, kept in the run's notes for `state`; or (while any
+    still runs) the pods' phases."""
+    logs = _finished(ctx, workload)
+    if isinstance(logs, str):
+        return logs
+    ctx.notes[note] = verdicts = {n: parse(log) for n, log in logs.items()}
+    return verdicts
+
+
 def _tcp_check(expected_cross: str) -> Check:
     def condition(ctx: Context) -> Verdict:
-        logs = _finished(ctx, workloads.TCP_CHECK)
-        if isinstance(logs, str):
-            return False, logs
-        outcomes = {n: tcp_verdict(log) for n, log in logs.items()}
-        ctx.notes["tcp"] = outcomes
+        outcomes = _verdicts(ctx, workloads.TCP_CHECK, tcp_verdict, "tcp")
+        if isinstance(outcomes, str):
+            return False, outcomes
         seen = "; ".join(f"{n}: {v.evidence}" for n, v in outcomes.items())
         held = outcomes[SAME].connected and outcomes[CROSS].outcome == expected_cross
         return held, seen
@@ -171,11 +184,9 @@ def _start_allreduce(ctx: Context) -> None:
 
 def _allreduce_check(passing: bool) -> Check:
     def condition(ctx: Context) -> Verdict:
-        logs = _finished(ctx, workloads.ALLREDUCE)
-        if isinstance(logs, str):
-            return False, logs
-        verdicts = {n: allreduce_verdict(log) for n, log in logs.items()}
-        ctx.notes["allreduce"] = verdicts
+        verdicts = _verdicts(ctx, workloads.ALLREDUCE, allreduce_verdict, "allreduce")
+        if isinstance(verdicts, str):
+            return False, verdicts
         seen = "; ".join(f"{n}: {v.evidence}" for n, v in verdicts.items())
         if not passing:
             return all(v.cause == "rendezvous timed out" for v in verdicts.values()), seen

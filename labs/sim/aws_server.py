@@ -8,8 +8,8 @@ reset-auth, seed, state manager, recorder) open. So this WSGI layer in front of 
 checks every request's SigV4 signature against the world's keys and refuses `/moto-api`
 outright; the world resets moto in-process instead.
 
-It also says when an EKS write went through (`on_eks_write`), so the node-group
-controller waits for one instead of polling moto.
+It also says when a write went through (`on_write`), so the controllers that play AWS
+(the node groups, the schedules) wait for one instead of polling moto.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ REFUSED = (
     'only its own lab\'s keys (eval "$(invoke lab.env --lab LAB)")'
 )
 CLOSED_API = "moto's /moto-api is closed on a rehearsal endpoint"
-_EKS_WRITES = frozenset({"POST", "PUT", "DELETE"})
+_WRITES = frozenset({"POST", "PUT", "DELETE"})
 StartResponse = Callable[..., Any]
 
 
@@ -50,7 +50,7 @@ class AwsServer:
 
     def __init__(self, keys: Keys, host: str = "127.0.0.1") -> None:
         self.keys = keys
-        self.on_eks_write: Callable[[], None] = lambda: None
+        self._on_write: list[tuple[str, Callable[[], None]]] = []
         self._moto = DomainDispatcherApplication(create_backend_app)
         self._server: BaseWSGIServer = make_server(
             host, 0, self._app, threaded=True, request_handler=MotoRequestHandler
@@ -61,6 +61,11 @@ class AwsServer:
     def url(self) -> str:
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}"
+
+    def on_write(self, path_prefix: str, callback: Callable[[], None]) -> None:
+        """Call `callback` after each write (POST/PUT/DELETE) to a path under `path_prefix`
+        (`/clusters` for EKS, `/schedules` for EventBridge Scheduler)."""
+        self._on_write.append((path_prefix, callback))
 
     def start(self) -> str:
         self._thread.start()
@@ -86,8 +91,10 @@ class AwsServer:
                 start_response, "403 Forbidden", "InvalidClientTokenId", REFUSED, json_protocol
             )
         response = list(self._moto(environ, start_response))
-        if environ["REQUEST_METHOD"] in _EKS_WRITES and path.startswith("/clusters"):
-            self.on_eks_write()
+        if environ["REQUEST_METHOD"] in _WRITES:
+            for prefix, callback in self._on_write:
+                if path.startswith(prefix):
+                    callback()
         return response
 
 

@@ -26,8 +26,9 @@ TIMEOUT_SECONDS = 5.0
 Control = Callable[[str, Any], dict]
 
 
-def control(timings: Timings, clock: WorldClock) -> Control:
-    """The emulator's handler for PACE_PATH, acting on the world's shared timings and clock."""
+def control(timings: Timings, clock: WorldClock, on_change: Callable[[], None]) -> Control:
+    """The emulator's handler for PACE_PATH, acting on the world's shared timings and clock;
+    `on_change` runs after a new pace is in force."""
 
     def handle(method: str, body: Any) -> dict:
         if method == "PUT":
@@ -39,6 +40,7 @@ def control(timings: Timings, clock: WorldClock) -> Control:
                 raise BadRequest(
                     f"speed must be a positive number (1 = real time), got {wanted!r}"
                 ) from None
+            on_change()
         elif method != "GET":
             raise MethodNotAllowed(f"{method} is not allowed on /{PACE_PATH}: use GET or PUT")
         return {"speed": timings.speed, "now": clock.now().isoformat()}

@@ -42,8 +42,6 @@ REAL_WORLD_SECONDS: dict[str, float] = {
     "unschedulable_retry": 300.0,
     # Scheduler: first retry of a pod that failed (podInitialBackoffSeconds).
     "scheduler_backoff": 1.0,
-    # EventBridge Scheduler: a one-time schedule without a flexible window fires within this.
-    "schedule_poll": 20.0,
 }
 
 
@@ -65,7 +63,6 @@ class Timings:
     capacity_grace: float
     unschedulable_retry: float
     scheduler_backoff: float
-    schedule_poll: float
 
     def set_speed(self, speed: float) -> None:
         """Retime every delay for `speed`, in place; ValueError names a bad value."""

@@ -60,6 +60,12 @@ class World:
         """The world's Kubernetes API emulator (its request log, for instance)."""
         return self._api
 
+    def wake(self) -> None:
+        """Every controller looks again now (the pace changed: their waits were timed for the
+        old one)."""
+        for controller in self._controllers:
+            controller.wake()
+
     def stop(self) -> None:
         """Join every controller thread and stop both servers; safe to call twice."""
         if self._stopped:
@@ -104,7 +110,7 @@ def start_world(
     try:
         reset_moto()  # moto keeps state per process, across servers: start from an empty account
         api.runtime = ContainerRuntime(api.store)
-        api.controls[pace.PACE_PATH] = pace.control(timings, clock)
+        api.controls[pace.PACE_PATH] = pace.control(timings, clock, on_change=world.wake)
         kube_url = api.start()
         endpoints: dict[str, Any] = {
             "aws_endpoint_url": aws.start(),
@@ -124,6 +130,7 @@ def start_world(
         nodes = NodeLifecycle(api.store, timings, clients, cluster_name, region, updates)
         nodes.converge_instantly()
         network = Network(api.store, SecurityGroups(clients, cluster_name))
+        schedules = EventBridgeScheduler(api.store, timings, clients, clock)
         world._controllers = [
             nodes,
             Workloads(api.store, timings),
@@ -132,9 +139,10 @@ def start_world(
             Kubelet(api.store, timings, programs=[TcpCheck(network), AllReduce(network)]),
             DevicePlugin(api.store, timings),
             GpuOperator(api.store, timings),
-            EventBridgeScheduler(api.store, timings, clients, clock),
+            schedules,
         ]
-        aws.on_eks_write = nodes.wake
+        aws.on_write("/clusters", nodes.wake)
+        aws.on_write("/schedules", schedules.wake)
         for controller in world._controllers:
             controller.start()
         world.endpoints = endpoints

@@ -47,13 +47,11 @@ def allows(document: dict[str, Any], action: str) -> bool:
     return False
 
 
-# Wall seconds between looks at the schedules, at least: an idle world stays near 0 % CPU, and
-# a schedule fires at most this late (EventBridge itself fires within its minute).
-MIN_POLL_SECONDS = 1.0
-
-
 class EventBridgeScheduler(Controller):
-    """Fires the due one-time schedules of this world's moto, once each."""
+    """Fires the due one-time schedules of this world's moto, once each.
+
+    It sleeps until the next schedule is due; a write to the schedules (the AWS endpoint calls
+    `wake`) or a change of pace wakes it to look again, so an idle world never polls moto."""
 
     def __init__(
         self,
@@ -68,7 +66,7 @@ class EventBridgeScheduler(Controller):
         self._done: set[tuple[str, str]] = set()  # (arn, expression) already run and kept
 
     def reconcile(self) -> float | None:
-        waits = [max(self.timings.schedule_poll, MIN_POLL_SECONDS)]
+        waits: list[float] = []
         scheduler = self._clients("scheduler")
         for page in scheduler.get_paginator("list_schedules").paginate(State="ENABLED"):
             for summary in page["Schedules"]:
@@ -86,7 +84,7 @@ class EventBridgeScheduler(Controller):
                     scheduler.delete_schedule(Name=summary["Name"], GroupName=summary["GroupName"])
                 else:
                     self._done.add(key)
-        return min(waits)
+        return min(waits, default=None)
 
     def _fire(self, schedule: dict[str, Any]) -> bool:
         """Invoke the target once; False (and a log line) when it could not be invoked."""
