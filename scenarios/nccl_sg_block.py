@@ -24,7 +24,7 @@ from labs.aws import stack
 from labs.aws.node_network import NodeRules, node_rules
 from labs.console import Console
 from labs.errors import LabError
-from labs.kube import gpu, workloads
+from labs.kube import gpu, probes, workloads
 from labs.kube.verdicts import AllReduceVerdict, allreduce_verdict, tcp_verdict
 from labs.kube.view import ClusterView
 from labs.lab import Lab
@@ -144,7 +144,7 @@ def _start_tcp(ctx: Context) -> None:
 def _finished(ctx: Context, workload: workloads.Workload) -> dict[str, str] | str:
     """Each finished pod's log by name, or (while any still runs) the pods' phases."""
     phases = {n: gpu.pod_phase(ctx.view, n) for n in workload.finishing()}
-    if not all(p in workloads.FINISHED for p in phases.values()):
+    if not all(p in probes.FINISHED_PHASES for p in phases.values()):
         return ", ".join(f"{n} {p}" for n, p in phases.items())
     runs = workloads.wait_finished(ctx.lab, ctx.view, workload, 10.0)
     return {name: run.log for name, run in runs.items()}

@@ -13,7 +13,6 @@ import ipaddress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from labs.aws import stack
 from labs.doctor.catalog import kind
 from labs.doctor.model import DoctorFinding, Evidence
 from labs.errors import LabError
@@ -64,8 +63,7 @@ def _read(lab: Lab, outputs: dict[str, Any]) -> CloudFacts:
     for rule in rules:
         if not rule.get("IsEgress"):
             ingress.setdefault(rule["GroupId"], []).append(rule)
-    group_name = outputs.get("gpu_node_group_name") or stack.gpu_node_group_name(lab.cluster_name)
-    group = describe_gpu_nodegroup(lab.aws_client("eks"), lab.cluster_name, str(group_name))
+    group = describe_gpu_nodegroup(lab.aws_client("eks"), lab.cluster_name, lab.gpu_node_group)
     return CloudFacts(lab.cluster_name, group, node_sg, aux_sg, vpc["CidrBlock"], ingress)
 
 

@@ -16,7 +16,7 @@ from labs.doctor.model import Evidence
 from labs.errors import LabError
 from labs.kube import gpu
 from labs.kube.rest import get_items
-from labs.kube.view import api_server_url
+from labs.kube.view import api_server_url, find_in
 
 if TYPE_CHECKING:
     from labs.doctor.cloud import CloudFacts
@@ -72,11 +72,7 @@ class Facts:
         return list(self.kinds.get(kind, []))
 
     def find(self, kind: str, name: str, namespace: str = "") -> Obj | None:
-        for obj in self.objects(kind):
-            meta = obj["metadata"]
-            if meta["name"] == name and (not namespace or meta.get("namespace") == namespace):
-                return obj
-        return None
+        return find_in(self.objects(kind), name, namespace)
 
     def in_namespace(self, kind: str, namespace: str) -> list[Obj]:
         return [o for o in self.kinds.get(kind, []) if o["metadata"].get("namespace") == namespace]

@@ -88,13 +88,11 @@ def sandbox_events(facts: Facts) -> list[DoctorFinding]:
     """Events of pods that have not started, carrying a known containerd failure."""
     found = []
     for event in facts.objects("events"):
-        pod = _stuck_pod(facts, event)
-        if pod is None:
-            continue
         message = str(event.get("message", ""))
-        for known in EVENT_PATTERNS:
-            if known.pattern.search(message):
-                found.append(_from_event(facts, event, pod, known.finding, message))
+        hits = [known for known in EVENT_PATTERNS if known.pattern.search(message)]
+        pod = _stuck_pod(facts, event) if hits else None
+        if pod is not None:
+            found += [_from_event(facts, event, pod, k.finding, message) for k in hits]
     return found
 
 
@@ -106,9 +104,7 @@ def _stuck_pod(facts: Facts, event: Obj) -> Obj | None:
     pod = facts.find("pods", str(involved.get("name")), str(involved.get("namespace", "")))
     if pod is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
         return None
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-    return None if ready else pod
+    return None if gpu.is_ready(pod) else pod
 
 
 def _from_event(facts: Facts, event: Obj, pod: Obj, finding: str, message: str) -> DoctorFinding:

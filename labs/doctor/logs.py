@@ -74,11 +74,7 @@ PATTERNS = tuple(
 def log_requests(pod: Obj, group: str) -> list[LogRequest]:
     """The containers of `pod` worth reading: failing ones (init containers too), then the
     first container, at most MAX_CONTAINERS."""
-    status = pod.get("status") or {}
-    statuses = [
-        *(status.get("initContainerStatuses") or []),
-        *(status.get("containerStatuses") or []),
-    ]
+    statuses = gpu.container_statuses(pod)
     failing = [s["name"] for s in statuses if not s.get("ready") and _troubled(s)]
     main = ((pod.get("spec") or {}).get("containers") or [{}])[0].get("name")
     names = list(dict.fromkeys([*failing, *([main] if main else [])]))[:MAX_CONTAINERS]
@@ -204,9 +200,7 @@ def toolkit_version(facts: Facts) -> str | None:
     if section.get("version"):
         return str(section["version"])
     toolkit = gpu.daemonset(facts, "nvidia-container-toolkit-daemonset")
-    containers = ((toolkit or {}).get("spec") or {}).get("template", {}).get("spec", {}).get(
-        "containers"
-    ) or [{}]
+    containers = gpu.pod_template_spec(toolkit).get("containers") or [{}]
     image = str(containers[0].get("image", ""))
     return image.rsplit(":", 1)[-1] if ":" in image else None
 

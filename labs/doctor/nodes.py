@@ -123,8 +123,7 @@ def _operand_tolerations(facts: Facts) -> dict[str, list[dict]]:
     operands = gpu.operand_daemonsets(facts)
     if operands:
         return {
-            gpu.name_of(ds): daemon_pod_tolerations(ds["spec"]["template"].get("spec") or {})
-            for ds in operands
+            gpu.name_of(ds): daemon_pod_tolerations(gpu.pod_template_spec(ds)) for ds in operands
         }
     spec = ((facts.policy or {}).get("spec") or {}).get("daemonsets") or {}
     return {

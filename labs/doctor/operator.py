@@ -70,21 +70,17 @@ def operands_present(facts: Facts) -> list[DoctorFinding]:
     return found
 
 
+def _is_plugin(ds: Obj) -> bool:
+    """A device-plugin DaemonSet: the operator's, or one installed on its own."""
+    return gpu.name_of(ds) == gpu.DEVICE_PLUGIN_DAEMONSET or any(
+        str(c.get("name", "")).startswith(PLUGIN_CONTAINER)
+        for c in gpu.pod_template_spec(ds).get("containers") or []
+    )
+
+
 def _plugin_daemonsets(facts: Facts) -> list[Obj]:
-    """Device-plugin DaemonSets in any namespace: the operator's, or one installed on its own."""
-    return [
-        ds
-        for ds in facts.objects("daemonsets")
-        if gpu.name_of(ds) == gpu.DEVICE_PLUGIN_DAEMONSET
-        or any(
-            str(c.get("name", "")).startswith(PLUGIN_CONTAINER)
-            for c in _template(ds).get("containers") or []
-        )
-    ]
-
-
-def _template(ds: Obj) -> Obj:
-    return ((ds.get("spec") or {}).get("template") or {}).get("spec") or {}
+    """Device-plugin DaemonSets in any namespace."""
+    return [ds for ds in facts.objects("daemonsets") if _is_plugin(ds)]
 
 
 def operands_ready(facts: Facts) -> list[DoctorFinding]:
@@ -99,9 +95,9 @@ def _readiness(facts: Facts, ds: Obj) -> list[DoctorFinding]:
     desired, _current, ready = gpu.daemonset_counts(ds)
     if ready >= desired:
         return []
-    pods = [p for p in facts.pods_of(ds) if not _pod_ready(p)]
+    pods = [p for p in facts.pods_of(ds) if not gpu.is_ready(p)]
     name = gpu.name_of(ds)
-    group = "device-plugin" if ds in _plugin_daemonsets(facts) else "operand"
+    group = "device-plugin" if _is_plugin(ds) else "operand"
     shown = [f"{gpu.name_of(p)} ({_pod_state(p)})" for p in pods]
     nodes = [
         node_subject(str(p["spec"].get("nodeName"))) for p in pods if p["spec"].get("nodeName")
@@ -137,11 +133,6 @@ def _readiness(facts: Facts, ds: Obj) -> list[DoctorFinding]:
     ]
 
 
-def _pod_ready(pod: Obj) -> bool:
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-
-
 def _pod_state(pod: Obj) -> str:
     """What `kubectl get pod` shows in STATUS: a waiting reason (Init: for init containers)."""
     status = pod.get("status") or {}
@@ -154,12 +145,12 @@ def _pod_state(pod: Obj) -> str:
 
 
 def _coverage(facts: Facts, ds: Obj) -> list[DoctorFinding]:
-    admitted = [n for n in facts.gpu_nodes if pod_fits_selector(_template(ds), n)]
+    admitted = [n for n in facts.gpu_nodes if pod_fits_selector(gpu.pod_template_spec(ds), n)]
     running = {p["spec"].get("nodeName") for p in facts.pods_of(ds)}
     missing = [gpu.name_of(n) for n in admitted if gpu.name_of(n) not in running]
     if not missing:
         return []
-    plugin = ds in _plugin_daemonsets(facts)
+    plugin = _is_plugin(ds)
     return [
         kind("operand-missing-on-gpu-nodes").found(
             subject("daemonset", ds),
@@ -169,7 +160,7 @@ def _coverage(facts: Facts, ds: Obj) -> list[DoctorFinding]:
                 Evidence(
                     subject("daemonset", ds),
                     "spec.template.spec.nodeSelector",
-                    json.dumps(_template(ds).get("nodeSelector") or {}),
+                    json.dumps(gpu.pod_template_spec(ds).get("nodeSelector") or {}),
                 ),
             ],
             explains=[Link(a, node_subject(n)) for a in ADVERTISING for n in missing]

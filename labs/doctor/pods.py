@@ -319,12 +319,7 @@ def failing_pods(facts: Facts, focus: tuple[str, str] | None = None) -> list[Doc
 
 
 def _waiting(pod: Obj, reasons: tuple[str, ...]) -> list[Obj]:
-    status = pod.get("status") or {}
-    statuses = [
-        *(status.get("initContainerStatuses") or []),
-        *(status.get("containerStatuses") or []),
-    ]
-    waiting = [((s.get("state") or {}).get("waiting") or {}) for s in statuses]
+    waiting = [((s.get("state") or {}).get("waiting") or {}) for s in gpu.container_statuses(pod)]
     return [w for w in waiting if w.get("reason") in reasons]
 
 
@@ -425,5 +420,4 @@ def _pod_specs(facts: Facts) -> Iterator[tuple[str, Obj]]:
         yield subject("pod", pod), pod.get("spec") or {}
     for kind_name, plural in (("daemonset", "daemonsets"), ("deployment", "deployments")):
         for owner in facts.objects(plural):
-            template = ((owner.get("spec") or {}).get("template") or {}).get("spec") or {}
-            yield subject(kind_name, owner), template
+            yield subject(kind_name, owner), gpu.pod_template_spec(owner)

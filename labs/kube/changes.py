@@ -136,17 +136,27 @@ def scale_deployment(lab: Lab, namespace: str, name: str, replicas: int) -> None
     )
 
 
-def delete_daemonset(lab: Lab, namespace: str, name: str) -> bool:
-    """Delete a DaemonSet (its pods follow); False when it was already gone."""
+def delete_if_present(
+    delete: Callable[..., Any], name: str, namespace: str, **options: Any
+) -> bool:
+    """Call a client's `delete_namespaced_*` for `name`; False when it was already gone (404),
+    so a revert or a clean-up can run twice."""
     from kubernetes import client as k8s
 
     try:
-        k8s.AppsV1Api(lab.kube).delete_namespaced_daemon_set(name, namespace)
+        delete(name, namespace, **options)
     except k8s.ApiException as error:
         if error.status != 404:
             raise
         return False
     return True
+
+
+def delete_daemonset(lab: Lab, namespace: str, name: str) -> bool:
+    """Delete a DaemonSet (its pods follow); False when it was already gone."""
+    from kubernetes import client as k8s
+
+    return delete_if_present(k8s.AppsV1Api(lab.kube).delete_namespaced_daemon_set, name, namespace)
 
 
 def label_node(lab: Lab, node: str, key: str, value: str) -> None:

@@ -89,9 +89,9 @@ def is_gpu_node(node: Mapping[str, Any]) -> bool:
     )
 
 
-def is_ready(node: Mapping[str, Any]) -> bool:
-    """The node's Ready condition is True."""
-    conditions = node.get("status", {}).get("conditions") or []
+def is_ready(obj: Mapping[str, Any]) -> bool:
+    """The node's (or pod's) Ready condition is True."""
+    conditions = (obj.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
@@ -232,18 +232,20 @@ def daemonset_names(objects: Objects) -> list[str]:
     return sorted(name_of(d) for d in objects.objects("daemonsets"))
 
 
+def pod_template_spec(owner: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The pod spec in a DaemonSet's, Deployment's or Job's template ({} when it has none)."""
+    return (((owner or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
+
+
 def daemonset_env(ds: Mapping[str, Any] | None) -> dict[str, str]:
     """The env of a DaemonSet's first container (the operand itself), by name."""
-    containers = ((((ds or {}).get("spec") or {}).get("template") or {}).get("spec") or {}).get(
-        "containers"
-    ) or [{}]
+    containers = pod_template_spec(ds).get("containers") or [{}]
     return {e["name"]: str(e.get("value", "")) for e in containers[0].get("env") or []}
 
 
 def daemonset_tolerations(ds: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     """The tolerations in a DaemonSet's pod template (what the operator rendered)."""
-    template = (((ds or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
-    return list(template.get("tolerations") or [])
+    return list(pod_template_spec(ds).get("tolerations") or [])
 
 
 def operand_daemonsets(objects: Objects) -> list[Obj]:
@@ -355,6 +357,12 @@ def operator_pods(objects: Objects) -> list[Obj]:
         if selector
         and all((p["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())
     ]
+
+
+def container_statuses(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The statuses of the pod's init containers, then of its containers."""
+    status = pod.get("status") or {}
+    return [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
 
 
 def last_terminations(pod: Mapping[str, Any]) -> list[str]:

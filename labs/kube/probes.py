@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from labs.errors import LabError
+from labs.kube.changes import delete_if_present
 from labs.kube.gpu import pod_story, scheduling_failure
 from labs.kube.logs import pod_log
 from labs.kube.view import WORKLOAD_NAMESPACE, ClusterView, WatchedKind
@@ -94,17 +95,12 @@ def delete_probe(
     lab: Lab, timeout: float, manifest: Path = PROBE_MANIFEST, name: str | None = None
 ) -> None:
     """Delete the probe (or the one called `name`) if it exists and wait until it is gone."""
-    from kubernetes.client.exceptions import ApiException
-
     name = name or probe_name(manifest)
     with _pod_view(lab, name, WORKLOAD_NAMESPACE) as view:
         if view.find("pods", name) is None:
             return
-        try:
-            _core(lab).delete_namespaced_pod(name, WORKLOAD_NAMESPACE, grace_period_seconds=0)
-        except ApiException as error:
-            if error.status != 404:
-                raise
+        delete = _core(lab).delete_namespaced_pod
+        delete_if_present(delete, name, WORKLOAD_NAMESPACE, grace_period_seconds=0)
         view.wait_for(
             lambda v: v.find("pods", name) is None, timeout, what=f"pod {name} to be deleted"
         )

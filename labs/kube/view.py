@@ -63,10 +63,10 @@ class Snapshot:
         return list(self.kinds.get(kind, []))
 
     def find(self, kind: str, name: str, namespace: str = "") -> dict[str, Any] | None:
-        return _find(self.objects(kind), name, namespace)
+        return find_in(self.objects(kind), name, namespace)
 
 
-def _find(objects: list[dict[str, Any]], name: str, namespace: str) -> dict[str, Any] | None:
+def find_in(objects: list[dict[str, Any]], name: str, namespace: str) -> dict[str, Any] | None:
     """The object called `name` (in `namespace` when one is given), or None."""
     for obj in objects:
         meta = obj["metadata"]
@@ -253,7 +253,7 @@ class ClusterView:
 
     def find(self, kind: str, name: str, namespace: str = "") -> dict[str, Any] | None:
         """One object by name, or None when it does not exist."""
-        return _find(self.objects(kind), name, namespace)
+        return find_in(self.objects(kind), name, namespace)
 
     def _apply(self, mutation: Callable[[], None]) -> None:
         """Change the cache under the view's lock, wake the waiters, then tell listeners."""

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from labs.kube.probes import HOSTNAME_LABEL
+from labs.kube.changes import delete_if_present
+from labs.kube.probes import FINISHED_PHASES, HOSTNAME_LABEL
 from labs.kube.view import WORKLOAD_NAMESPACE, ClusterView, WatchedKind
 
 if TYPE_CHECKING:
     from labs.lab import Lab
 
 MANIFESTS = Path(__file__).resolve().parent / "manifests"
-FINISHED = ("Succeeded", "Failed")
 
 
 @dataclass(frozen=True)
@@ -89,32 +89,24 @@ def _view(lab: Lab) -> ClusterView:
 
 def remove(lab: Lab, workload: Workload, timeout: float) -> None:
     """Delete the workload's pods, Services and ConfigMap if present; wait for the pods."""
-    from kubernetes.client.exceptions import ApiException
-
-    core, ns = _core(lab), WORKLOAD_NAMESPACE
-    deleters = {"Pod": core.delete_namespaced_pod, "Service": core.delete_namespaced_service}
+    core = _core(lab)
+    deleters = {
+        "Pod": core.delete_namespaced_pod,
+        "Service": core.delete_namespaced_service,
+        "ConfigMap": core.delete_namespaced_config_map,
+    }
     names = [(i["kind"], i["metadata"]["name"]) for i in workload.items()]
     if workload.config_map:
         names.append(("ConfigMap", workload.config_map))
-    deleters["ConfigMap"] = core.delete_namespaced_config_map
     for kind, name in names:
-        try:
-            deleters[kind](name, ns, grace_period_seconds=0)
-        except ApiException as error:
-            if error.status != 404:
-                raise
+        delete_if_present(deleters[kind], name, WORKLOAD_NAMESPACE, grace_period_seconds=0)
     _wait_gone(lab, [p["metadata"]["name"] for p in workload.pods()], timeout)
 
 
 def _delete_pods(lab: Lab, names: list[str], timeout: float) -> None:
-    from kubernetes.client.exceptions import ApiException
-
+    delete = _core(lab).delete_namespaced_pod
     for name in names:
-        try:
-            _core(lab).delete_namespaced_pod(name, WORKLOAD_NAMESPACE, grace_period_seconds=0)
-        except ApiException as error:
-            if error.status != 404:
-                raise
+        delete_if_present(delete, name, WORKLOAD_NAMESPACE, grace_period_seconds=0)
     _wait_gone(lab, names, timeout)
 
 
@@ -161,7 +153,7 @@ def _finished_runs(
     from labs.kube.logs import pod_log
 
     view.wait_for(
-        lambda v: all(p in FINISHED for p in _phases(v, names).values()),
+        lambda v: all(p in FINISHED_PHASES for p in _phases(v, names).values()),
         timeout,
         what=f"{what} to finish",
         describe=lambda v: ", ".join(f"{n} {p}" for n, p in _phases(v, names).items()),
