@@ -11,9 +11,16 @@ import io
 import os
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TextIO
+
+
+def columns(rows: Sequence[Sequence[str]]) -> list[str]:
+    """Rows as left-aligned columns two spaces apart, no trailing blanks (as kubectl prints)."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+            for row in rows]  # fmt: skip
 
 
 class Console:

@@ -64,7 +64,7 @@ def _record_problem(record: Any) -> str | None:
 
 def _left_behind(paths: LabPaths) -> bool:
     """Files a lab.up leaves before its first state write (a backend may already run)."""
-    return paths.sim_dir.is_dir() or paths.terraform_dir.is_dir()
+    return any(backend_named(name).left_files(paths) for name in CREATABLE)
 
 
 @dataclass

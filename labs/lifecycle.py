@@ -301,10 +301,8 @@ def _scale(lab: Lab, count: int, console: Console) -> None:
         _follow_update(lab, nodegroup, update, console)
     if lab.paths.kubeconfig.exists():
         _wait_gpu_nodes(lab, count, console)
-    if count == 0 and lab.backend.bills:
-        with console.phase(f"wait until no EC2 instance of {nodegroup} runs (billing stops)"):
-            lab.backend.wait_billing_stopped(lab, cluster, nodegroup)
     if count == 0:
+        _wait_billing_stopped(lab, cluster, nodegroup, console)
         time_limit.disarm(lab, console)
 
 
@@ -518,14 +516,19 @@ def _gone_group_idle(
 ) -> str | None:
     """A node group already gone may leave instances shutting down: wait until none bills."""
     where = f"node group {nodegroup} of cluster {cluster}"
-    if lab.backend.bills:
-        try:
-            with console.phase(f"wait until no EC2 instance of {nodegroup} runs (billing stops)"):
-                lab.backend.wait_billing_stopped(lab, cluster, nodegroup)
-        except LabError as error:
-            problems.append(f"instances of the deleted GPU {where} may still run: {error}")
-            return None
+    try:
+        _wait_billing_stopped(lab, cluster, nodegroup, console)
+    except LabError as error:
+        problems.append(f"instances of the deleted GPU {where} may still run: {error}")
+        return None
     return f"GPU {where} does not exist"
+
+
+def _wait_billing_stopped(lab: Lab, cluster: str, nodegroup: str, console: Console) -> None:
+    """On a backend that bills, wait until no instance of the node group runs."""
+    if lab.backend.bills:
+        with console.phase(f"wait until no EC2 instance of {nodegroup} runs (billing stops)"):
+            lab.backend.wait_billing_stopped(lab, cluster, nodegroup)
 
 
 def _destroy(

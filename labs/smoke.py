@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from labs.console import columns
 from labs.errors import LabError
 from labs.guard import check_lab_target
 from labs.kube import gpu, probes, workloads
@@ -144,11 +145,7 @@ def render(result: SmokeResult, simulated: bool) -> list[str]:
         )
         for row in result.rows
     ]
-    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
-    lines = [
-        "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
-        for line in table
-    ]
+    lines = columns(table)
     lines += [f"{row.node}: {problem}" for row in result.rows for problem in row.problems]
     lines += result.notes
     lines.append("smoke: PASS" if result.ok else "smoke: FAIL")

@@ -15,6 +15,7 @@ from typing import Any
 
 from labs import time_limit
 from labs.aws import stack
+from labs.console import columns
 from labs.errors import explain
 from labs.kube import gpu
 from labs.kube.view import Snapshot, list_objects
@@ -41,7 +42,8 @@ def gather(lab: Lab) -> dict[str, Any]:
     }
     if backend.keeps_files:
         status["nodegroups"] = _read(status, "node groups", lambda: _nodegroups(lab))
-        status["time_limit"] = _read(status, "GPU time limit", lambda: _time_limit(lab))
+        groups = status["nodegroups"]
+        status["time_limit"] = _read(status, "GPU time limit", lambda: _time_limit(lab, groups))
         status["gpu_session"] = _read(status, "GPU session", lambda: _session(lab, status))
     if not backend.keeps_files or lab.paths.kubeconfig.exists():
         status["nodes"] = _read(status, "nodes", lambda: _nodes(lab))
@@ -73,8 +75,10 @@ def _nodegroups(lab: Lab, attempts: int | None = None) -> list[dict[str, Any]]:
     return [describe_gpu_nodegroup(eks, cluster, str(name)) for name in names]
 
 
-def _time_limit(lab: Lab) -> str:
-    return time_limit.describe(time_limit.read(lab), lab)
+def _time_limit(lab: Lab, groups: list[dict[str, Any]] | None) -> str:
+    """The limit's line, from the GPU group just read (`groups`: system, GPU) when there is one."""
+    desired = groups[1]["desired_size"] if groups else None
+    return time_limit.describe(time_limit.read(lab, desired), lab)
 
 
 def _session(lab: Lab, status: dict[str, Any]) -> str | None:
@@ -267,7 +271,7 @@ def _overview(lab: Lab) -> dict[str, Any]:
         return row | {"problem": f"{lab.backend.describe(lab)}: not running"}
     try:
         system_group, gpu_group = _nodegroups(lab, attempts=ADVISORY_ATTEMPTS)
-        limit = time_limit.read(lab)
+        limit = time_limit.read(lab, gpu_group["desired_size"])
     except Exception as error:  # noqa: BLE001 - an unreachable lab is a row, not the end
         return row | {"problem": explain(error)}
     return row | {
@@ -285,9 +289,7 @@ def render_list(rows: list[dict[str, Any]], state_dir: str) -> str:
         return f"no labs under {state_dir}; create one with `invoke lab.up --sim --lab NAME`"
     header = ("LAB", "BACKEND", "REACHABLE", "GPU NODES", "USD/HOUR", "GPU TIME LIMIT", "FAULTS")
     table = [header] + [_list_cells(row) for row in rows]
-    widths = [max(len(cells[i]) for cells in table) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(cells, widths, strict=True)).rstrip()
-             for cells in table]  # fmt: skip
+    lines = columns(table)
     lines += [f"! {row['lab']}: {row['problem']}" for row in rows if row["problem"]]
     if any(row.get("bills") is False for row in rows):
         lines.append("* a rehearsal bills nothing: the figure is what the same lab costs on AWS")

@@ -126,8 +126,9 @@ def extend(lab: Lab, console: Console, confirm: Callable[[str], bool]) -> None:
         arm(lab, int(group["max_size"]), console)
 
 
-def read(lab: Lab) -> TimeLimit:
-    """The limit as recorded, checked against the lab's clock and the schedule in AWS."""
+def read(lab: Lab, desired: int | None = None) -> TimeLimit:
+    """The limit as recorded, checked against the lab's clock and the schedule in AWS;
+    `desired`: the GPU group's desiredSize when the caller has just read it."""
     if lab.record.get(TTL_SET) == TTL_OFF:
         return TimeLimit("off")
     recorded = lab.record.get(FIRES_AT)
@@ -136,16 +137,18 @@ def read(lab: Lab) -> TimeLimit:
     now = lab.backend.now(lab)
     fires_at = datetime.fromisoformat(recorded)
     if fires_at <= now:
-        from labs.aws.cloud import describe_gpu_nodegroup
+        if desired is None:
+            from labs.aws.cloud import describe_gpu_nodegroup
 
-        group = describe_gpu_nodegroup(lab.aws_client("eks"), lab.cluster_name, lab.gpu_node_group)
-        return TimeLimit("overdue" if group["desired_size"] else "expired", fires_at)
-    schedule = read_gpu_time_limit(
+            eks, group = lab.aws_client("eks"), lab.gpu_node_group
+            desired = describe_gpu_nodegroup(eks, lab.cluster_name, group)["desired_size"]
+        return TimeLimit("overdue" if desired else "expired", fires_at)
+    at = read_gpu_time_limit(
         lab.aws_client("scheduler"), _schedule_name(lab), stack.GPU_TTL_SCHEDULE_GROUP
     )
-    if schedule is None:
+    if at is None:
         return TimeLimit("missing", fires_at)
-    return TimeLimit("running", schedule.at, schedule.at - now)
+    return TimeLimit("running", at, at - now)
 
 
 def describe(limit: TimeLimit, lab: Lab) -> str:

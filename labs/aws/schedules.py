@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -24,15 +23,6 @@ from labs.aws.cloud import CloudError
 EKS_SCALE_TARGET = "arn:aws:scheduler:::aws-sdk:eks:updateNodegroupConfig"
 AT_EXPRESSION = re.compile(r"at\((\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\)")
 _NEEDED = "scheduler:CreateSchedule, UpdateSchedule, DeleteSchedule, GetSchedule and iam:PassRole"
-
-
-@dataclass(frozen=True)
-class GpuTimeLimit:
-    """A lab's schedule as read back: when it fires and the scaling it then asks for."""
-
-    name: str
-    at: datetime
-    scaling: dict[str, int]
 
 
 def at_expression(moment: datetime) -> str:
@@ -95,8 +85,9 @@ def put_gpu_time_limit(
     return False
 
 
-def read_gpu_time_limit(scheduler: Any, name: str, group: str) -> GpuTimeLimit | None:
-    """The lab's schedule, or None when there is none (never set, deleted, or it has fired)."""
+def read_gpu_time_limit(scheduler: Any, name: str, group: str) -> datetime | None:
+    """When the lab's schedule fires, or None when there is none (never set, deleted, or it
+    has fired)."""
     try:
         schedule = scheduler.get_schedule(Name=name, GroupName=group)
     except ClientError as error:
@@ -109,8 +100,7 @@ def read_gpu_time_limit(scheduler: Any, name: str, group: str) -> GpuTimeLimit |
             f"schedule {name} is not a one-time at(...) schedule "
             f"({schedule['ScheduleExpression']}); delete it and run `invoke lab.extend`"
         )
-    target = json.loads(schedule["Target"].get("Input") or "{}")
-    return GpuTimeLimit(name, at, dict(target.get("scalingConfig") or {}))
+    return at
 
 
 def delete_gpu_time_limit(scheduler: Any, name: str, group: str) -> bool:

@@ -16,7 +16,7 @@ from labs.errors import LabError
 from labs.journal import REVERTED
 from labs.sim import pace, process
 from labs.sim.auth import CREDENTIAL_KEYS
-from labs.state import load_json, utc_now, warn
+from labs.state import utc_now, warn
 
 if TYPE_CHECKING:
     from labs.aws.cloud import AwsSession
@@ -43,11 +43,13 @@ class RehearsalBackend:
 
     def _world(self, lab: Lab) -> dict[str, Any] | None:
         """The running world's endpoints (None when no world was started)."""
-        endpoints = load_json(lab.paths.sim_dir / "endpoints.json") or {}
+        endpoints = process.recorded_endpoints(lab.paths.sim_dir)
         return endpoints if endpoints.get("pid") and endpoints.get("kube_token") else None
 
     def speed(self, lab: Lab) -> float:
-        world = self._world(lab)
+        return self._speed_of(lab, self._world(lab))
+
+    def _speed_of(self, lab: Lab, world: dict[str, Any] | None) -> float:
         try:
             return pace.read_speed(world) if world else self._program_speed(lab)
         except OSError:  # the world is not running: it starts at the lab's speed
@@ -56,7 +58,7 @@ class RehearsalBackend:
     @contextmanager
     def program_pace(self, lab: Lab) -> Iterator[None]:
         world = self._world(lab)
-        before = self.speed(lab)
+        before = self._speed_of(lab, world)
         wanted = self._program_speed(lab)
         if world is None or before == wanted:
             yield
