@@ -13,9 +13,9 @@ import sys
 import threading
 from pathlib import Path
 
-from labs.sim.process import recorded_endpoints
+from labs.sim.process import ENDPOINTS, recorded_endpoints
 from labs.sim.timings import DEFAULT_SPEED
-from labs.sim.world import ENDPOINTS_FILE, start_world
+from labs.sim.world import start_world
 from labs.state import atomic_write_json
 
 
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         stop.wait()
     finally:
         world.stop()
-        endpoints_path = args.state_dir / ENDPOINTS_FILE
+        endpoints_path = args.state_dir / ENDPOINTS
         endpoints = recorded_endpoints(args.state_dir)
         endpoints.pop("pid", None)
         atomic_write_json(endpoints_path, endpoints)

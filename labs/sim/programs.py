@@ -130,15 +130,15 @@ class Process:
         return NVIDIA_PCI_LABEL in (self.node["metadata"].get("labels") or {})
 
     @property
-    def has_gpu_devices(self) -> bool:
-        """/dev/nvidia* in the container: allocated by the device plugin, or injected by the
-        NVIDIA runtime (`labs.sim.nvidia_runtime`)."""
-        return bool(injected_gpus(self.pod, self.node, self.container))
+    def gpus(self) -> int | None:
+        """How many /dev/nvidia* the container has (allocated by the device plugin, or injected
+        by the NVIDIA runtime: `labs.sim.nvidia_runtime`); None without the driver at all."""
+        return injected_gpus(self.pod, self.node, self.container)
 
     @property
     def has_driver(self) -> bool:
         """The runtime injected the driver (and nvidia-smi), with or without a GPU."""
-        return injected_gpus(self.pod, self.node, self.container) is not None
+        return self.gpus is not None
 
     def container_env(self) -> dict[str, str]:
         return container_env(self.pod, self.container)
@@ -300,7 +300,7 @@ def _table_line(cells: list[str]) -> str:
     return "|" + "|".join(cells) + "|\n"
 
 
-def nvidia_smi_table(node_name: str) -> str:
+def nvidia_smi_table() -> str:
     """`nvidia-smi` with no arguments: one idle A10G, in the driver 580 layout."""
     c = GPU_TABLE_CELLS
     rule = "+" + "-" * 41 + "+" + "-" * 24 + "+" + "-" * 22 + "+\n"
@@ -382,10 +382,11 @@ def nvidia_smi(args: list[str], process: Process, term: Terminal) -> int:
     if unknown:
         term.out(f"ERROR: Option {unknown[0]} is not recognized. Please run 'nvidia-smi -h'.\n\n")
         return 255
-    if not process.has_gpu_devices and process.has_driver:  # NVIDIA_VISIBLE_DEVICES=none
+    gpus = process.gpus
+    if gpus == 0:  # the driver without a device: NVIDIA_VISIBLE_DEVICES=none
         term.out("No devices were found\n")
         return 6
-    if not process.has_gpu_devices:
+    if gpus is None:
         term.out(NVML_FAILURE)
         return 255
     if "--query-gpu" in options:
@@ -393,7 +394,7 @@ def nvidia_smi(args: list[str], process: Process, term: Terminal) -> int:
     if "-L" in options or "--list-gpus" in options:
         term.out(f"GPU 0: {GPU_NAME} (UUID: {gpu_uuid(node_name)})\n")
         return 0
-    term.out(nvidia_smi_table(node_name))
+    term.out(nvidia_smi_table())
     return 0
 
 

@@ -33,12 +33,11 @@ from labs.sim.controllers.schedules import EventBridgeScheduler
 from labs.sim.controllers.taint_eviction import TaintEviction
 from labs.sim.controllers.workloads import Workloads
 from labs.sim.kube_seed import seed_cluster
-from labs.sim.kubeconfig import write_kubeconfig
+from labs.sim.process import ENDPOINTS
 from labs.sim.store import ObjectStore
 from labs.sim.timings import DEFAULT_SPEED, WorldClock, scaled
 from labs.state import atomic_write_json
 
-ENDPOINTS_FILE = "endpoints.json"
 KUBECONFIG_FILE = "kubeconfig"
 _one_world = threading.Lock()
 
@@ -146,8 +145,8 @@ def start_world(
         for controller in world._controllers:
             controller.start()
         world.endpoints = endpoints
-        write_kubeconfig(world.kubeconfig_path, kube_url, cluster_name, token, api.tls.ca_data)
-        atomic_write_json(Path(state_dir) / ENDPOINTS_FILE, world.endpoints)
+        api.write_kubeconfig(world.kubeconfig_path, cluster_name)
+        atomic_write_json(Path(state_dir) / ENDPOINTS, world.endpoints)
     except BaseException:
         world.stop()
         raise

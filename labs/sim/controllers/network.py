@@ -14,6 +14,7 @@ VPC CIDR, or the node SG's self rule covers the port (both SGs are on every GPU 
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 import time
@@ -79,8 +80,8 @@ class Network:
     def resolve(self, name: str, namespace: str) -> dict | None:
         """The pod a name points at: a pod IP, or `<hostname>.<subdomain>[.<ns>[.svc...]]`
         of a pod whose subdomain is a headless Service (as cluster DNS answers it)."""
-        pods = self.store.list(PODS, namespace=None)[0]
         if re.fullmatch(r"[0-9.]+", name):
+            pods = self.store.list(PODS, namespace=None)[0]
             return next((p for p in pods if (p.get("status") or {}).get("podIP") == name), None)
         parts = name.removesuffix(".cluster.local").removesuffix(".svc").split(".")
         if len(parts) not in (2, 3):
@@ -93,10 +94,8 @@ class Network:
         return next(
             (
                 p
-                for p in pods
-                if p["metadata"]["namespace"] == ns
-                and p["spec"].get("hostname") == host
-                and p["spec"].get("subdomain") == subdomain
+                for p in self.store.list(PODS, namespace=ns)[0]
+                if p["spec"].get("hostname") == host and p["spec"].get("subdomain") == subdomain
             ),
             None,
         )
@@ -112,11 +111,15 @@ class Network:
         except NotFound:
             return None
 
-    def reachable(self, source_node: str, target: dict, port: int) -> bool:
-        """Whether a new TCP connection from `source_node` to `target` on `port` gets through."""
-        return target["spec"].get("nodeName") == source_node or self._groups.allows_node_to_node(
-            port
-        )
+    def reachable(self, port: int) -> Callable[[str, dict], bool]:
+        """Whether a new TCP connection from a node to a target pod on `port` gets through, as
+        the rules stand now (read from moto once, and only for a pair on two nodes)."""
+        crossing = functools.cache(lambda: self._groups.allows_node_to_node(port))
+
+        def to(source_node: str, target: dict) -> bool:
+            return target["spec"].get("nodeName") == source_node or crossing()
+
+        return to
 
 
 def _lines(*lines: str) -> str:
@@ -149,7 +152,7 @@ class TcpCheck:
         if not _listens(target, port):
             failed = f"tcp-check: connect to {where} failed: Connection refused"
             return Outcome(_lines(resolved, failed), 1, quick)
-        if self._net.reachable(node["metadata"]["name"], target, port):
+        if self._net.reachable(port)(node["metadata"]["name"], target):
             ms = 0.2 if target["spec"].get("nodeName") == node["metadata"]["name"] else 0.5
             return Outcome(
                 _lines(resolved, f"tcp-check: connected to {where} in {ms} ms"), 0, quick
@@ -181,7 +184,8 @@ class AllReduce:
         lines = [me.banner(), me.stamp("W", "socket.cpp:207") + CLIENT_WARNING]
         master = self._net.resolve(me.address, pod["metadata"]["namespace"])
         ranks = [pod, *self._others(pod, me.address)]
-        joined = [r for r in ranks if master and self._net.reachable(_node(r), master, me.port)]
+        reach = self._net.reachable(me.port)
+        joined = [r for r in ranks if master and reach(_node(r), master)]
         uid = pod["metadata"]["uid"]
         wall = time.monotonic() - self._waiting_since.setdefault(uid, time.monotonic())
         waited = wall * timings.speed
@@ -216,12 +220,8 @@ class AllReduce:
 
     def _blocked(self, ranks: list[dict]) -> bool:
         """NCCL's own connects (ephemeral ports) fail between some pair of ranks."""
-        return any(
-            not self._net.reachable(_node(a), b, NCCL_PORT)
-            for a in ranks
-            for b in ranks
-            if a is not b
-        )
+        reach = self._net.reachable(NCCL_PORT)
+        return any(not reach(_node(a), b) for a in ranks for b in ranks if a is not b)
 
 
 def _node(pod: dict) -> str:
