@@ -12,6 +12,7 @@ from scenario_support import SimLab, another_lab_record, ready_sim_lab, wait_rea
 from tool_support import require_tool
 
 from labs.sim.apiserver import ApiServer
+from labs.sim.controlplane.build import PROGRAMS
 from labs.sim.store import CLUSTER_POLICY, ObjectStore
 from labs.sim.tls import ServerTls
 
@@ -35,14 +36,17 @@ class Emulator:
 
 
 def _rehearsals_under(root: Path) -> list[str]:
-    """`labs.sim serve` processes whose state dir lies under `root`, as their command lines."""
+    """`labs.sim serve` and control-plane processes whose files lie under `root`, as their
+    command lines."""
     found = []
     for entry in Path("/proc").iterdir():
         try:
             argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
         except OSError:
             continue
-        if "labs.sim" in argv and "serve" in argv and any(a.startswith(str(root)) for a in argv):
+        serves = "labs.sim" in argv and "serve" in argv
+        component = Path(argv[0]).name in PROGRAMS
+        if (serves or component) and any(str(root) in arg for arg in argv):
             found.append(f"pid {entry.name}: {' '.join(argv)}")
     return found
 

@@ -38,7 +38,11 @@ GPU_NODES = (
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 AL2023 = "Amazon Linux 2023.9.20260714"
-PREEMPTION = "preemption: 0/4 nodes are available: 4 Preemption is not helpful for scheduling."
+# What kube-scheduler 1.35's PostFilter plugins add: DRA's word, then preemption's verdict.
+PREEMPTION = (
+    "no new claims to deallocate, "
+    "preemption: 0/4 nodes are available: 4 Preemption is not helpful for scheduling."
+)
 _serial = itertools.count(1)
 
 

@@ -33,8 +33,8 @@ spec:
         nvidia.com/gpu: 1
 """
 FAILED_SCHEDULING = (
-    "0/2 nodes are available: 2 Insufficient nvidia.com/gpu. preemption: 0/2 nodes are "
-    "available: 2 No preemption victims found for incoming pod."
+    "0/2 nodes are available: 2 Insufficient nvidia.com/gpu. no new claims to deallocate, "
+    "preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod."
 )
 
 

@@ -55,8 +55,8 @@ def verdict(pod: dict, nodes: list[dict], pods: list[dict] = ()) -> str:
 
 def test_no_gpu_advertised_reads_like_the_reference_scenario() -> None:
     assert verdict(probe_pod(), four_nodes("0")) == (
-        "0/4 nodes are available: 4 Insufficient nvidia.com/gpu. preemption: 0/4 nodes are "
-        "available: 4 Preemption is not helpful for scheduling."
+        "0/4 nodes are available: 4 Insufficient nvidia.com/gpu. no new claims to deallocate, "
+        "preemption: 0/4 nodes are available: 4 Preemption is not helpful for scheduling."
     )
 
 
@@ -78,8 +78,8 @@ def test_selector_mismatch_and_gpus_held_by_running_pods() -> None:
     holder["status"] = {"phase": "Running"}
     assert verdict(pod, nodes, [holder]) == (
         "0/2 nodes are available: 1 Insufficient nvidia.com/gpu, "
-        "1 node(s) didn't match Pod's node affinity/selector. preemption: 0/2 nodes are "
-        "available: 1 No preemption victims found for incoming pod, "
+        "1 node(s) didn't match Pod's node affinity/selector. no new claims to deallocate, "
+        "preemption: 0/2 nodes are available: 1 No preemption victims found for incoming pod, "
         "1 Preemption is not helpful for scheduling."
     )
     assert node_failures(pod, nodes[1], []) == []
@@ -89,8 +89,9 @@ def test_a_resource_no_node_advertises_is_insufficient_everywhere_and_not_preemp
     pod = probe_pod()
     pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/mig-1g.5gb": "1"}}
     assert verdict(pod, four_nodes("1")) == (
-        "0/4 nodes are available: 4 Insufficient nvidia.com/mig-1g.5gb. preemption: 0/4 nodes "
-        "are available: 4 Preemption is not helpful for scheduling."
+        "0/4 nodes are available: 4 Insufficient nvidia.com/mig-1g.5gb. no new claims to "
+        "deallocate, preemption: 0/4 nodes are available: 4 Preemption is not helpful for "
+        "scheduling."
     )
 
 

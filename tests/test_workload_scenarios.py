@@ -27,7 +27,10 @@ NAMES = (
     "runtimeclass-missing",
     "gpus-scaled-to-zero",
 )
-NOT_HELPFUL = "preemption: 0/{n} nodes are available: {n} Preemption is not helpful for scheduling."
+NOT_HELPFUL = (
+    "no new claims to deallocate, "
+    "preemption: 0/{n} nodes are available: {n} Preemption is not helpful for scheduling."
+)
 A10G = "'NVIDIA A10G, 580.126.09, 23028 MiB' (baseline 'NVIDIA A10G, 580.126.09, 23028 MiB')"
 # What each run's checks must have seen: the scheduler's whole message (Kubernetes 1.35
 # wording, reasons counted and sorted as strings), the API's refusal, what pods printed.

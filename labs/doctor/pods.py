@@ -54,8 +54,9 @@ def gpu_requests(pod: Obj) -> dict[str, str]:
 
 def fit_reasons(message: str) -> list[str]:
     """The reasons of a FitError without their node counts (`0/4 nodes are available: 2 A, 2
-    B. preemption: ...` gives A and B; a pre-filter reason such as unbound PVCs has no count)."""
-    head = message.split("nodes are available: ", 1)[-1].split(". preemption:", 1)[0]
+    B. no new claims to deallocate, preemption: ...` gives A and B; a pre-filter reason such as
+    unbound PVCs has no count). The PostFilter plugins' words follow the first ". "."""
+    head = message.split("nodes are available: ", 1)[-1].split(". ", 1)[0]
     return [_COUNT.sub("", part) for part in head.rstrip(".").split(", ") if part]
 
 

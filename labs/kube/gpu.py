@@ -462,6 +462,9 @@ def event_reasons(events: list[Obj]) -> list[str]:
 INSUFFICIENT_GPU = f"Insufficient {GPU_RESOURCE}"
 SELECTOR_MISMATCH = "node(s) didn't match Pod's node affinity/selector"
 UNTOLERATED_TAINT = "node(s) had untolerated taint(s)"
+# What the DynamicResourceAllocation plugin's PostFilter adds for a pod with no resource claims
+# (kube-scheduler 1.34+, DRA on by default): it precedes preemption's verdict on every failure.
+NO_CLAIMS_TO_DEALLOCATE = "no new claims to deallocate"
 
 
 def fit_error(nodes: int, reasons: Mapping[str, int]) -> str:
@@ -474,9 +477,11 @@ def fit_error(nodes: int, reasons: Mapping[str, int]) -> str:
 def unresolvable_failure(nodes: int, reasons: Mapping[str, int]) -> str:
     """The whole FailedScheduling message when every node failed for good (a taint, a
     selector, a request larger than the node offers at all), so evicting pods would help none:
-    `... preemption: 0/4 nodes are available: 4 Preemption is not helpful for scheduling.`"""
+    `... no new claims to deallocate, preemption: 0/4 nodes are available: 4 Preemption is not
+    helpful for scheduling.`"""
     return (
-        f"{fit_error(nodes, reasons)} preemption: 0/{nodes} nodes are available: "
+        f"{fit_error(nodes, reasons)} {NO_CLAIMS_TO_DEALLOCATE}, preemption: 0/{nodes} nodes "
+        "are available: "
         f"{nodes} Preemption is not helpful for scheduling."
     )
 

@@ -14,9 +14,15 @@ from labs.state import atomic_write_text
 
 
 def kubeconfig_document(
-    server_url: str, cluster_name: str, token: str, ca_data: str, user: str = "lab-admin"
+    server_url: str,
+    cluster_name: str,
+    token: str,
+    ca_data: str,
+    user: str = "lab-admin",
+    credentials: dict[str, str] | None = None,
 ) -> dict:
-    """The kubeconfig as a dict: one cluster, one token user, one current context."""
+    """The kubeconfig as a dict: one cluster, one user (a token, or `credentials` such as a
+    client certificate), one current context."""
     context = f"{user}@{cluster_name}"
     return {
         "apiVersion": "v1",
@@ -27,7 +33,7 @@ def kubeconfig_document(
                 "cluster": {"server": server_url, "certificate-authority-data": ca_data},
             }
         ],
-        "users": [{"name": user, "user": {"token": token}}],
+        "users": [{"name": user, "user": credentials or {"token": token}}],
         "contexts": [{"name": context, "context": {"cluster": cluster_name, "user": user}}],
         "current-context": context,
         "preferences": {},
@@ -41,10 +47,11 @@ def write_kubeconfig(
     token: str,
     ca_data: str,
     user: str = "lab-admin",
+    credentials: dict[str, str] | None = None,
 ) -> Path:
     """Write the kubeconfig atomically (mode 0600, as kubectl expects) and return its path."""
     target = Path(path)
-    document = kubeconfig_document(server_url, cluster_name, token, ca_data, user)
+    document = kubeconfig_document(server_url, cluster_name, token, ca_data, user, credentials)
     atomic_write_text(target, yaml.safe_dump(document, sort_keys=False))
     target.chmod(0o600)
     return target

@@ -7,9 +7,10 @@ resources (`Insufficient <resource>` for every short one, GPUs held by running p
 counted; a resource the node does not advertise at all counts as 0), then required pod
 (anti-)affinity (`node(s) didn't match pod anti-affinity rules`). A pod no node takes
 stays Pending with a Warning `FailedScheduling` Event: `0/4 nodes are available: 4
-Insufficient nvidia.com/gpu. preemption: 0/4 nodes are available: 4 Preemption is not
-helpful for scheduling.` (reasons counted and sorted as strings, as FitError does; a node
-whose GPU is only held by another pod says `No preemption victims found for incoming pod`).
+Insufficient nvidia.com/gpu. no new claims to deallocate, preemption: 0/4 nodes are
+available: 4 Preemption is not helpful for scheduling.` (the DRA plugin's word, then
+preemption's; reasons counted and sorted as strings, as FitError does; a node whose GPU is
+only held by another pod says `No preemption victims found for incoming pod`).
 
 Retries follow the real queue: at once (after the backoff) when nodes or bound pods
 change, otherwise every `unschedulable_retry`; each retry bumps the Event's count.
@@ -22,6 +23,7 @@ import time
 from collections import Counter
 from decimal import Decimal
 
+from labs.kube.gpu import NO_CLAIMS_TO_DEALLOCATE
 from labs.kube.scheduling import POD_AFFINITY_MISMATCH, pod_affinity_failure
 from labs.sim.controllers.base import Controller
 from labs.sim.controllers.events import EventRecorder
@@ -188,14 +190,14 @@ def preemption_verdict(pod: dict, node: dict, failures: list[str]) -> str:
 
 
 def failure_message(node_count: int, reasons: Counter[str], preemption: Counter[str]) -> str:
-    """The FitError text: counted reasons sorted as strings, then the preemption verdicts
-    counted and sorted the same way (`preemption: 0/4 nodes are available: ...`)."""
+    """The FitError text: counted reasons sorted as strings, then the PostFilter plugins' words:
+    DRA's, and the preemption verdicts counted and sorted the same way."""
 
     def counted(verdicts: Counter[str]) -> str:
         return ", ".join(sorted(f"{count} {reason}" for reason, count in verdicts.items()))
 
     return (
-        f"0/{node_count} nodes are available: {counted(reasons)}. "
+        f"0/{node_count} nodes are available: {counted(reasons)}. {NO_CLAIMS_TO_DEALLOCATE}, "
         f"preemption: 0/{node_count} nodes are available: {counted(preemption)}."
     )
 

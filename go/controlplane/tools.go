@@ -1,0 +1,11 @@
+//go:build tools
+
+// Package controlplane pins the Kubernetes control plane and etcd that the rehearsal runs.
+package controlplane
+
+import (
+	_ "go.etcd.io/etcd/server/v3"
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+)

@@ -1,0 +1,191 @@
+"""The rehearsal's real control plane: find or build etcd and the three Kubernetes components.
+
+The versions are the ones `go/controlplane/go.mod` pins (one place: the Go module that builds
+them). Prebuilt binaries win when the user has them (a directory named by
+`EKS_GPU_LAB_CONTROL_PLANE_BIN`, or the envtest convention `KUBEBUILDER_ASSETS` when it holds
+all four); otherwise the first use builds them from their Go modules into a per-version cache
+outside the repository, printing what it builds and for how long, and later uses reuse them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from labs.errors import LabError
+
+GO_MODULE = Path(__file__).resolve().parents[3] / "go" / "controlplane"
+PREBUILT_ENV = "EKS_GPU_LAB_CONTROL_PLANE_BIN"
+ENVTEST_ENV = "KUBEBUILDER_ASSETS"
+CACHE_ENV = "EKS_GPU_LAB_CACHE"
+KUBERNETES_MODULE = "k8s.io/kubernetes"
+ETCD_MODULE = "go.etcd.io/etcd/server/v3"
+# Each program and the Go package that builds it, in build order (smallest first).
+PROGRAMS = {
+    "etcd": ETCD_MODULE,
+    "kube-scheduler": f"{KUBERNETES_MODULE}/cmd/kube-scheduler",
+    "kube-controller-manager": f"{KUBERNETES_MODULE}/cmd/kube-controller-manager",
+    "kube-apiserver": f"{KUBERNETES_MODULE}/cmd/kube-apiserver",
+}
+PROGRESS_EVERY = 30.0
+
+Say = Callable[[str], None]
+
+
+class ControlPlaneUnavailable(LabError):
+    """The control plane's programs are neither present nor buildable here; says both ways."""
+
+
+@dataclass(frozen=True)
+class Versions:
+    """What go.mod pins: the Kubernetes release (matching the stack's EKS version) and etcd's."""
+
+    kubernetes: str
+    etcd: str
+
+    @property
+    def cache_name(self) -> str:
+        return f"kubernetes-{self.kubernetes}-etcd-{self.etcd}"
+
+
+def pinned_versions(go_mod: Path = GO_MODULE / "go.mod") -> Versions:
+    """Read both versions from the module's `require` block."""
+    text = go_mod.read_text()
+
+    def required(module: str) -> str:
+        found = re.search(rf"^\s*{re.escape(module)}\s+(v\S+)", text, re.MULTILINE)
+        if not found:
+            raise ControlPlaneUnavailable(f"{go_mod} does not require {module}")
+        return found.group(1)
+
+    return Versions(required(KUBERNETES_MODULE), required(ETCD_MODULE))
+
+
+def staging_replaces(kubernetes_go_mod: str, kubernetes_version: str) -> dict[str, str]:
+    """The replace each module depending on k8s.io/kubernetes needs: its staging modules
+    (required at v0.0.0, replaced by ./staging paths) at the release's v0.x.y tags."""
+    tag = "v0." + kubernetes_version.removeprefix("v1.")
+    staged = re.findall(r"^\s*(\S+)\s+=>\s+\./staging/", kubernetes_go_mod, re.MULTILINE)
+    return {module: tag for module in staged}
+
+
+def version_ldflags(kubernetes_version: str) -> str:
+    """What `/version` reports: without these it says v0.0.0-master, which kubectl's skew check
+    and the GPU Operator (semver only) cannot parse."""
+    major, minor = kubernetes_version.removeprefix("v").split(".")[:2]
+    values = {
+        "k8s.io/component-base/version.gitVersion": kubernetes_version,
+        "k8s.io/component-base/version.gitMajor": major,
+        "k8s.io/component-base/version.gitMinor": minor,
+        "k8s.io/component-base/version.gitTreeState": "clean",
+        "k8s.io/client-go/pkg/version.gitVersion": kubernetes_version,
+        "k8s.io/client-go/pkg/version.gitMajor": major,
+        "k8s.io/client-go/pkg/version.gitMinor": minor,
+    }
+    return " ".join(["-s", "-w", *(f"-X {name}={value}" for name, value in values.items())])
+
+
+def cache_root() -> Path:
+    explicit = os.environ.get(CACHE_ENV)
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "eks-gpu-lab"
+
+
+def _complete(directory: Path) -> bool:
+    return all(os.access(directory / name, os.X_OK) for name in PROGRAMS)
+
+
+def _prebuilt() -> Path | None:
+    explicit = os.environ.get(PREBUILT_ENV)
+    if explicit:
+        if not _complete(Path(explicit)):
+            missing = [name for name in PROGRAMS if not os.access(Path(explicit, name), os.X_OK)]
+            raise ControlPlaneUnavailable(
+                f"{PREBUILT_ENV}={explicit} lacks {', '.join(missing)}; put all of "
+                f"{', '.join(PROGRAMS)} there, or unset it to build them from Go modules"
+            )
+        return Path(explicit)
+    envtest = os.environ.get(ENVTEST_ENV)
+    return Path(envtest) if envtest and _complete(Path(envtest)) else None
+
+
+def binaries(say: Say = print) -> Path:
+    """The directory holding all four programs: prebuilt, cached, or built now."""
+    prebuilt = _prebuilt()
+    if prebuilt:
+        return prebuilt
+    versions = pinned_versions()
+    target = cache_root() / "controlplane" / versions.cache_name
+    if not _complete(target):
+        build(versions, target, say)
+    return target
+
+
+def _go() -> str:
+    go = shutil.which("go")
+    if go is None:
+        raise ControlPlaneUnavailable(
+            "the rehearsal runs the real Kubernetes control plane and Go (1.25 or newer) is not "
+            "on PATH to build it; install Go (https://go.dev/dl/) and run again (the first build "
+            f"takes 20-35 minutes, later ones reuse {cache_root()}), or set {PREBUILT_ENV} to "
+            f"a directory holding prebuilt {', '.join(PROGRAMS)}"
+        )
+    return go
+
+
+def _go_env() -> dict[str, str]:
+    # GOTOOLCHAIN=local: build with the Go that is here, never download another one.
+    return {**os.environ, "CGO_ENABLED": "0", "GOTOOLCHAIN": "local"}
+
+
+def build(versions: Versions, target: Path, say: Say = print) -> None:
+    """Build each missing program into `target`, saying what and how long."""
+    go = _go()
+    target.mkdir(parents=True, exist_ok=True)
+    missing = [name for name in PROGRAMS if not os.access(target / name, os.X_OK)]
+    say(
+        f"building the rehearsal's control plane (Kubernetes {versions.kubernetes}, etcd "
+        f"{versions.etcd}) into {target}: {', '.join(missing)}; the first build takes 20-35 "
+        "minutes on 2 cores, later runs reuse it"
+    )
+    for number, name in enumerate(missing, 1):
+        _build_one(go, name, versions, target, f"{name} ({number}/{len(missing)})", say)
+
+
+def _build_one(go: str, name: str, versions: Versions, target: Path, label: str, say: Say) -> None:
+    partial = target / f".{name}.partial"
+    command = [go, "build", "-trimpath", "-ldflags", version_ldflags(versions.kubernetes)]
+    command += ["-o", str(partial), PROGRAMS[name]]
+    started = time.monotonic()
+    say(f"  {label}: go build {PROGRAMS[name]}")
+    done = threading.Event()
+    ticker = threading.Thread(target=_tick, args=(done, label, started, say), daemon=True)
+    ticker.start()
+    try:
+        result = subprocess.run(
+            command, cwd=GO_MODULE, env=_go_env(), capture_output=True, text=True, check=False
+        )
+    finally:
+        done.set()
+        ticker.join()
+    if result.returncode != 0:
+        raise ControlPlaneUnavailable(
+            f"building {name} failed ({' '.join(command)} in {GO_MODULE}, exit "
+            f"{result.returncode}):\n{result.stderr.strip()[-3000:]}"
+        )
+    partial.rename(target / name)
+    say(f"  {label}: built in {time.monotonic() - started:.0f} s")
+
+
+def _tick(done: threading.Event, label: str, started: float, say: Say) -> None:
+    while not done.wait(PROGRESS_EVERY):
+        say(f"  {label}: still building, {time.monotonic() - started:.0f} s so far")

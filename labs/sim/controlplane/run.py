@@ -1,0 +1,221 @@
+"""Run etcd, kube-apiserver, kube-controller-manager and kube-scheduler for one rehearsal lab.
+
+Everything listens on loopback only, speaks TLS with the lab's own CA, and keeps its files
+under the lab's directory, so `lab.down --destroy` (or a test) can find and stop each process
+by that directory even after the process that started them was killed. The processes also die
+with their starter (the kernel's parent-death signal), so a killed world leaves none behind.
+"""
+
+from __future__ import annotations
+
+import base64
+import ctypes
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from labs.errors import LabError
+from labs.sim.controlplane import build, pki
+from labs.sim.kubeconfig import write_kubeconfig
+
+LOOPBACK = "127.0.0.1"
+READY_TIMEOUT = 120.0
+STOP_TIMEOUT = 10.0
+# The admission plugins EKS enables beyond the API server's defaults: it adds the
+# nvidia.com/gpu toleration to every pod that requests a GPU (EKS documents the list).
+EXTRA_ADMISSION = "ExtendedResourceToleration"
+# How fast a node that stops heartbeating is noticed (upstream: 40 s, then 5 s checks);
+# the rehearsal's world stops a node in seconds, so the controller looks as often.
+NODE_MONITOR = {"node-monitor-period": "2s", "node-monitor-grace-period": "20s"}
+_PR_SET_PDEATHSIG = 1
+
+
+class ControlPlaneError(LabError):
+    """A component did not start or answer; the message names it and its log."""
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((LOOPBACK, 0))
+        return int(probe.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+@dataclass
+class ControlPlane:
+    """The four processes of one lab and where they keep their files."""
+
+    home: Path
+    api_url: str = ""
+    ca_pem: str = ""
+    admin_kubeconfig: Path = field(default_factory=Path)
+    _processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def start(self, say: Callable[[str], None] = print) -> None:
+        """Start etcd, then the API server, then both controllers; wait until /readyz says ok."""
+        bin_dir = build.binaries(say)
+        pki_dir = self.home / "pki"
+        files = _write_pki(pki_dir)
+        self.ca_pem = (pki_dir / "ca.crt").read_text()
+        etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
+        self.api_url = f"https://{LOOPBACK}:{api_port}"
+        self._spawn(bin_dir, "etcd", _etcd_args(self.home, etcd_port, peer_port))
+        apiserver = _apiserver_args(self.home, files, etcd_port, api_port)
+        self._spawn(bin_dir, "kube-apiserver", apiserver)
+        self.admin_kubeconfig = self._write_kubeconfig(files, "admin")
+        self._wait_ready()
+        for component in ("kube-controller-manager", "kube-scheduler"):
+            config = self._write_kubeconfig(files, component)
+            args = _controller_args(files) if component == "kube-controller-manager" else []
+            self._spawn(bin_dir, component, [f"--kubeconfig={config}", *args, *_common_args()])
+
+    def _write_kubeconfig(self, files: dict[str, Path], user: str) -> Path:
+        """A kubeconfig that authenticates as `user` with its client certificate."""
+        certificate = {
+            "client-certificate": str(files[f"{user}.crt"]),
+            "client-key": str(files[f"{user}.key"]),
+        }
+        ca_data = base64.b64encode(self.ca_pem.encode()).decode()
+        path = self.home / f"{user}.kubeconfig"
+        return write_kubeconfig(path, self.api_url, "lab", "", ca_data, user, certificate)
+
+    def _spawn(self, bin_dir: Path, name: str, args: list[str]) -> None:
+        log = (self.home / "logs" / f"{name}.log").open("ab")
+        self._processes[name] = subprocess.Popen(
+            [str(bin_dir / name), *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
+            close_fds=True,
+        )
+        log.close()
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT
+        context = ssl.create_default_context(cadata=self.ca_pem)
+        admin = self.home / "pki"
+        context.load_cert_chain(admin / "admin.crt", admin / "admin.key")
+        while time.monotonic() < deadline:
+            self._check_alive()
+            try:
+                with urllib.request.urlopen(f"{self.api_url}/readyz", context=context, timeout=2):
+                    return
+            except (urllib.error.URLError, OSError):
+                time.sleep(0.3)
+        raise ControlPlaneError(
+            f"kube-apiserver did not become ready in {READY_TIMEOUT:.0f} s; its log is "
+            f"{self.home / 'logs' / 'kube-apiserver.log'}"
+        )
+
+    def _check_alive(self) -> None:
+        for name, process in self._processes.items():
+            if process.poll() is not None:
+                raise ControlPlaneError(
+                    f"{name} exited with {process.returncode}; its log is "
+                    f"{self.home / 'logs' / f'{name}.log'}"
+                )
+
+    def stop(self) -> None:
+        """Stop the controllers, the API server, then etcd; kill what does not stop in time."""
+        for process in reversed(list(self._processes.values())):
+            if process.poll() is None:
+                process.terminate()
+        deadline = time.monotonic() + STOP_TIMEOUT
+        for process in self._processes.values():
+            try:
+                process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self._processes.clear()
+
+    @property
+    def pids(self) -> dict[str, int]:
+        return {name: process.pid for name, process in self._processes.items()}
+
+
+def _write_pki(pki_dir: Path) -> dict[str, Path]:
+    """The CA, the serving certificate, each component's client certificate and the SA keys."""
+    ca = pki.Authority.new()
+    files = {"ca.crt": pki.write_private(pki_dir / "ca.crt", ca.cert_pem)}
+    files["ca.key"] = pki.write_private(pki_dir / "ca.key", pki.key_pem(ca.key))
+    leaves = {
+        "apiserver": ca.issue(
+            "kube-apiserver", server=True, addresses=(LOOPBACK, pki.KUBERNETES_SERVICE_IP)
+        ),
+        "admin": ca.issue("kubernetes-admin", "system:masters"),
+        "apiserver-kubelet-client": ca.issue("kube-apiserver-kubelet-client", "system:masters"),
+        "kube-controller-manager": ca.issue("system:kube-controller-manager"),
+        "kube-scheduler": ca.issue("system:kube-scheduler"),
+    }
+    for name, issued in leaves.items():
+        files[f"{name}.crt"] = pki.write_private(pki_dir / f"{name}.crt", issued.cert_pem)
+        files[f"{name}.key"] = pki.write_private(pki_dir / f"{name}.key", issued.key_pem)
+    private, public = pki.service_account_key()
+    files["sa.key"] = pki.write_private(pki_dir / "sa.key", private)
+    files["sa.pub"] = pki.write_private(pki_dir / "sa.pub", public)
+    (pki_dir.parent / "logs").mkdir(parents=True, exist_ok=True)
+    return files
+
+
+def _etcd_args(home: Path, client_port: int, peer_port: int) -> list[str]:
+    client, peer = f"http://{LOOPBACK}:{client_port}", f"http://{LOOPBACK}:{peer_port}"
+    return [
+        f"--data-dir={home / 'etcd'}",
+        f"--listen-client-urls={client}",
+        f"--advertise-client-urls={client}",
+        f"--listen-peer-urls={peer}",
+        f"--initial-advertise-peer-urls={peer}",
+        f"--initial-cluster=default={peer}",
+        "--log-level=warn",
+        "--quota-backend-bytes=1073741824",
+    ]
+
+
+def _apiserver_args(home: Path, files: dict[str, Path], etcd_port: int, port: int) -> list[str]:
+    return [
+        f"--etcd-servers=http://{LOOPBACK}:{etcd_port}",
+        f"--bind-address={LOOPBACK}",
+        f"--advertise-address={LOOPBACK}",
+        f"--secure-port={port}",
+        f"--cert-dir={home / 'pki'}",
+        f"--tls-cert-file={files['apiserver.crt']}",
+        f"--tls-private-key-file={files['apiserver.key']}",
+        f"--client-ca-file={files['ca.crt']}",
+        f"--kubelet-client-certificate={files['apiserver-kubelet-client.crt']}",
+        f"--kubelet-client-key={files['apiserver-kubelet-client.key']}",
+        f"--service-account-key-file={files['sa.pub']}",
+        f"--service-account-signing-key-file={files['sa.key']}",
+        "--service-account-issuer=https://kubernetes.default.svc",
+        f"--service-cluster-ip-range={pki.SERVICE_CIDR}",
+        "--authorization-mode=Node,RBAC",
+        f"--enable-admission-plugins={EXTRA_ADMISSION}",
+        "--allow-privileged=true",
+        "--endpoint-reconciler-type=none",
+    ]
+
+
+def _controller_args(files: dict[str, Path]) -> list[str]:
+    return [
+        f"--service-account-private-key-file={files['sa.key']}",
+        f"--root-ca-file={files['ca.crt']}",
+        f"--cluster-signing-cert-file={files['ca.crt']}",
+        f"--cluster-signing-key-file={files['ca.key']}",
+        "--use-service-account-credentials=true",
+        *(f"--{flag}={value}" for flag, value in NODE_MONITOR.items()),
+    ]
+
+
+def _common_args() -> list[str]:
+    return ["--leader-elect=false", f"--bind-address={LOOPBACK}", f"--secure-port={free_port()}"]

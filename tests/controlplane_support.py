@@ -1,0 +1,102 @@
+"""The real control plane for tests: one per test module, nodes copied from a rehearsal world.
+
+Until the GPU world runs on the real control plane, tests hold the two side by side: the same
+nodes, the same manifests, and what kube-scheduler and kube-apiserver say against what the
+rehearsal says.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kubernetes import config
+from kubernetes.client import CoordinationV1Api
+from tool_support import require_tool
+
+from labs.sim.controlplane.run import ControlPlane
+
+# How often the copied nodes renew their Leases: well inside the controller manager's grace.
+HEARTBEAT_SECONDS = 3.0
+NODE_LEASES = "kube-node-lease"
+
+
+def progress(line: str) -> None:
+    """Build progress reaches the terminal even under pytest's capture."""
+    print(line, file=sys.__stderr__, flush=True)
+
+
+@contextmanager
+def running_control_plane(home: Path) -> Iterator[ControlPlane]:
+    plane = ControlPlane(home)
+    try:
+        plane.start(progress)
+        yield plane
+    finally:
+        plane.stop()
+
+
+def kubectl_on(
+    kubeconfig: Path, cache: Path, *args: str, stdin: str | None = None
+) -> subprocess.CompletedProcess:
+    command = [require_tool("kubectl"), "--kubeconfig", str(kubeconfig), "--cache-dir", str(cache)]
+    return subprocess.run(
+        [*command, *args], input=stdin, capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def node_copy(node: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A node as the real API server takes it: the object to create, then its status."""
+    meta = node["metadata"]
+    created = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": meta["name"], "labels": meta.get("labels", {})},
+        "spec": {"taints": node.get("spec", {}).get("taints", [])},
+    }
+    status = dict(node.get("status", {}))
+    status["conditions"] = [
+        {**c, "lastHeartbeatTime": _now()} for c in status.get("conditions", [])
+    ]
+    return created, {"status": status}
+
+
+class Heartbeats:
+    """Keeps copied nodes' Leases fresh, as their kubelets would, until stopped."""
+
+    def __init__(self, kubeconfig: Path, names: list[str]) -> None:
+        self._leases = CoordinationV1Api(config.new_client_from_config(str(kubeconfig)))
+        self._names = names
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Heartbeats:
+        for name in self._names:
+            lease = {
+                "metadata": {"name": name},
+                "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": _now()},
+            }
+            self._leases.create_namespaced_lease(NODE_LEASES, lease)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(HEARTBEAT_SECONDS):
+            for name in self._names:
+                self._leases.patch_namespaced_lease(
+                    name, NODE_LEASES, {"spec": {"renewTime": _now()}}
+                )

@@ -1,0 +1,225 @@
+"""The real control plane the rehearsal moves to: built from its Go modules, answering kubectl,
+and saying what the rehearsal's model of Kubernetes says for every workload scenario."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from controlplane_support import Heartbeats, kubectl_on, node_copy, running_control_plane
+from scenario_support import SimLab
+from stack_spec import stack
+from tool_support import require_tool
+
+from labs.sim.controlplane import build
+from labs.sim.controlplane.run import ControlPlane
+
+MANIFESTS = sorted(Path(__file__).resolve().parents[1].glob("scenarios/manifests/*.yaml"))
+EVENT_TIMEOUT = 30.0
+
+Run = Callable[..., subprocess.CompletedProcess]
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    with running_control_plane(tmp_path_factory.mktemp("controlplane")) as running:
+        yield running
+
+
+@pytest.fixture
+def real(plane: ControlPlane, tmp_path: Path) -> Run:
+    return partial(kubectl_on, plane.admin_kubeconfig, tmp_path / "real-cache")
+
+
+def test_kubectl_version_prints_the_release_go_mod_pins(real: Run) -> None:
+    server = json.loads(real("version", "-o", "json").stdout)["serverVersion"]
+    assert server["gitVersion"] == build.pinned_versions().kubernetes
+    assert re.fullmatch(r"v1\.35\.\d+", server["gitVersion"])
+
+
+def test_the_pinned_release_is_the_stacks_eks_version() -> None:
+    pinned = build.pinned_versions().kubernetes.removeprefix("v")
+    assert pinned.rsplit(".", 1)[0] == stack()["variable"]["KubernetesVersion"]["default"]
+
+
+def test_metrics_and_api_resources_come_from_the_real_api_server(real: Run) -> None:
+    metrics = real("get", "--raw", "/metrics").stdout
+    assert "apiserver_request_total" in metrics
+    kinds = real("api-resources", "-o", "name").stdout.split()
+    for kind in (
+        "leases.coordination.k8s.io",
+        "customresourcedefinitions.apiextensions.k8s.io",
+        "clusterroles.rbac.authorization.k8s.io",
+        "runtimeclasses.node.k8s.io",
+        "jobs.batch",
+    ):
+        assert kind in kinds
+
+
+def test_the_admin_kubeconfig_is_a_cluster_admin_and_rbac_is_real(real: Run) -> None:
+    whoami = json.loads(real("auth", "whoami", "-o", "json").stdout)["status"]["userInfo"]
+    assert "system:masters" in whoami["groups"]
+    asked = real("auth", "can-i", "list", "pods", "--as", "system:serviceaccount:default:nobody")
+    assert asked.stdout.strip() == "no"
+
+
+def test_go_mod_replaces_every_staging_module_of_the_pinned_release() -> None:
+    versions = build.pinned_versions()
+    go = require_tool("go")
+    found = subprocess.run(
+        [go, "mod", "download", "-json", f"{build.KUBERNETES_MODULE}@{versions.kubernetes}"],
+        cwd=build.GO_MODULE,
+        env={**os.environ, "GOTOOLCHAIN": "local"},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    upstream = Path(json.loads(found.stdout)["GoMod"]).read_text()
+    ours = dict(
+        re.findall(r"^\s*(\S+) => \S+ (v\S+)$", (build.GO_MODULE / "go.mod").read_text(), re.M)
+    )
+    assert ours == build.staging_replaces(upstream, versions.kubernetes)
+
+
+def test_no_component_outlives_a_killed_starter(tmp_path: Path) -> None:
+    home = tmp_path / "killed"
+    child = subprocess.Popen(
+        [sys.executable, "-c", _START_AND_WAIT, str(home)], stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "ready"
+    assert _components_under(home), "the control plane did not start"
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    deadline = time.monotonic() + 10
+    while _components_under(home) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _components_under(home) == []
+
+
+_START_AND_WAIT = """
+import sys, time
+from pathlib import Path
+from labs.sim.controlplane.run import ControlPlane
+ControlPlane(Path(sys.argv[1])).start(lambda line: None)
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def _components_under(home: Path) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if str(home) in argv and "python" not in argv.split("\0")[0]:
+            found.append(int(entry.name))
+    return found
+
+
+# --- side by side with the rehearsal ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def side_by_side(
+    world_lab: SimLab, plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Run, Run]]:
+    """The rehearsal world's nodes and RuntimeClasses copied into the real control plane."""
+    cache = tmp_path_factory.mktemp("kubectl-cache")
+    rehearsal = partial(kubectl_on, world_lab.lab.paths.kubeconfig, cache / "rehearsal")
+    real_cp = partial(kubectl_on, plane.admin_kubeconfig, cache / "real")
+    nodes = json.loads(rehearsal("get", "nodes", "-o", "json").stdout)["items"]
+    for node in nodes:
+        created, status = node_copy(node)
+        assert real_cp("create", "-f", "-", stdin=json.dumps(created)).returncode == 0
+        patched = real_cp(
+            "patch",
+            "node",
+            created["metadata"]["name"],
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            json.dumps(status),
+        )
+        assert patched.returncode == 0, patched.stderr
+    classes = json.loads(rehearsal("get", "runtimeclasses", "-o", "json").stdout)["items"]
+    for item in classes:
+        copy = {
+            "apiVersion": "node.k8s.io/v1",
+            "kind": "RuntimeClass",
+            "metadata": {"name": item["metadata"]["name"]},
+            "handler": item["handler"],
+        }
+        assert real_cp("create", "-f", "-", stdin=json.dumps(copy)).returncode == 0
+    with Heartbeats(plane.admin_kubeconfig, [n["metadata"]["name"] for n in nodes]):
+        _wait_schedulable(real_cp, len(nodes))
+        yield rehearsal, real_cp
+
+
+def _wait_schedulable(run: Run, count: int) -> None:
+    """The controller manager lifts node.kubernetes.io/not-ready once it sees the nodes Ready."""
+    deadline = time.monotonic() + EVENT_TIMEOUT
+    while time.monotonic() < deadline:
+        nodes = json.loads(run("get", "nodes", "-o", "json").stdout)["items"]
+        tainted = [
+            n
+            for n in nodes
+            if any(t["key"].startswith("node.kubernetes.io/") for t in n["spec"].get("taints", []))
+        ]
+        if len(nodes) == count and not tainted:
+            return
+        time.sleep(0.5)
+    raise AssertionError("copied nodes still carry node.kubernetes.io taints")
+
+
+def _scheduling_messages(run: Run, namespace: str, pods: list[str]) -> dict[str, str]:
+    """Each pod's FailedScheduling message, or "scheduled" once it has a node."""
+    deadline = time.monotonic() + EVENT_TIMEOUT
+    seen: dict[str, str] = {}
+    while time.monotonic() < deadline and len(seen) < len(pods):
+        events = json.loads(run("get", "events", "-n", namespace, "-o", "json").stdout)["items"]
+        placed = json.loads(run("get", "pods", "-n", namespace, "-o", "json").stdout)["items"]
+        for pod in placed:
+            if pod["spec"].get("nodeName"):
+                seen[pod["metadata"]["name"]] = "scheduled"
+        for event in events:
+            name = event["involvedObject"]["name"]
+            if event["reason"] == "FailedScheduling" and name in pods:
+                seen.setdefault(name, event["message"])
+        time.sleep(0.5)
+    return seen
+
+
+def _pod_names(manifest: Path) -> list[str]:
+    documents = [d for d in yaml.safe_load_all(manifest.read_text()) if d]
+    return [d["metadata"]["name"] for d in documents if d.get("kind") == "Pod"]
+
+
+@pytest.mark.parametrize("manifest", MANIFESTS, ids=lambda path: path.stem)
+def test_the_real_components_say_what_the_rehearsal_says(
+    side_by_side: tuple[Run, Run], manifest: Path
+) -> None:
+    rehearsal, real_cp = side_by_side
+    namespace = f"side-by-side-{manifest.stem}"
+    said: dict[str, Any] = {}
+    for name, run in (("rehearsal", rehearsal), ("real", real_cp)):
+        run("create", "namespace", namespace)
+        applied = run("apply", "-n", namespace, "-f", str(manifest))
+        refused = re.sub(r"\s+", " ", applied.stderr.strip())
+        pods = _scheduling_messages(run, namespace, _pod_names(manifest))
+        said[name] = {"refused": refused, "pods": pods}
+    assert said["rehearsal"] == said["real"]
