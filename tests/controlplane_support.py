@@ -10,7 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,8 +33,10 @@ def progress(line: str) -> None:
 
 
 @contextmanager
-def running_control_plane(home: Path) -> Iterator[ControlPlane]:
-    plane = ControlPlane(home)
+def running_control_plane(
+    home: Path, accepts: Callable[[str], bool] | None = None
+) -> Iterator[ControlPlane]:
+    plane = ControlPlane(home, accepts)
     try:
         plane.start(progress)
         yield plane

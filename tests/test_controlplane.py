@@ -3,6 +3,7 @@ and saying what the rehearsal's model of Kubernetes says for every workload scen
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -20,10 +21,12 @@ import yaml
 from controlplane_support import Heartbeats, kubectl_on, node_copy, running_control_plane
 from scenario_support import SimLab
 from stack_spec import stack
-from tool_support import require_tool
+from tool_support import require_tool, require_venv_tool
 
+from labs.sim.auth import Keys, eks_token_ok
 from labs.sim.controlplane import build
 from labs.sim.controlplane.run import ControlPlane
+from labs.sim.kubeconfig import write_kubeconfig
 
 MANIFESTS = sorted(Path(__file__).resolve().parents[1].glob("scenarios/manifests/*.yaml"))
 EVENT_TIMEOUT = 30.0
@@ -31,9 +34,16 @@ EVENT_TIMEOUT = 30.0
 Run = Callable[..., subprocess.CompletedProcess]
 
 
+# The rehearsal's AWS keys and cluster name: the token webhook takes EKS tokens made with them.
+KEYS = Keys.generate()
+CLUSTER = "plane"
+REGION = "ap-northeast-2"
+
+
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    with running_control_plane(tmp_path_factory.mktemp("controlplane")) as running:
+    accepts = partial(eks_token_ok, KEYS, CLUSTER)
+    with running_control_plane(tmp_path_factory.mktemp("controlplane"), accepts) as running:
         yield running
 
 
@@ -72,6 +82,36 @@ def test_the_admin_kubeconfig_is_a_cluster_admin_and_rbac_is_real(real: Run) -> 
     assert "system:masters" in whoami["groups"]
     asked = real("auth", "can-i", "list", "pods", "--as", "system:serviceaccount:default:nobody")
     assert asked.stdout.strip() == "no"
+
+
+def _eks_token(cluster: str) -> str:
+    """What `aws eks get-token` (the lab kubeconfig's exec plugin) makes with the lab's keys."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env |= {
+        "AWS_ACCESS_KEY_ID": KEYS.access_key_id,
+        "AWS_SECRET_ACCESS_KEY": KEYS.secret_access_key,
+    }
+    command = [require_venv_tool("aws"), "eks", "get-token", "--cluster-name", cluster]
+    made = subprocess.run(
+        [*command, "--region", REGION], env=env, capture_output=True, text=True, check=True
+    )
+    return json.loads(made.stdout)["status"]["token"]
+
+
+def test_an_eks_token_for_the_lab_is_its_admin_and_any_other_token_is_refused(
+    plane: ControlPlane, tmp_path: Path
+) -> None:
+    ca_data = base64.b64encode(plane.ca_pem.encode()).decode()
+    answers = {}
+    for cluster in (CLUSTER, "another-cluster"):
+        config = write_kubeconfig(
+            tmp_path / f"{cluster}.kubeconfig", plane.api_url, cluster, _eks_token(cluster), ca_data
+        )
+        answers[cluster] = kubectl_on(config, tmp_path / "cache", "auth", "whoami", "-o", "json")
+    user = json.loads(answers[CLUSTER].stdout)["status"]["userInfo"]
+    assert user["username"] == "lab-admin" and "system:masters" in user["groups"]
+    assert answers["another-cluster"].returncode != 0
+    assert "Unauthorized" in answers["another-cluster"].stderr
 
 
 def test_go_mod_replaces_every_staging_module_of_the_pinned_release() -> None:

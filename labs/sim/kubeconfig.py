@@ -33,7 +33,7 @@ def kubeconfig_document(
                 "cluster": {"server": server_url, "certificate-authority-data": ca_data},
             }
         ],
-        "users": [{"name": user, "user": credentials or {"token": token}}],
+        "users": [{"name": user, "user": {"token": token} if credentials is None else credentials}],
         "contexts": [{"name": context, "context": {"cluster": cluster_name, "user": user}}],
         "current-context": context,
         "preferences": {},

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from labs.errors import LabError
 from labs.sim.controlplane import build, pki
+from labs.sim.controlplane.webhook import TokenWebhook, write_webhook_config
 from labs.sim.kubeconfig import write_kubeconfig
 
 LOOPBACK = "127.0.0.1"
@@ -34,6 +35,8 @@ EXTRA_ADMISSION = "ExtendedResourceToleration"
 # How fast a node that stops heartbeating is noticed (upstream: 40 s, then 5 s checks);
 # the rehearsal's world stops a node in seconds, so the controller looks as often.
 NODE_MONITOR = {"node-monitor-period": "2s", "node-monitor-grace-period": "20s"}
+# How long the API server trusts the webhook's answer: well inside an EKS token's 15 minutes.
+WEBHOOK_CACHE = "10s"
 _PR_SET_PDEATHSIG = 1
 
 
@@ -56,21 +59,27 @@ class ControlPlane:
     """The four processes of one lab and where they keep their files."""
 
     home: Path
+    # Which bearer tokens are the lab's (EKS tokens, checked by the world): the API server asks
+    # a token webhook of ours about each; None leaves client certificates as the only way in.
+    accepts: Callable[[str], bool] | None = None
     api_url: str = ""
     ca_pem: str = ""
     admin_kubeconfig: Path = field(default_factory=Path)
     _processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    _webhook: TokenWebhook | None = None
 
     def start(self, say: Callable[[str], None] = print) -> None:
         """Start etcd, then the API server, then both controllers; wait until /readyz says ok."""
         bin_dir = build.binaries(say)
         pki_dir = self.home / "pki"
-        files = _write_pki(pki_dir)
-        self.ca_pem = (pki_dir / "ca.crt").read_text()
+        ca, files = _write_pki(pki_dir)
+        self.ca_pem = ca.cert_pem
         etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
         self.api_url = f"https://{LOOPBACK}:{api_port}"
         self._spawn(bin_dir, "etcd", _etcd_args(self.home, etcd_port, peer_port))
         apiserver = _apiserver_args(self.home, files, etcd_port, api_port)
+        if self.accepts is not None:
+            apiserver += self._start_webhook(ca, self.accepts)
         self._spawn(bin_dir, "kube-apiserver", apiserver)
         self.admin_kubeconfig = self._write_kubeconfig(files, "admin")
         self._wait_ready()
@@ -78,6 +87,17 @@ class ControlPlane:
             config = self._write_kubeconfig(files, component)
             args = _controller_args(files) if component == "kube-controller-manager" else []
             self._spawn(bin_dir, component, [f"--kubeconfig={config}", *args, *_common_args()])
+
+    def _start_webhook(self, ca: pki.Authority, accepts: Callable[[str], bool]) -> list[str]:
+        self._webhook = TokenWebhook(accepts, ca)
+        url = self._webhook.start(LOOPBACK)
+        ca_data = base64.b64encode(ca.cert_pem.encode()).decode()
+        config = write_webhook_config(self.home / "token-webhook.kubeconfig", url, ca_data)
+        return [
+            f"--authentication-token-webhook-config-file={config}",
+            "--authentication-token-webhook-version=v1",
+            f"--authentication-token-webhook-cache-ttl={WEBHOOK_CACHE}",
+        ]
 
     def _write_kubeconfig(self, files: dict[str, Path], user: str) -> Path:
         """A kubeconfig that authenticates as `user` with its client certificate."""
@@ -139,13 +159,15 @@ class ControlPlane:
                 process.kill()
                 process.wait()
         self._processes.clear()
+        if self._webhook is not None:
+            self._webhook.stop()
 
     @property
     def pids(self) -> dict[str, int]:
         return {name: process.pid for name, process in self._processes.items()}
 
 
-def _write_pki(pki_dir: Path) -> dict[str, Path]:
+def _write_pki(pki_dir: Path) -> tuple[pki.Authority, dict[str, Path]]:
     """The CA, the serving certificate, each component's client certificate and the SA keys."""
     ca = pki.Authority.new()
     files = {"ca.crt": pki.write_private(pki_dir / "ca.crt", ca.cert_pem)}
@@ -166,7 +188,7 @@ def _write_pki(pki_dir: Path) -> dict[str, Path]:
     files["sa.key"] = pki.write_private(pki_dir / "sa.key", private)
     files["sa.pub"] = pki.write_private(pki_dir / "sa.pub", public)
     (pki_dir.parent / "logs").mkdir(parents=True, exist_ok=True)
-    return files
+    return ca, files
 
 
 def _etcd_args(home: Path, client_port: int, peer_port: int) -> list[str]:
