@@ -114,6 +114,20 @@ def test_an_eks_token_for_the_lab_is_its_admin_and_any_other_token_is_refused(
     assert "Unauthorized" in answers["another-cluster"].stderr
 
 
+def test_the_audit_log_names_who_did_what(plane: ControlPlane, real: Run) -> None:
+    real("create", "namespace", "audited")
+    real("get", "namespaces")
+    lines = (plane.home / "logs" / "audit.log").read_text().splitlines()
+    audited = [json.loads(line) for line in lines]
+    done = {
+        (e["user"]["username"], e["verb"], e["objectRef"].get("resource"))
+        for e in audited
+        if e.get("stage") == "ResponseComplete" and e.get("objectRef")
+    }
+    assert ("kubernetes-admin", "create", "namespaces") in done
+    assert ("kubernetes-admin", "list", "namespaces") in done
+
+
 def test_go_mod_replaces_every_staging_module_of_the_pinned_release() -> None:
     versions = build.pinned_versions()
     go = require_tool("go")
