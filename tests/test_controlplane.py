@@ -277,3 +277,38 @@ def test_the_real_components_say_what_the_rehearsal_says(
         pods = _scheduling_messages(run, namespace, _pod_names(manifest))
         said[name] = {"refused": refused, "pods": pods}
     assert said["rehearsal"] == said["real"]
+
+
+def _build_command(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
+    """`python -m labs.sim.controlplane` with an empty binary cache and `env` on top."""
+    base = {k: v for k, v in os.environ.items() if k not in (build.PREBUILT_ENV, build.ENVTEST_ENV)}
+    base |= {build.CACHE_ENV: str(tmp_path / "empty-cache"), **env}
+    command = [sys.executable, "-m", "labs.sim.controlplane"]
+    return subprocess.run(command, env=base, capture_output=True, text=True, timeout=60)
+
+
+def test_without_go_the_build_names_both_ways_to_get_the_programs(tmp_path: Path) -> None:
+    result = _build_command(tmp_path, PATH=str(Path(sys.executable).parent))
+    assert result.returncode == 1
+    assert "Go (1.25 or newer) is not on PATH" in result.stderr
+    assert build.PREBUILT_ENV in result.stderr
+    assert not (tmp_path / "empty-cache").exists()
+
+
+def test_a_prebuilt_directory_missing_programs_is_named_with_what_it_lacks(tmp_path: Path) -> None:
+    prebuilt = tmp_path / "bin"
+    prebuilt.mkdir()
+    (prebuilt / "etcd").write_text("#!/bin/sh\n")
+    (prebuilt / "etcd").chmod(0o755)
+    result = _build_command(tmp_path, **{build.PREBUILT_ENV: str(prebuilt)})
+    assert result.returncode == 1
+    assert f"{build.PREBUILT_ENV}={prebuilt} lacks kube-scheduler, kube-controller-manager" in (
+        result.stderr
+    )
+
+
+def test_prebuilt_binaries_are_used_as_they_are(tmp_path: Path) -> None:
+    prebuilt = build.binaries(lambda _line: None)
+    result = _build_command(tmp_path, **{build.ENVTEST_ENV: str(prebuilt)})
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"control plane programs: {prebuilt}"
