@@ -10,6 +10,7 @@ lab ends as it began.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -116,6 +117,12 @@ def scenario_pods(objects: Objects, scenario: str) -> list[dict[str, Any]]:
         for p in objects.objects("pods")
         if (p["metadata"].get("labels") or {}).get(SCENARIO_LABEL) == scenario
     ]
+
+
+def resources_of(objects: Objects, name: str) -> str:
+    """Pod `name`'s containers' resources as the API holds them (what a fix step quotes)."""
+    containers = ((gpu.pod(objects, name) or {}).get("spec") or {}).get("containers") or []
+    return json.dumps([c.get("resources") or {} for c in containers])
 
 
 def log_of(lab: Lab, objects: Objects, name: str) -> str:

@@ -127,9 +127,10 @@ symptoms = [
 # --- diagnosis: Pod -> Node -> DaemonSet -> ClusterPolicy/operator -> node internals -------
 
 
-def diagnose(lab: Lab, view: ClusterView) -> list[Finding]:
+def diagnose(ctx: Context) -> list[Finding]:
     """Pod events -> node allocatable -> DaemonSet and its node label -> ClusterPolicy spec,
     status and operator log -> node internals (socket dir, driver from a device-mounted pod)."""
+    lab, view = ctx.lab, ctx.view
     phase, events = gpu.pod_story(view, PROBE)
     policy = gpu.cluster_policy(view) or {}
     ns = lab.operator_namespace

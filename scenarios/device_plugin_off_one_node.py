@@ -98,9 +98,10 @@ symptoms = [
 # --- diagnosis: Pod -> Node -> DaemonSet -> node label -> ClusterPolicy -> node internals -----
 
 
-def diagnose(lab: Lab, view: ClusterView) -> list[Finding]:
+def diagnose(ctx: Context) -> list[Finding]:
     """Pinned pod's events -> allocatable per node -> where the plugin pods run -> the node label
     the DaemonSet selects on -> ClusterPolicy (fine) -> node internals on the dark node."""
+    lab, view = ctx.lab, ctx.view
     ns = lab.operator_namespace
     phase, events = gpu.pod_story(view, PINNED)
     plugin = gpu.daemonset(view) or {}

@@ -118,9 +118,10 @@ symptoms = [
 # --- diagnosis: Pod -> Node -> DaemonSets -> taints vs tolerations -> evictions -> fix -------
 
 
-def diagnose(lab: Lab, view: ClusterView) -> list[Finding]:
+def diagnose(ctx: Context) -> list[Finding]:
     """Pinned pod's events -> allocatable per node -> operand DaemonSets' desired counts -> node
     taints against operand tolerations -> the eviction Events -> ClusterPolicy and the fix."""
+    lab, view = ctx.lab, ctx.view
     ns = lab.operator_namespace
     phase, events = gpu.pod_story(view, PINNED)
     plugin = gpu.daemonset(view)

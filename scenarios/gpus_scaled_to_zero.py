@@ -135,9 +135,10 @@ def autoscalers(lab: Lab) -> list[str]:
     )
 
 
-def diagnose(lab: Lab, view: ClusterView) -> list[Finding]:
+def diagnose(ctx: Context) -> list[Finding]:
     """Pod events -> the nodes there are -> the GPU node group's scaling and tags (EKS API) ->
     whoever would scale it -> the fix."""
+    lab, view = ctx.lab, ctx.view
     phase, events = gpu.pod_story(view, PROBE)
     group = node_group(lab)
     cluster, name = lifecycle.gpu_nodegroup(lab)

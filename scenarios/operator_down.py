@@ -173,9 +173,10 @@ symptoms = [
 # --- diagnosis: GPUs (fine) -> operands vs spec -> status -> the controller ------------------
 
 
-def diagnose(lab: Lab, view: ClusterView) -> list[Finding]:
+def diagnose(ctx: Context) -> list[Finding]:
     """GPUs (fine) -> operand DaemonSets against the ClusterPolicy spec -> its status -> the
     controller's Deployment, its pods' last termination reason and its log."""
+    lab, view = ctx.lab, ctx.view
     ns = lab.operator_namespace
     policy = gpu.cluster_policy(view) or {}
     conditions = (policy.get("status") or {}).get("conditions") or []

@@ -131,9 +131,10 @@ symptoms = [
 # --- diagnosis: the apply's answer -> no pod -> the RuntimeClasses -> the node's runtime ------
 
 
-def diagnose(lab: Lab, view: ClusterView) -> list[Finding]:
+def diagnose(ctx: Context) -> list[Finding]:
     """The apply's own answer -> no pod to describe -> which RuntimeClasses exist -> which
     runtime the GPU nodes use by default -> the fix."""
+    lab, view = ctx.lab, ctx.view
     manifest = _workload.manifest(NAME).relative_to(_workload.REPO)
     return [
         Finding("1. The apply's answer", f"kubectl apply -f {manifest}", answer(lab),

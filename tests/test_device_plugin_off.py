@@ -20,6 +20,7 @@ from scenario_support import (
     SCENARIO_SPEED,
     SimLab,
     another_lab_record,
+    assert_findings_observed,
     lab_ready,
     quiet,
     read_until,
@@ -74,6 +75,7 @@ def test_full_run_shows_the_fault_and_proves_recovery(sim_lab):
 
     assert result.ok, result.failed_checks
     report = json.loads((result.report_dir / "report.json").read_text())
+    assert_findings_observed(report, NAME)
     fault, recovered = report["states"]["fault"], report["states"]["recovered"]
     # The DaemonSet is deleted, not scaled; allocatable keeps its key at "0" on both GPU nodes.
     assert fault["device-plugin DaemonSet"] == "NotFound"
@@ -169,10 +171,10 @@ def operator_dies_while_diagnosing(sim_lab: SimLab) -> Iterator[Scenario]:
             gpu_facts.OPERATOR_DEPLOYMENT, lab.operator_namespace, {"spec": {"replicas": replicas}}
         )
 
-    def diagnose(lab: Any, view: Any) -> list[Any]:
-        findings = original.diagnose(lab, view)
-        set_operator_replicas(lab, 0)
-        view.wait_for(
+    def diagnose(ctx: Any) -> list[Any]:
+        findings = original.diagnose(ctx)
+        set_operator_replicas(ctx.lab, 0)
+        ctx.view.wait_for(
             lambda v: not (gpu_facts.operator_deployment(v) or {})["status"].get("readyReplicas"),
             READY_TIMEOUT,
             "the operator to be down",

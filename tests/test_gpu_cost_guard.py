@@ -173,6 +173,30 @@ def test_lab_status_counts_down_and_shows_what_the_gpus_cost_so_far(guard_lab):
     assert re.search(r"^GPU node-minutes since the GPUs came up: [\d.]+ \(1 x ", out, re.M), out
 
 
+def node_minutes(env: dict[str, str]) -> float:
+    out = status(env)
+    found = re.search(r"^GPU node-minutes since the GPUs came up: ([\d.]+) ", out, re.M)
+    assert found, out
+    return float(found.group(1))
+
+
+def test_after_lab_up_the_world_runs_at_a_persons_pace(guard_lab):
+    _, env, _ = guard_lab
+    out = status(env)
+    assert "rehearsal, 1x speed now (a person's pace; programs run it at 120x)" in out, out
+    assert re.search(r"^GPU time limit: 3h5\dm left ", time_limit_line(env)), "not 4 wall minutes"
+
+
+def test_gpu_node_minutes_never_run_backwards_when_the_pace_drops(guard_lab):
+    """Minutes already run stay run: a slower world only adds them more slowly."""
+    state_dir, env, _ = guard_lab
+    pace.write_speed(endpoints(state_dir), float(SPEED))  # as a program run does
+    fast = node_minutes(env)
+    pace.write_speed(endpoints(state_dir), 1.0)  # as scenario.inject leaves it for a person
+
+    assert node_minutes(env) >= fast
+
+
 def test_ttl_off_without_a_confirmation_changes_nothing(guard_lab):
     state_dir, env, _ = guard_lab
     scheduler = moto(state_dir, "scheduler")
@@ -188,6 +212,7 @@ def test_ttl_off_without_a_confirmation_changes_nothing(guard_lab):
 
 def test_a_short_time_limit_scales_the_gpus_to_0_by_itself(guard_lab):
     state_dir, env, _ = guard_lab
+    pace.write_speed(endpoints(state_dir), float(SPEED))  # a person's hours in wall seconds
     moved = run_invoke("lab.extend", "--lab", LAB, "--ttl", f"{SHORT_TTL}m", env=env)
     assert moved.returncode == 0, moved.stdout + moved.stderr
     assert "GPU time limit moved" in moved.stdout
@@ -225,6 +250,24 @@ def test_lab_scale_sets_it_again_and_lab_down_deletes_it(guard_lab):
     assert "GPU time limit removed (schedule g1-gpu-ttl deleted)" in down.stdout
     assert schedule_names_by_cli(env) == []
     assert time_limit_line(env) == "GPU time limit: none (no GPU session)"
+
+
+def test_lab_scale_keeps_a_later_limit_unless_ttl_is_given(guard_lab):
+    _, env, _ = guard_lab
+    for args in (("lab.scale", "1"), ("lab.extend", "--ttl", "168h")):
+        done = run_invoke(*args, "--lab", LAB, env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    kept = run_invoke("lab.scale", "1", "--lab", LAB, env=env)
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    assert "GPU time limit kept: AWS scales g1-ng-gpu to 0 at" in kept.stdout, kept.stdout
+    assert re.match(r"GPU time limit: 167h5\dm left", time_limit_line(env))
+
+    moved = run_invoke("lab.scale", "1", "--lab", LAB, "--ttl", "2h", env=env)
+    assert moved.returncode == 0, moved.stdout + moved.stderr
+    assert "GPU time limit moved" in moved.stdout
+    assert re.match(r"GPU time limit: 1h5\dm left", time_limit_line(env))
+    assert run_invoke("lab.down", "--lab", LAB, env=env).returncode == 0
 
 
 @pytest.fixture(scope="module")

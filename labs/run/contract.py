@@ -153,7 +153,8 @@ class ByHand:
 
 Baseline = Callable[["Lab", "ClusterView"], dict[str, Any]]
 Mutation = Callable[["Lab"], None]
-Diagnosis = Callable[["Lab", "ClusterView"], list[Finding]]
+# The debugging path, read while the fault is in: the run's context holds what its checks saw.
+Diagnosis = Callable[[Context], list[Finding]]
 # Is this scenario's fault present in the cluster now? (What a revert relies on when the
 # journal is missing or damaged.)
 Detection = Callable[["Lab", "ClusterView"], bool]

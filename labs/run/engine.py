@@ -420,7 +420,7 @@ def _inject_observe_revert(
     report = story.check_reporter(injected_at)
     run.checks += watch_checks(ctx, scenario.symptoms, "symptom", injected_at, scale, report)
     run.states["fault"] = _state(scenario, ctx)
-    run.findings = list(scenario.diagnose(lab, ctx.view))
+    run.findings = list(scenario.diagnose(ctx))
     story.findings(run)
     if keep_fault:
         lab.journal.mark(entry, KEPT)
