@@ -306,7 +306,31 @@ def test_a_pod_that_wants_a_gpu_without_a_limit(cluster):
     cause = report.probable_cause
     assert cause is not None and (cause.name, cause.severity) == ("pod-without-gpu-limit", "error")
     assert "Failed to initialize NVML: Unknown Error" in values(cause)
-    assert "it tolerates the nvidia.com/gpu taint" in cause.meaning
+    assert "it runs a GPU image (nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04)" in cause.meaning
+
+
+AGENT_SPEC = {
+    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    "nodeSelector": {"nvidia.com/gpu.present": "true"},
+}
+
+
+def test_a_node_agent_on_the_gpu_nodes_is_not_told_to_take_a_gpu(cluster):
+    busybox = "public.ecr.aws/docker/library/busybox:1.37"
+    node = GPU_NODES[0]
+    cluster.pod("gpu-node-agent", "default", node, ["agent"], image=busybox, spec=AGENT_SPEC)
+
+    assert "pod-without-gpu-limit" not in diagnosed(cluster.examine())
+
+
+def test_nvidia_visible_devices_in_the_spec_is_evidence_of_gpu_use(cluster):
+    agent = {"name": "agent", "image": "public.ecr.aws/docker/library/busybox:1.37",
+             "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}  # fmt: skip
+    cluster.pod("smi", "default", GPU_NODES[0], [], spec={**AGENT_SPEC, "containers": [agent]})
+
+    found = diagnosed(cluster.examine())
+
+    assert "it sets NVIDIA_VISIBLE_DEVICES=all" in found["pod-without-gpu-limit"].meaning
 
 
 def test_a_mig_slice_asked_of_an_a10g(cluster):
