@@ -213,7 +213,7 @@ def diagnose(ctx: Context) -> list[Finding]:
                 "-o jsonpath='{range .items[*]}{.metadata.name} {.status.containerStatuses[0]"
                 ".lastState.terminated.reason}{\"\\n\"}{end}'",
                 "; ".join(f"{gpu.name_of(p)}: {', '.join(gpu.last_terminations(p)) or '-'}"
-                          for p in pods) or "no operator pod",
+                          for p in pods) or f"{len(pods)} pod(s) -l {gpu.OPERATOR_POD_SELECTOR}",
                 "no pod at all. A crash loop shows a pod in CrashLoopBackOff with "
                 "lastState.terminated.reason OOMKilled: raise operator.resources.limits.memory"),
         Finding("4c. Fresh log lines?", f"kubectl -n {ns} logs deploy/{gpu.OPERATOR_DEPLOYMENT} "
