@@ -158,7 +158,7 @@ def diagnose(ctx: Context) -> list[Finding]:
                 "desiredSize 0: the cost guard (lab.down, lab.scale 0) is on"),
         Finding("4. Who would scale it up?", "kubectl get deploy -A | grep -E "
                 "'cluster-autoscaler|karpenter'",
-                f"{len(found)} autoscaler Deployment(s) in the cluster: {', '.join(found) or 'none'}",
+                f"{len(found)} autoscaler Deployment(s): {', '.join(found) or 'none'}",
                 "nothing watches Pending pods to add nodes: the pod waits forever",
                 trap="a Pending GPU pod brings GPU nodes"),
         Finding("4b. Could one scale it from 0?", f"{describe} --query nodegroup.tags",
