@@ -166,6 +166,32 @@ def test_the_aws_cli_shows_the_schedule_that_scales_gpus_to_0_a_ttl_ahead(guard_
     assert datetime.now(UTC) + timedelta(hours=4) < due_at(schedule) <= now + timedelta(hours=4)
 
 
+def test_the_aws_cli_reads_the_stacks_node_group_its_asg_quota_and_updates(guard_lab):
+    """What a person checks by hand after `eval "$(invoke lab.env)"` is the stack's, as EKS
+    reports it, not moto's defaults."""
+    _, env, _ = guard_lab
+    nodegroup = ("--cluster-name", LAB, "--nodegroup-name", "g1-ng-gpu")
+    group = aws_cli(env, "eks", "describe-nodegroup", *nodegroup)["nodegroup"]
+    assert (group["version"], group["diskSize"]) == ("1.35", 100)
+    assert group["releaseVersion"].startswith("1.35.") and "remoteAccess" not in group
+
+    [asg] = group["resources"]["autoScalingGroups"]
+    found = aws_cli(env, "autoscaling", "describe-auto-scaling-groups",
+                    "--auto-scaling-group-names", asg["name"])["AutoScalingGroups"]  # fmt: skip
+    assert [(g["MinSize"], g["MaxSize"], g["DesiredCapacity"]) for g in found] == [(0, 2, 1)]
+
+    quota = aws_cli(env, "service-quotas", "get-service-quota", "--service-code", "ec2",
+                    "--quota-code", "L-DB2E81BA")["Quota"]  # fmt: skip
+    assert quota["QuotaName"] == "Running On-Demand G and VT instances" and quota["Value"] >= 8
+
+    updates = aws_cli(env, "eks", "list-updates", "--name", LAB, "--nodegroup-name", "g1-ng-gpu")
+    assert updates["updateIds"], updates
+    update_id = updates["updateIds"][-1]
+    update = aws_cli(env, "eks", "describe-update", "--name", LAB, "--nodegroup-name",
+                     "g1-ng-gpu", "--update-id", update_id)["update"]  # fmt: skip
+    assert update["status"] == "Successful"
+
+
 def test_lab_status_counts_down_and_shows_what_the_gpus_cost_so_far(guard_lab):
     _, env, _ = guard_lab
     out = status(env)
