@@ -11,18 +11,21 @@ same Pending pod runs with the baseline's output.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
+import labs
 from labs.kube import gpu, probes
 from labs.kube.changes import patch_cluster_policy
 from labs.kube.logs import operator_step
 from labs.kube.view import ClusterView
 from labs.lab import Lab
-from labs.run.contract import Check, Context, Finding, Needs, Scenario, Trap, Verdict
+from labs.run.contract import ByHand, Check, Context, Finding, Needs, Scenario, Step, Trap, Verdict
 from scenarios import _checks
 from scenarios._node_internals import NVML_TRAP, node_internals
 
 PROBE = probes.probe_name()
+REPO = Path(labs.__file__).resolve().parent.parent
 gauges = gpu.gpu_gauges(PROBE)
 STATE_STAYS_READY = "ClusterPolicy status.state stays ready (trap)"
 ALLOCATABLE_ZERO = 'allocatable nvidia.com/gpu is "0" on every GPU node (key kept)'
@@ -196,6 +199,31 @@ recovery = [
 ]  # fmt: skip
 
 
+POLICY_PATCH = "kubectl patch clusterpolicy cluster-policy --type=merge -p "
+ENABLED = '\'{"spec":{"devicePlugin":{"enabled":%s}}}\''
+GPU_NODES = "kubectl get nodes -l nvidia.com/gpu.present=true -o jsonpath="
+by_hand = ByHand(
+    inject=[
+        f"kubectl delete pod {PROBE} --ignore-not-found",
+        POLICY_PATCH + ENABLED % "false",
+        f"kubectl apply -f {probes.PROBE_MANIFEST.relative_to(REPO)}",
+    ],
+    look=[
+        Step(f"kubectl -n gpu-operator get ds {gpu.DEVICE_PLUGIN_DAEMONSET}", "NotFound",
+             "the operator deleted the DaemonSet, it did not scale it to 0"),
+        Step(GPU_NODES + "'{.items[*].status.allocatable.nvidia\\.com/gpu}{\"\\n\"}'", "0 0",
+             "allocatable keeps its key at 0 (trap); capacity may still say 1 for up to 5 "
+             "minutes: kubelet keeps a stopped plugin's devices for its grace period"),
+        Step(f"kubectl describe pod {PROBE}", "Insufficient nvidia.com/gpu",
+             "the new GPU pod waits: no node offers a free GPU"),
+        Step("kubectl get clusterpolicy cluster-policy -o jsonpath='{.spec.devicePlugin.enabled}"
+             "{\"\\n\"}'", "false", "the smoking gun: the switch is off"),
+        _checks.policy_state_step("ready although the GPUs are gone (trap)"),
+    ],
+    revert=[POLICY_PATCH + ENABLED % "true"],
+)  # fmt: skip
+
+
 SCENARIO = Scenario(
     name="device-plugin-off",
     summary="ClusterPolicy devicePlugin.enabled=false: GPU nodes advertise 0 GPUs, GPU pods "
@@ -216,4 +244,5 @@ SCENARIO = Scenario(
     detect=detect,
     state=state,
     gauges=gauges,
+    by_hand=by_hand,
 )

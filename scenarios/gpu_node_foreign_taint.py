@@ -25,7 +25,7 @@ from labs.lab import Lab
 from labs.run.contract import ByHand, Check, Context, Finding, Needs, Scenario, Step, Trap, Verdict
 from scenarios import _checks, _one_node
 from scenarios._node_internals import node_internals
-from scenarios._one_node import PINNED
+from scenarios._one_node import PINNED, remove_pinned
 
 KEY, VALUE, EFFECT = "maintenance", "true", "NoExecute"
 EVICTION = "TaintManagerEviction"
@@ -206,7 +206,7 @@ by_hand = ByHand(
         _one_node.pinned_story(gpu.UNTOLERATED_TAINT),
         _checks.policy_state_step("no error anywhere (trap)"),
     ],
-    revert=[f'kubectl taint node "$NODE" {KEY}:{EFFECT}-'],
+    revert=[f'kubectl taint node "$NODE" {KEY}:{EFFECT}-', _one_node.BY_HAND_UNPIN],
 )  # fmt: skip
 
 
@@ -232,4 +232,5 @@ SCENARIO = Scenario(
     state=_one_node.state_rows,
     gauges=gpu.gpu_gauges(PINNED),
     by_hand=by_hand,
+    clean_up=remove_pinned,
 )
