@@ -22,6 +22,7 @@ from scenario_support import (
     another_lab_record,
     assert_findings_observed,
     lab_ready,
+    look_by_hand_then_revert_all,
     quiet,
     read_until,
     wait_ready,
@@ -141,6 +142,10 @@ def child(sim_lab) -> Iterator[subprocess.Popen]:
     if process.poll() is None:
         process.kill()
     process.wait(timeout=30)
+
+
+def test_kubectl_shows_the_injected_fault_and_revert_all_restores_the_status(sim_lab, tmp_path):
+    look_by_hand_then_revert_all(sim_lab.lab, NAME, REPO, tmp_path)
 
 
 def test_a_run_killed_after_injection_is_reverted_from_the_journal(sim_lab, child):

@@ -166,9 +166,10 @@ def test_full_run_shows_plan_fault_and_recovery(sim_lab: SimLab):
             "all-reduce": "passes",
         }
     )
-    assert (
-        "## Infrastructure plan of the injection" in (result.report_dir / "report.md").read_text()
-    )
+    markdown = (result.report_dir / "report.md").read_text()
+    assert "## Infrastructure plan of the injection" in markdown
+    assert "![timeline](timeline.png)" in markdown, "every run draws its timeline"
+    assert (result.report_dir / "timeline.png").read_bytes().startswith(b"\x89PNG")
     assert [e["state"] for e in lab.journal.entries()] == [REVERTED]
 
 
