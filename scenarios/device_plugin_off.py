@@ -2,7 +2,9 @@
 
 One field, `spec.devicePlugin.enabled`, makes the GPU Operator delete the device-plugin
 DaemonSet outright (not scale it to 0); kubelet then advertises `nvidia.com/gpu: 0` on
-every GPU node (the key stays), and a new GPU pod stays Pending with
+every GPU node (the key stays; capacity still says 1 for 5 minutes: kubelet keeps a
+stopped plugin's GPUs in capacity for its grace period, then shows 0), and a new GPU pod
+stays Pending with
 `0/4 nodes are available: 4 Insufficient nvidia.com/gpu.` while the ClusterPolicy still
 says `ready`. Reverting the field brings a new DaemonSet, the GPUs come back, and the
 same Pending pod runs with the baseline's output.
@@ -81,6 +83,7 @@ def state(ctx: Context) -> dict[str, str]:
         "ClusterPolicy status.state": gpu.policy_state(policy),
         "device-plugin DaemonSet": gpu.describe_daemonset(ctx.view),
         "allocatable nvidia.com/gpu": gpu.describe_allocatable(ctx.view),
+        "capacity nvidia.com/gpu": gpu.describe_capacity(ctx.view),
         PROBE: gpu.pod_phase(ctx.view, PROBE),
     }  # fmt: skip
 
@@ -212,8 +215,7 @@ by_hand = ByHand(
         Step(f"kubectl -n gpu-operator get ds {gpu.DEVICE_PLUGIN_DAEMONSET}", "NotFound",
              "the operator deleted the DaemonSet, it did not scale it to 0"),
         Step(GPU_NODES + "'{.items[*].status.allocatable.nvidia\\.com/gpu}{\"\\n\"}'", "0 0",
-             "allocatable keeps its key at 0 (trap); capacity may still say 1 for up to 5 "
-             "minutes: kubelet keeps a stopped plugin's devices for its grace period"),
+             f"allocatable keeps its key at 0 (trap); {gpu.CAPACITY_GRACE}"),
         Step(f"kubectl describe pod {PROBE}", "Insufficient nvidia.com/gpu",
              "the new GPU pod waits: no node offers a free GPU"),
         Step("kubectl get clusterpolicy cluster-policy -o jsonpath='{.spec.devicePlugin.enabled}"

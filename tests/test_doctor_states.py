@@ -227,6 +227,19 @@ def test_an_xid_in_the_device_plugin_log_explains_the_missing_gpu(cluster):
     assert explained_by(report, "gpu-allocatable-zero") == "gpu-xid-error"
 
 
+def test_capacity_lagging_allocatable_is_explained_as_kubelets_grace_period(cluster):
+    gpu_dark(cluster, GPU_NODES[0])
+    cluster.update(
+        "nodes", GPU_NODES[0], lambda n: n["status"]["capacity"].update({"nvidia.com/gpu": "1"})
+    )
+
+    found = diagnosed(cluster.examine())
+
+    evidence = values(found["gpu-allocatable-zero"])
+    assert "allocatable 0, capacity 1 (capacity still counts GPUs kubelet no longer" in evidence
+    assert "5-minute grace period" in evidence
+
+
 def test_an_oomkilled_operator_is_named_with_its_restarts(cluster):
     cluster.update(
         "deployments",

@@ -77,6 +77,7 @@ def test_scenario_list_show_and_unknown_names(tmp_path: Path):
     show = run_invoke("scenario.show", "device-plugin-off", env=env)
     assert show.returncode == 0 and "devicePlugin" in show.stdout
     assert "by hand with kubectl" in show.stdout and "$ kubectl patch clusterpolicy" in show.stdout
+    assert "capacity still says 1 for 5 minutes" in show.stdout, "kubelet's lag, in the runbook"
     risk = run_invoke("scenario.show", "nccl-sg-block", env=env).stdout
     assert "egress_all" in next(line for line in risk.splitlines() if "risk:" in line), risk
     unknown = run_invoke("scenario.run", "no-such-fault", "--lab", LAB, env=env)
