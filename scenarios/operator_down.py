@@ -217,7 +217,7 @@ def diagnose(ctx: Context) -> list[Finding]:
                 "no pod at all. A crash loop shows a pod in CrashLoopBackOff with "
                 "lastState.terminated.reason OOMKilled: raise operator.resources.limits.memory"),
         Finding("4c. Fresh log lines?", f"kubectl -n {ns} logs deploy/{gpu.OPERATOR_DEPLOYMENT} "
-                "--tail=20", log[-1] if log else "no running pod: nothing logs",
+                "--tail=20", log[-1] if log else f"no log line: {gpu.describe_operator(view)}",
                 "no `ClusterPolicy step completed` lines since the scale-down: nothing reconciles"),
     ]  # fmt: skip
 
