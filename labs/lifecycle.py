@@ -118,7 +118,6 @@ def _up(lab: Lab, new: bool, console: Console, keep_later: bool) -> None:
             lab.journal.start()
     with lab.backend.program_pace(lab):
         _bring_up(lab, lab.settings, console, keep_later)
-    lab.backend.set_speed(lab, lab.backend.person_speed(lab, None))
 
 
 def _bring_up(lab: Lab, settings: LabSettings, console: Console, keep_later: bool) -> None:

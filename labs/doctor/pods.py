@@ -406,7 +406,7 @@ def missing_runtime_classes(facts: Facts) -> list[DoctorFinding]:
             uses.setdefault(name, []).append(Evidence(owner, "runtimeClassName", name))
     for event in facts.objects("events"):
         match = _CLASS_NOT_FOUND.search(str(event.get("message", "")))
-        if match and match.group(1) not in known:
+        if match and match.group(1) not in known and _reporter_exists(facts, event):
             uses.setdefault(match.group(1), []).append(event_evidence(event))
     return [
         kind("runtimeclass-missing").found(
@@ -418,6 +418,21 @@ def missing_runtime_classes(facts: Facts) -> list[DoctorFinding]:
         )
         for name, evidence in sorted(uses.items())
     ]
+
+
+# The controllers whose refusals the doctor can check are still there (an Event outlives
+# its object by an hour: a deleted Deployment's ReplicaSet must not count).
+_REPORTERS = {"ReplicaSet": "replicasets", "DaemonSet": "daemonsets", "Deployment": "deployments"}
+
+
+def _reporter_exists(facts: Facts, event: Obj) -> bool:
+    """The object an Event is about still exists (True for a kind the doctor does not list)."""
+    involved = event.get("involvedObject") or {}
+    plural = _REPORTERS.get(str(involved.get("kind")))
+    if plural is None:
+        return True
+    name, namespace = str(involved.get("name", "")), str(involved.get("namespace", ""))
+    return facts.find(plural, name, namespace) is not None
 
 
 def _pod_specs(facts: Facts) -> Iterator[tuple[str, Obj]]:

@@ -73,10 +73,13 @@ def _create_group(backend: EKSBackend, nodegroup: Any) -> None:
             "k8s.io/cluster-autoscaler/enabled": "true",
             f"k8s.io/cluster-autoscaler/{nodegroup.cluster_name}": "owned"}  # fmt: skip
     autoscaling = autoscaling_backends[backend.account_id][backend.region_name]
+    known = {subnet.id for subnet in ec2.describe_subnets()}  # EKS refuses others; moto not
     autoscaling.create_auto_scaling_group(
-        name=name, availability_zones=[], desired_capacity=0, max_size=0, min_size=0,
-        launch_config_name="", launch_template={"LaunchTemplateName": name},
-        vpc_zone_identifier=",".join(nodegroup.subnets), default_cooldown=None,
+        name=name, availability_zones=[f"{backend.region_name}a"], desired_capacity=0,
+        max_size=0, min_size=0, launch_config_name="",
+        launch_template={"LaunchTemplateName": name},
+        vpc_zone_identifier=",".join(s for s in nodegroup.subnets if s in known) or None,
+        default_cooldown=None,
         health_check_period=None, health_check_type="EC2", load_balancers=[],
         target_group_arns=[], placement_group=None, termination_policies=[],
         tags=[{"ResourceId": name, "ResourceType": "auto-scaling-group", "Key": key,
