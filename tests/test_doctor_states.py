@@ -377,16 +377,13 @@ def test_a_runtime_class_that_does_not_exist(cluster):
         },
         "default",
     )
-    replicaset = {
-        "kind": "ReplicaSet",
-        "metadata": {"name": "cuda-job-5d9f8c7b6", "namespace": "default", "uid": "rs-1"},
-    }
-    cluster.event(
-        replicaset,
-        "FailedCreate",
-        'Error creating: pods "cuda-job-5d9f8c7b6-" is '
-        'forbidden: pod rejected: RuntimeClass "nvidia-cdi" not found',
-    )
+    replicaset = cluster.store.create(
+        "replicasets",
+        {"metadata": {"name": "cuda-job-5d9f8c7b6"},
+         "spec": {"replicas": 1, "selector": {"matchLabels": selector}, "template": template}},
+        "default",
+    )  # fmt: skip
+    cluster.event(replicaset, "FailedCreate", REFUSED_CDI)
 
     report = cluster.examine()
     diagnosed(report)
@@ -396,6 +393,21 @@ def test_a_runtime_class_that_does_not_exist(cluster):
     assert cause.subject == "runtimeclass/nvidia-cdi" and "there are: nvidia" in cause.meaning
     assert "deployment/default/cuda-job runtimeClassName = nvidia-cdi" in values(cause)
     assert "replicaset/default/cuda-job-5d9f8c7b6 event FailedCreate" in values(cause)
+
+
+REFUSED_CDI = (
+    'Error creating: pods "cuda-job-5d9f8c7b6-" is forbidden: pod rejected: RuntimeClass '
+    '"nvidia-cdi" not found'
+)
+
+
+def test_a_refusal_reported_by_a_replicaset_since_deleted_is_no_finding(cluster):
+    """Events outlive their object by an hour: a reverted Deployment's refusals are history."""
+    gone = {"kind": "ReplicaSet", "metadata": {"name": "cuda-job-5d9f8c7b6",
+                                               "namespace": "default", "uid": "rs-1"}}  # fmt: skip
+    cluster.event(gone, "FailedCreate", REFUSED_CDI)
+
+    assert "runtimeclass-missing" not in diagnosed(cluster.examine())
 
 
 def test_gpu_nodes_scaled_to_zero_while_a_gpu_pod_waits(cluster):

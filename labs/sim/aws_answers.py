@@ -73,12 +73,14 @@ def _create_group(backend: EKSBackend, nodegroup: Any) -> None:
             "k8s.io/cluster-autoscaler/enabled": "true",
             f"k8s.io/cluster-autoscaler/{nodegroup.cluster_name}": "owned"}  # fmt: skip
     autoscaling = autoscaling_backends[backend.account_id][backend.region_name]
-    known = {subnet.id for subnet in ec2.describe_subnets()}  # EKS refuses others; moto not
+    # EKS refuses subnets EC2 does not have; moto's EKS does not, its Auto Scaling does
+    subnets = [s for s in ec2.describe_subnets() if s.id in nodegroup.subnets]
     autoscaling.create_auto_scaling_group(
-        name=name, availability_zones=[f"{backend.region_name}a"], desired_capacity=0,
-        max_size=0, min_size=0, launch_config_name="",
+        name=name, desired_capacity=0, max_size=0, min_size=0, launch_config_name="",
+        availability_zones=sorted({s.availability_zone for s in subnets})
+        or [f"{backend.region_name}a"],
         launch_template={"LaunchTemplateName": name},
-        vpc_zone_identifier=",".join(s for s in nodegroup.subnets if s in known) or None,
+        vpc_zone_identifier=",".join(s.id for s in subnets) or None,
         default_cooldown=None,
         health_check_period=None, health_check_type="EC2", load_balancers=[],
         target_group_arns=[], placement_group=None, termination_policies=[],
