@@ -154,8 +154,9 @@ def up(
         c, lab=lab, gpus=gpus, operator=operator, ttl=ttl, kubeconfig=kubeconfig, context=context
     )
     made = lifecycle.up(
-        settings, sim=sim, dry_run=dry_run, console=_console(), confirm=_confirmer(yes)
-    )
+        settings, sim=sim, dry_run=dry_run, console=_console(), confirm=_confirmer(yes),
+        keep_later=ttl is None,
+    )  # fmt: skip
     if smoke and not dry_run:
         _smoke(made, nccl=True)
 
@@ -215,7 +216,7 @@ def scale(
     except ValueError:
         raise SettingsError(f"GPU count {count!r} is not a whole number; use e.g. 2") from None
     target = _open(c, lab, kubeconfig, context, ttl=ttl)
-    lifecycle.scale(target, wanted, _console(), confirm=_confirmer(yes))
+    lifecycle.scale(target, wanted, _console(), confirm=_confirmer(yes), keep_later=ttl is None)
 
 
 @task(help={**LAB_HELP, "ttl": flag_help()["ttl"], "yes": "do not ask before --ttl off"})

@@ -2,17 +2,20 @@
 
 lab.up prints it at the end and lab.status shows it, so nobody has to work out what an
 evening of GPUs came to. A rehearsal bills nothing; its figure is what AWS would bill.
+Minutes are read on the backend's clock (wall time on AWS, the world's clock on a
+rehearsal, which keeps each stretch at the pace it ran), so a pace change never rewrites
+the minutes already run.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from labs.aws.pricing import gpu_node_minutes_cost
 from labs.lab import Lab
 
-# Lab record key: when the GPU node group was last scaled above 0 (wall-clock UTC, ISO).
+# Lab record key: when the GPU node group was last scaled above 0 (the lab's clock, ISO).
 SCALED_AT = "gpu_scaled_at"
 
 
@@ -29,8 +32,8 @@ def gpu_session(lab: Lab, nodes: int) -> GpuSession | None:
     started = lab.record.get(SCALED_AT)
     if not started:
         return None
-    elapsed = (datetime.now(UTC) - datetime.fromisoformat(started)).total_seconds()
-    minutes = elapsed * lab.speed / 60
+    elapsed = (lab.backend.now(lab) - datetime.fromisoformat(started)).total_seconds()
+    minutes = max(0.0, elapsed / 60)
     node_minutes = minutes * nodes
     cost = gpu_node_minutes_cost(lab.region, lab.settings.gpu_instance_type, node_minutes)
     return GpuSession(nodes, minutes, node_minutes, cost)

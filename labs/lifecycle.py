@@ -16,7 +16,6 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import UTC, datetime
 from typing import Any
 
 from labs import time_limit
@@ -95,10 +94,12 @@ def up(
     dry_run: bool,
     console: Console,
     confirm: Confirm = _refused,
+    keep_later: bool = True,
 ) -> Lab:
     """Bring the lab up (or finish bringing it up); see the module docstring for the order.
 
-    `confirm` is asked (before anything changes) only when the GPU time limit is off.
+    `confirm` is asked (before anything changes) only when the GPU time limit is off;
+    `keep_later`: no --ttl given, so a later running time limit stays (time_limit.arm).
     """
     lab, new = open_or_create(settings, sim)
     if dry_run:
@@ -106,20 +107,20 @@ def up(
         return lab
     time_limit.confirm_off(settings, settings.gpus, confirm)
     with lab_lock(lab, "lab.up"):
-        _up(lab, new, console)
+        _up(lab, new, console, keep_later)
     return lab
 
 
-def _up(lab: Lab, new: bool, console: Console) -> None:
+def _up(lab: Lab, new: bool, console: Console, keep_later: bool) -> None:
     with console.phase(f"preflight ({lab.backend.name} backend, lab {lab.name!r})"):
         lab.backend.start(lab, console)
         if new:
             lab.journal.start()
     with lab.backend.program_pace(lab):
-        _bring_up(lab, lab.settings, console)
+        _bring_up(lab, lab.settings, console, keep_later)
 
 
-def _bring_up(lab: Lab, settings: LabSettings, console: Console) -> None:
+def _bring_up(lab: Lab, settings: LabSettings, console: Console, keep_later: bool) -> None:
     _apply(lab, full_variables(lab), "base infrastructure (GPU nodes 0, operator off)", console)
     with console.phase("lab kubeconfig"):
         _write_kubeconfig(lab, console)
@@ -130,7 +131,7 @@ def _bring_up(lab: Lab, settings: LabSettings, console: Console) -> None:
         )
         with console.phase("wait for the ClusterPolicy to be ready"):
             _wait_operator_ready(lab, console)
-    scale(lab, settings.gpus, console, confirm=_already_confirmed)
+    scale(lab, settings.gpus, console, confirm=_already_confirmed, keep_later=keep_later)
     if settings.operator and settings.gpus > 0:
         with console.phase("GPU probe (nvidia-smi on a GPU node)"):
             _run_probe(lab, console)
@@ -247,10 +248,13 @@ def gpu_nodegroup(lab: Lab) -> tuple[str, str]:
     return lab.cluster_name, lab.gpu_node_group
 
 
-def request_gpu_nodes(lab: Lab, count: int, console: Console | None = None) -> str | None:
+def request_gpu_nodes(
+    lab: Lab, count: int, console: Console | None = None, keep_later: bool = True
+) -> str | None:
     """Ask EKS for `count` GPU nodes (minSize 0, maxSize the group's max, desiredSize `count`)
     once the target is checked to be the lab's own; N > 0 sets (or moves) the GPU time limit
-    first. Returns the EKS update id, None when the group already is so.
+    first, keeping a later one when `keep_later`. Returns the EKS update id, None when the
+    group already is so.
 
     Returns at once: the nodes come (or go) later. `lab.scale` and scenarios both scale here.
     """
@@ -265,7 +269,7 @@ def request_gpu_nodes(lab: Lab, count: int, console: Console | None = None) -> s
     cluster, nodegroup = gpu_nodegroup(lab)
     check_lab_target(lab, cluster=lab.paths.kubeconfig.exists(), account=True)
     if count > 0:
-        time_limit.arm(lab, maximum, console or Console())
+        time_limit.arm(lab, maximum, console or Console(), keep_later)
     update = scale_gpu_nodegroup(lab.aws_client("eks"), cluster, nodegroup, count, maximum)
     if update and count > 0:
         _record_scale_time(lab, nodegroup, count)
@@ -277,22 +281,25 @@ def gpu_max(lab: Lab) -> int:
     return int(lab.variables.get(stack.GPU_MAX_SIZE, lab.settings.gpu_max))
 
 
-def scale(lab: Lab, count: int, console: Console, confirm: Confirm = _refused) -> None:
+def scale(
+    lab: Lab, count: int, console: Console, confirm: Confirm = _refused, keep_later: bool = True
+) -> None:
     """Scale the GPU node group through the EKS API and wait until the nodes are there or gone
     (the world at the program's pace meanwhile).
 
-    N > 0 sets (or moves) the GPU time limit first; 0 deletes it once the nodes are gone
-    (so a failure to delete it never stops the cost guard half-way).
+    N > 0 sets (or moves) the GPU time limit first, unless `keep_later` and a later one runs;
+    0 deletes it once the nodes are gone (so a failure to delete it never stops the cost
+    guard half-way).
     """
     time_limit.confirm_off(lab.settings, count, confirm)
     with lab_lock(lab, f"lab.scale {count}"), lab.backend.program_pace(lab):
-        _scale(lab, count, console)
+        _scale(lab, count, console, keep_later)
 
 
-def _scale(lab: Lab, count: int, console: Console) -> None:
+def _scale(lab: Lab, count: int, console: Console, keep_later: bool) -> None:
     cluster, nodegroup = gpu_nodegroup(lab)
     with console.phase(f"scale GPU node group {nodegroup} to {count} (EKS API)"):
-        update = request_gpu_nodes(lab, count, console)
+        update = request_gpu_nodes(lab, count, console, keep_later)
         console.say(
             f"    scalingConfig minSize=0 maxSize={gpu_max(lab)} desiredSize={count}"
             + ("" if update else " (already so; no API call)")
@@ -323,7 +330,7 @@ def _follow_update(lab: Lab, nodegroup: str, update_id: str, console: Console) -
 def _record_scale_time(lab: Lab, nodegroup: str, count: int) -> None:
     """Remember when GPUs started billing; a failed write says so, the scale itself stands."""
     try:
-        lab.update(gpu_scaled_at=datetime.now(UTC).isoformat())
+        lab.update(gpu_scaled_at=lab.backend.now(lab).isoformat())
     except StateWriteError as error:
         raise LifecycleError(
             f"node group {nodegroup} was scaled to {count}, but its start time could not be "

@@ -179,6 +179,8 @@ def render(status: dict[str, Any]) -> str:
         f"region {status['region']}",
         f"cluster {status.get('cluster') or '-'}  {status.get('endpoint') or '(not created yet)'}",
     ]
+    if status.get("variables"):
+        lines.append(f"stack toggles (last applied): {_toggles(status['variables'])}")
     if status.get("nodegroups"):
         lines.append("node groups:")
         for g in status["nodegroups"]:
@@ -224,6 +226,12 @@ def render(status: dict[str, Any]) -> str:
     for problem in status["problems"]:
         lines.append(f"! {problem}")
     return "\n".join(lines)
+
+
+def _toggles(variables: dict[str, Any]) -> str:
+    return "  ".join(
+        f"{name}={str(variables.get(name, '-')).lower()}" for name in stack.STACK_TOGGLES
+    )
 
 
 def _cost_lines(cost: dict[str, Any] | None) -> list[str]:

@@ -70,8 +70,12 @@ def plan(settings: LabSettings) -> str:
     )
 
 
-def arm(lab: Lab, max_size: int, console: Console) -> None:
-    """Set or move the schedule to now + ttl (or remove it when ttl is off), before GPUs bill."""
+def arm(lab: Lab, max_size: int, console: Console, keep_later: bool = False) -> None:
+    """Set or move the schedule to now + ttl (or remove it when ttl is off), before GPUs bill.
+
+    `keep_later`: no --ttl was given, so a running limit set later (lab.extend --ttl 168h)
+    stays: scaling must not cut short a session someone chose to make long.
+    """
     ttl = lab.settings.gpu_ttl
     scheduler, name = lab.aws_client("scheduler"), _schedule_name(lab)
     if ttl is None:
@@ -87,6 +91,13 @@ def arm(lab: Lab, max_size: int, console: Console) -> None:
         )
     fires_at = (lab.backend.now(lab) + ttl).replace(microsecond=0)
     cluster, nodegroup = lab.cluster_name, lab.gpu_node_group
+    kept = _later_limit(lab, fires_at) if keep_later else None
+    if kept is not None:
+        console.say(
+            f"    GPU time limit kept: AWS scales {nodegroup} to 0 at {_utc(kept)}, later than "
+            f"{lab.settings.ttl} from now (--ttl {lab.settings.ttl} would move it there)"
+        )
+        return
     created = put_gpu_time_limit(
         scheduler, name=name, group=stack.GPU_TTL_SCHEDULE_GROUP, at=fires_at, cluster=cluster,
         nodegroup=nodegroup, max_size=max_size, role_arn=str(role),
@@ -94,8 +105,18 @@ def arm(lab: Lab, max_size: int, console: Console) -> None:
     lab.update(**{FIRES_AT: fires_at.isoformat(), TTL_SET: lab.settings.ttl})
     console.say(
         f"    GPU time limit {'set' if created else 'moved'}: AWS scales {nodegroup} to 0 at "
-        f"{_utc(fires_at)} ({lab.settings.ttl} from now{_clock_note(lab, ttl)}; schedule {name})"
+        f"{_utc(fires_at)} ({lab.settings.ttl} from now on the lab's clock; schedule {name})"
     )
+
+
+def _later_limit(lab: Lab, fires_at: datetime) -> datetime | None:
+    """When the lab's running schedule fires, if that is after `fires_at`; else None."""
+    if lab.record.get(TTL_SET) == TTL_OFF or not lab.record.get(FIRES_AT):
+        return None
+    at = read_gpu_time_limit(
+        lab.aws_client("scheduler"), _schedule_name(lab), stack.GPU_TTL_SCHEDULE_GROUP
+    )
+    return at if at is not None and at > fires_at else None
 
 
 def disarm(lab: Lab, console: Console) -> None:

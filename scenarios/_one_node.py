@@ -38,6 +38,8 @@ BY_HAND_PIN = (
     f"{MANIFEST} | kubectl apply -f -"
 )
 
+BY_HAND_UNPIN = f"kubectl delete pod {PINNED} --ignore-not-found"
+
 
 def target_node(objects: Objects) -> str:
     """The GPU node these faults act on: the first by name."""
@@ -74,6 +76,11 @@ def pin_probe(ctx: Context) -> None:
     probes.recreate_probe(
         ctx.lab, ctx.lab.settings.probe_timeout, name=PINNED, node=ctx.baseline["node"]
     )
+
+
+def remove_pinned(lab: Lab) -> None:
+    """Delete gpu-probe-pinned, which only this scenario's checks need (safe to repeat)."""
+    probes.delete_probe(lab, lab.settings.probe_timeout, name=PINNED)
 
 
 def only_node_dark(ctx: Context) -> Verdict:

@@ -10,6 +10,7 @@ lab ends as it began.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ import yaml
 
 import labs
 from labs.kube import gpu, probes
+from labs.kube.changes import delete_if_present
 from labs.kube.view import WORKLOAD_NAMESPACE, ClusterView, Objects, WatchedKind
 from labs.lab import Lab
 from labs.run.contract import (
@@ -25,6 +27,7 @@ from labs.run.contract import (
     ByHand,
     Check,
     Context,
+    Detection,
     Diagnosis,
     Mutation,
     Needs,
@@ -49,8 +52,8 @@ def manifest(scenario: str) -> Path:
     return MANIFESTS / f"{scenario}.yaml"
 
 
-def pods_of(scenario: str) -> list[dict[str, Any]]:
-    """The pods of the scenario's manifest (fresh copies)."""
+def objects_of(scenario: str) -> list[dict[str, Any]]:
+    """The objects of the scenario's manifest, pods or Deployments (fresh copies)."""
     text = manifest(scenario).read_text(encoding="utf-8")
     return [doc for doc in yaml.safe_load_all(text) if doc]
 
@@ -64,11 +67,17 @@ def by_hand_inject(scenario: str) -> list[str]:
 
 
 def by_hand_revert(scenario: str) -> list[str]:
-    """The kubectl lines that undo it: its pods go, the lab's probe comes back."""
+    """The kubectl lines that undo it: its Deployments and pods go, the lab's probe comes back."""
     return [
-        f"kubectl delete pod -l {SCENARIO_LABEL}={scenario} --ignore-not-found",
+        f"kubectl delete deployment,pod -l {SCENARIO_LABEL}={scenario} --ignore-not-found",
         f"kubectl apply -f {PROBE_MANIFEST}",
     ]
+
+
+def _apps(lab: Lab) -> Any:
+    from kubernetes import client as k8s
+
+    return k8s.AppsV1Api(lab.kube)
 
 
 def _core(lab: Lab) -> Any:
@@ -92,18 +101,26 @@ def baseline(lab: Lab, view: ClusterView) -> dict[str, Any]:
 
 
 def submit(lab: Lab, scenario: str) -> None:
-    """Delete the lab's probe (the name must be free), then create the scenario's pods."""
+    """Delete the lab's probe (the name must be free), then create the scenario's pods and
+    Deployments."""
     probes.delete_probe(lab, lab.settings.probe_timeout)
-    for pod in pods_of(scenario):
-        _core(lab).create_namespaced_pod(WORKLOAD_NAMESPACE, pod)
+    for obj in objects_of(scenario):
+        if obj["kind"] == "Deployment":
+            _apps(lab).create_namespaced_deployment(WORKLOAD_NAMESPACE, obj)
+        else:
+            _core(lab).create_namespaced_pod(WORKLOAD_NAMESPACE, obj)
 
 
 def undo(lab: Lab, scenario: str) -> None:
-    """Delete the scenario's pods (waiting until they are gone), then apply the lab's probe
-    unless a gpu-probe is there already. Safe to repeat."""
-    labelled = _core(lab).list_namespaced_pod(
-        WORKLOAD_NAMESPACE, label_selector=f"{SCENARIO_LABEL}={scenario}"
-    )
+    """Delete the scenario's Deployments and pods (waiting until the pods are gone), then
+    apply the lab's probe unless a gpu-probe is there already. Safe to repeat."""
+    selector = f"{SCENARIO_LABEL}={scenario}"
+    apps = _apps(lab)
+    owners = apps.list_namespaced_deployment(WORKLOAD_NAMESPACE, label_selector=selector)
+    for deployment in owners.items:
+        name = deployment.metadata.name
+        delete_if_present(apps.delete_namespaced_deployment, name, WORKLOAD_NAMESPACE)
+    labelled = _core(lab).list_namespaced_pod(WORKLOAD_NAMESPACE, label_selector=selector)
     for pod in labelled.items:
         probes.delete_probe(lab, lab.settings.probe_timeout, name=pod.metadata.name)
     if gpu.pod(lab.snapshot("pods"), PROBE) is None:
@@ -116,6 +133,12 @@ def scenario_pods(objects: Objects, scenario: str) -> list[dict[str, Any]]:
         for p in objects.objects("pods")
         if (p["metadata"].get("labels") or {}).get(SCENARIO_LABEL) == scenario
     ]
+
+
+def resources_of(objects: Objects, name: str) -> str:
+    """Pod `name`'s containers' resources as the API holds them (what a fix step quotes)."""
+    containers = ((gpu.pod(objects, name) or {}).get("spec") or {}).get("containers") or []
+    return json.dumps([c.get("resources") or {} for c in containers])
 
 
 def log_of(lab: Lab, objects: Objects, name: str) -> str:
@@ -204,11 +227,13 @@ def scenario(
     baseline: Baseline = baseline,
     state: StateRows = state,
     watch: Callable[[Lab], list[WatchedKind]] | None = None,
+    detect: Detection | None = None,
 ) -> Scenario:
     """A workload fault: its own facts, and what every one shares (the lab it needs, the
-    baseline probe, the recovery, the by-hand inject and revert around its `look`)."""
+    baseline probe, the recovery, the by-hand inject and revert around its `look`).
+    `detect` defaults to a pod labelled with the scenario's name."""
 
-    def detect(lab: Lab, view: ClusterView) -> bool:
+    def pods_left(lab: Lab, view: ClusterView) -> bool:
         """In while a pod labelled with the scenario's name exists."""
         return bool(scenario_pods(view, name))
 
@@ -217,7 +242,7 @@ def scenario(
         summary=summary,
         area="workload",
         doctor_finding=doctor_finding,
-        detect=detect,
+        detect=detect or pods_left,
         about=about,
         needs=NEEDS,
         risk=risk,

@@ -2,7 +2,9 @@
 
 One field, `spec.devicePlugin.enabled`, makes the GPU Operator delete the device-plugin
 DaemonSet outright (not scale it to 0); kubelet then advertises `nvidia.com/gpu: 0` on
-every GPU node (the key stays), and a new GPU pod stays Pending with
+every GPU node (the key stays; capacity still says 1 for 5 minutes: kubelet keeps a
+stopped plugin's GPUs in capacity for its grace period, then shows 0), and a new GPU pod
+stays Pending with
 `0/4 nodes are available: 4 Insufficient nvidia.com/gpu.` while the ClusterPolicy still
 says `ready`. Reverting the field brings a new DaemonSet, the GPUs come back, and the
 same Pending pod runs with the baseline's output.
@@ -11,18 +13,21 @@ same Pending pod runs with the baseline's output.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
+import labs
 from labs.kube import gpu, probes
 from labs.kube.changes import patch_cluster_policy
 from labs.kube.logs import operator_step
 from labs.kube.view import ClusterView
 from labs.lab import Lab
-from labs.run.contract import Check, Context, Finding, Needs, Scenario, Trap, Verdict
+from labs.run.contract import ByHand, Check, Context, Finding, Needs, Scenario, Step, Trap, Verdict
 from scenarios import _checks
 from scenarios._node_internals import NVML_TRAP, node_internals
 
 PROBE = probes.probe_name()
+REPO = Path(labs.__file__).resolve().parent.parent
 gauges = gpu.gpu_gauges(PROBE)
 STATE_STAYS_READY = "ClusterPolicy status.state stays ready (trap)"
 ALLOCATABLE_ZERO = 'allocatable nvidia.com/gpu is "0" on every GPU node (key kept)'
@@ -78,6 +83,7 @@ def state(ctx: Context) -> dict[str, str]:
         "ClusterPolicy status.state": gpu.policy_state(policy),
         "device-plugin DaemonSet": gpu.describe_daemonset(ctx.view),
         "allocatable nvidia.com/gpu": gpu.describe_allocatable(ctx.view),
+        "capacity nvidia.com/gpu": gpu.describe_capacity(ctx.view),
         PROBE: gpu.pod_phase(ctx.view, PROBE),
     }  # fmt: skip
 
@@ -127,9 +133,10 @@ symptoms = [
 # --- diagnosis: Pod -> Node -> DaemonSet -> ClusterPolicy/operator -> node internals -------
 
 
-def diagnose(lab: Lab, view: ClusterView) -> list[Finding]:
+def diagnose(ctx: Context) -> list[Finding]:
     """Pod events -> node allocatable -> DaemonSet and its node label -> ClusterPolicy spec,
     status and operator log -> node internals (socket dir, driver from a device-mounted pod)."""
+    lab, view = ctx.lab, ctx.view
     phase, events = gpu.pod_story(view, PROBE)
     policy = gpu.cluster_policy(view) or {}
     ns = lab.operator_namespace
@@ -195,6 +202,30 @@ recovery = [
 ]  # fmt: skip
 
 
+POLICY_PATCH = "kubectl patch clusterpolicy cluster-policy --type=merge -p "
+ENABLED = '\'{"spec":{"devicePlugin":{"enabled":%s}}}\''
+GPU_NODES = "kubectl get nodes -l nvidia.com/gpu.present=true -o jsonpath="
+by_hand = ByHand(
+    inject=[
+        f"kubectl delete pod {PROBE} --ignore-not-found",
+        POLICY_PATCH + ENABLED % "false",
+        f"kubectl apply -f {probes.PROBE_MANIFEST.relative_to(REPO)}",
+    ],
+    look=[
+        Step(f"kubectl -n gpu-operator get ds {gpu.DEVICE_PLUGIN_DAEMONSET}", "NotFound",
+             "the operator deleted the DaemonSet, it did not scale it to 0"),
+        Step(GPU_NODES + "'{.items[*].status.allocatable.nvidia\\.com/gpu}{\"\\n\"}'", "0 0",
+             f"allocatable keeps its key at 0 (trap); {gpu.CAPACITY_GRACE}"),
+        Step(f"kubectl describe pod {PROBE}", "Insufficient nvidia.com/gpu",
+             "the new GPU pod waits: no node offers a free GPU"),
+        Step("kubectl get clusterpolicy cluster-policy -o jsonpath='{.spec.devicePlugin.enabled}"
+             "{\"\\n\"}'", "false", "the smoking gun: the switch is off"),
+        _checks.policy_state_step("ready although the GPUs are gone (trap)"),
+    ],
+    revert=[POLICY_PATCH + ENABLED % "true"],
+)  # fmt: skip
+
+
 SCENARIO = Scenario(
     name="device-plugin-off",
     summary="ClusterPolicy devicePlugin.enabled=false: GPU nodes advertise 0 GPUs, GPU pods "
@@ -215,4 +246,5 @@ SCENARIO = Scenario(
     detect=detect,
     state=state,
     gauges=gauges,
+    by_hand=by_hand,
 )

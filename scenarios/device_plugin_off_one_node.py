@@ -21,7 +21,7 @@ from labs.lab import Lab
 from labs.run.contract import ByHand, Check, Context, Finding, Needs, Scenario, Step, Trap, Verdict
 from scenarios import _checks, _one_node
 from scenarios._node_internals import node_internals
-from scenarios._one_node import PINNED, PROBE
+from scenarios._one_node import PINNED, PROBE, remove_pinned
 
 LABEL = gpu.DEVICE_PLUGIN_DEPLOY_LABEL
 UNPINNED_ELSEWHERE = "an unpinned gpu-probe still Succeeds, on another node (trap)"
@@ -98,9 +98,10 @@ symptoms = [
 # --- diagnosis: Pod -> Node -> DaemonSet -> node label -> ClusterPolicy -> node internals -----
 
 
-def diagnose(lab: Lab, view: ClusterView) -> list[Finding]:
+def diagnose(ctx: Context) -> list[Finding]:
     """Pinned pod's events -> allocatable per node -> where the plugin pods run -> the node label
     the DaemonSet selects on -> ClusterPolicy (fine) -> node internals on the dark node."""
+    lab, view = ctx.lab, ctx.view
     ns = lab.operator_namespace
     phase, events = gpu.pod_story(view, PINNED)
     plugin = gpu.daemonset(view) or {}
@@ -171,7 +172,8 @@ by_hand = ByHand(
              "an unpinned probe ran anyway, on the other node (trap)"),
         _checks.policy_state_step("no error anywhere (trap)"),
     ],
-    revert=[f"kubectl label nodes -l {LABEL}=false {LABEL}=true --overwrite"],
+    revert=[f"kubectl label nodes -l {LABEL}=false {LABEL}=true --overwrite",
+            _one_node.BY_HAND_UNPIN],
 )  # fmt: skip
 
 
@@ -196,4 +198,5 @@ SCENARIO = Scenario(
     state=_one_node.state_rows,
     gauges=gpu.gpu_gauges(PINNED),
     by_hand=by_hand,
+    clean_up=remove_pinned,
 )

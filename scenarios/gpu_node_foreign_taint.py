@@ -25,7 +25,7 @@ from labs.lab import Lab
 from labs.run.contract import ByHand, Check, Context, Finding, Needs, Scenario, Step, Trap, Verdict
 from scenarios import _checks, _one_node
 from scenarios._node_internals import node_internals
-from scenarios._one_node import PINNED
+from scenarios._one_node import PINNED, remove_pinned
 
 KEY, VALUE, EFFECT = "maintenance", "true", "NoExecute"
 EVICTION = "TaintManagerEviction"
@@ -118,9 +118,10 @@ symptoms = [
 # --- diagnosis: Pod -> Node -> DaemonSets -> taints vs tolerations -> evictions -> fix -------
 
 
-def diagnose(lab: Lab, view: ClusterView) -> list[Finding]:
+def diagnose(ctx: Context) -> list[Finding]:
     """Pinned pod's events -> allocatable per node -> operand DaemonSets' desired counts -> node
     taints against operand tolerations -> the eviction Events -> ClusterPolicy and the fix."""
+    lab, view = ctx.lab, ctx.view
     ns = lab.operator_namespace
     phase, events = gpu.pod_story(view, PINNED)
     plugin = gpu.daemonset(view)
@@ -205,7 +206,7 @@ by_hand = ByHand(
         _one_node.pinned_story(gpu.UNTOLERATED_TAINT),
         _checks.policy_state_step("no error anywhere (trap)"),
     ],
-    revert=[f'kubectl taint node "$NODE" {KEY}:{EFFECT}-'],
+    revert=[f'kubectl taint node "$NODE" {KEY}:{EFFECT}-', _one_node.BY_HAND_UNPIN],
 )  # fmt: skip
 
 
@@ -231,4 +232,5 @@ SCENARIO = Scenario(
     state=_one_node.state_rows,
     gauges=gpu.gpu_gauges(PINNED),
     by_hand=by_hand,
+    clean_up=remove_pinned,
 )

@@ -135,9 +135,10 @@ def autoscalers(lab: Lab) -> list[str]:
     )
 
 
-def diagnose(lab: Lab, view: ClusterView) -> list[Finding]:
+def diagnose(ctx: Context) -> list[Finding]:
     """Pod events -> the nodes there are -> the GPU node group's scaling and tags (EKS API) ->
     whoever would scale it -> the fix."""
+    lab, view = ctx.lab, ctx.view
     phase, events = gpu.pod_story(view, PROBE)
     group = node_group(lab)
     cluster, name = lifecycle.gpu_nodegroup(lab)
@@ -156,7 +157,8 @@ def diagnose(lab: Lab, view: ClusterView) -> list[Finding]:
                 f"{group['desired_size']}",
                 "desiredSize 0: the cost guard (lab.down, lab.scale 0) is on"),
         Finding("4. Who would scale it up?", "kubectl get deploy -A | grep -E "
-                "'cluster-autoscaler|karpenter'", ", ".join(found) or "no autoscaler Deployment",
+                "'cluster-autoscaler|karpenter'",
+                f"{len(found)} autoscaler Deployment(s): {', '.join(found) or 'none'}",
                 "nothing watches Pending pods to add nodes: the pod waits forever",
                 trap="a Pending GPU pod brings GPU nodes"),
         Finding("4b. Could one scale it from 0?", f"{describe} --query nodegroup.tags",

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 
 from labs.kube import gpu
-from labs.kube.view import ClusterView, Objects
+from labs.kube.view import Objects
 from labs.lab import Lab
 from labs.run.contract import Check, Context, Finding, Step, Trap, Verdict
 from scenarios import _workload
@@ -116,9 +116,10 @@ symptoms = [
 # --- diagnosis: the event -> the nodes' resources -> GFD labels -> the MIG manager -----------
 
 
-def diagnose(lab: Lab, view: ClusterView) -> list[Finding]:
+def diagnose(ctx: Context) -> list[Finding]:
     """Pod events -> which nvidia.com resources the nodes advertise -> the GFD labels that say
     what the GPU is -> the MIG manager -> the fix."""
+    lab, view = ctx.lab, ctx.view
     phase, events = gpu.pod_story(view, PROBE)
     ns = lab.operator_namespace
     return [
@@ -139,7 +140,7 @@ def diagnose(lab: Lab, view: ClusterView) -> list[Finding]:
                 gpu.describe_daemonset(view, MIG_MANAGER),
                 "the operator runs it only on MIG-capable GPUs: here on none"),
         Finding("5. The fix", f"kubectl get pod {PROBE} -o jsonpath='{{.spec.containers[*]."
-                "resources}'", f"limits {MIG_RESOURCE}: 1",
+                "resources}'", _workload.resources_of(view, PROBE),
                 "ask for nvidia.com/gpu: 1, the whole A10G; to share one, the device plugin's "
                 "time-slicing (sharing.timeSlicing), not MIG"),
     ]  # fmt: skip

@@ -17,7 +17,7 @@ toolkit option set to false on the GPU nodes.
 from __future__ import annotations
 
 from labs.kube import gpu, probes
-from labs.kube.view import ClusterView, Objects
+from labs.kube.view import Objects
 from labs.lab import Lab
 from labs.run.contract import Check, Context, Finding, Step, Trap, Verdict
 from scenarios import _workload
@@ -119,9 +119,10 @@ symptoms = [
 # --- diagnosis: where it ran -> what it printed -> what was allocated -> the node's runtime ----
 
 
-def diagnose(lab: Lab, view: ClusterView) -> list[Finding]:
+def diagnose(ctx: Context) -> list[Finding]:
     """Where each pod ran -> what it printed -> what its spec requests -> what the GPU node
     still offers -> the node's runtime and the image's environment (real cluster) -> the fix."""
+    lab, view = ctx.lab, ctx.view
     pinned_node = node_of(view, ON_GPU_NODE)
     return [
         Finding("1. Pods: where did they run?", "kubectl get pods -o wide",
@@ -151,7 +152,8 @@ def diagnose(lab: Lab, view: ClusterView) -> list[Finding]:
                 "NVIDIA_DRIVER_CAPABILITIES=compute,utility",
                 "nodeadm makes nvidia the default runtime, which reads the image's variable",
                 real_cluster_only=True),
-        Finding("6. The fix", "the pod spec", "no resources.limits",
+        Finding("6. The fix", f"kubectl get pod {ON_GPU_NODE} -o jsonpath='{{.spec.containers[*]"
+                ".resources}'", _workload.resources_of(view, ON_GPU_NODE),
                 "set limits nvidia.com/gpu: 1 (the toleration comes with it on EKS). To make an "
                 "unrequested GPU impossible, set that toolkit option to false on the GPU nodes: "
                 "the operator's device plugin passes allocated GPUs as CDI devices, not through "

@@ -18,7 +18,7 @@ import json
 from typing import Any
 
 from labs.kube import gpu
-from labs.kube.view import ClusterView, Objects
+from labs.kube.view import Objects
 from labs.lab import Lab
 from labs.run.contract import Check, Context, Finding, Step, Trap, Verdict
 from scenarios import _workload
@@ -94,12 +94,12 @@ symptoms = [
 # --- diagnosis: the event -> the nodes' taints -> the pod's tolerations and requests -----------
 
 
-def diagnose(lab: Lab, view: ClusterView) -> list[Finding]:
+def diagnose(ctx: Context) -> list[Finding]:
     """Pod events -> the GPU nodes' taints -> the Pending pod's tolerations and requests -> the
     GPU pod that got its toleration from the API server -> the fix."""
+    view = ctx.view
     phase, events = gpu.pod_story(view, AGENT)
     spec = (gpu.pod(view, AGENT) or {}).get("spec") or {}
-    resources = [c.get("resources") or {} for c in spec.get("containers") or []]
     return [
         Finding("1. Pod: why Pending?", f"kubectl describe pod {AGENT}",
                 f"{phase}: {gpu.scheduling_failure(events)}",
@@ -112,7 +112,7 @@ def diagnose(lab: Lab, view: ClusterView) -> list[Finding]:
         Finding("3. Pod: tolerations and requests", f"kubectl get pod {AGENT} -o jsonpath="
                 "'{.spec.tolerations} {.spec.containers[*].resources}'",
                 f"tolerations {json.dumps(tolerations_of(view, AGENT))}, resources "
-                f"{json.dumps(resources)}",
+                f"{_workload.resources_of(view, AGENT)}",
                 "no nvidia.com/gpu toleration and no GPU request, so the API server added none"),
         Finding("4. The GPU pod written without one", f"kubectl get pod {PROBE} -o jsonpath="
                 "'{.spec.tolerations}'", json.dumps(tolerations_of(view, PROBE)),

@@ -141,24 +141,24 @@ def _start_tcp(ctx: Context) -> None:
     workloads.start(ctx.lab, workloads.TCP_CHECK, _run_limit(ctx.lab))
 
 
-def _finished(ctx: Context, workload: workloads.Workload) -> dict[str, str] | str:
-    """Each finished pod's log by name, or (while any still runs) the pods' phases."""
+def _finished(ctx: Context, workload: workloads.Workload) -> dict[str, workloads.PodRun] | str:
+    """Each finished pod's run by name, or (while any still runs) the pods' phases."""
     phases = {n: gpu.pod_phase(ctx.view, n) for n in workload.finishing()}
     if not all(p in probes.FINISHED_PHASES for p in phases.values()):
         return ", ".join(f"{n} {p}" for n, p in phases.items())
-    runs = workloads.wait_finished(ctx.lab, ctx.view, workload, 10.0)
-    return {name: run.log for name, run in runs.items()}
+    return workloads.wait_finished(ctx.lab, ctx.view, workload, 10.0)
 
 
 def _verdicts(
     ctx: Context, workload: workloads.Workload, parse: Callable[[str], V], note: str
 ) -> dict[str, V] | str:
-    """Each finished pod's verdict by name, kept in the run's notes for `state`; or (while any
-    still runs) the pods' phases."""
-    logs = _finished(ctx, workload)
-    if isinstance(logs, str):
-        return logs
-    ctx.notes[note] = verdicts = {n: parse(log) for n, log in logs.items()}
+    """Each finished pod's verdict by name, kept with the nodes they ran on in the run's notes
+    (for `state` and the diagnosis); or (while any still runs) the pods' phases."""
+    runs = _finished(ctx, workload)
+    if isinstance(runs, str):
+        return runs
+    ctx.notes[f"{note} nodes"] = {n: run.node for n, run in runs.items()}
+    ctx.notes[note] = verdicts = {n: parse(run.log) for n, run in runs.items()}
     return verdicts
 
 
@@ -221,36 +221,51 @@ recovery = [
 # --- diagnosis --------------------------------------------------------------------------
 
 
-def diagnose(lab: Lab, view: ClusterView) -> list[Finding]:
-    """Top-down: the job's logs, placement, the same-node control, the SG rules, the toggles."""
+def diagnose(ctx: Context) -> list[Finding]:
+    """Top-down: the job's logs, placement, the same-node control, the SG rules, the toggles,
+    each as this run's checks saw it while the fault was in."""
+    lab = ctx.lab
     rules = node_rules(lab)
     toggles = {name: (lab.variables or {}).get(name) for name in TOGGLES}
+    fix = lab.infra().plan(lifecycle.full_variables(lab, **_variables(True)))
     return [
         Finding("1. the job's logs", "kubectl logs nccl-allreduce-0; kubectl logs nccl-allreduce-1",
-                "rank 1: `DistNetworkError: The client socket has timed out after 60000ms while "
-                "trying to connect to (<rank 0 IP>, 29500)`; rank 0: `DistStoreError: Timed out "
-                "after 61 seconds waiting for clients. 1/2 clients joined.`",
+                _seen(ctx, "allreduce"),
                 "the rendezvous never connected: a network problem before NCCL even started",
                 trap=traps[0].name),
         Finding("2. placement", "kubectl get pods -o wide -l app=nccl-allreduce",
-                "the two ranks ran on two different GPU nodes (required anti-affinity)",
-                "their traffic crosses the nodes' security groups"),
+                _placement(ctx, "allreduce nodes"),
+                "two different GPU nodes (required anti-affinity): their traffic crosses the "
+                "nodes' security groups"),
         Finding("3. the same-node control",
                 "kubectl logs tcp-check-same-node; kubectl logs tcp-check-cross-node",
-                "same node: connected; other node: `timed out after 10 s`; both resolved the name",
-                "DNS and the pods are fine; new connections between nodes are dropped"),
+                f"{_seen(ctx, 'tcp')} ({_placement(ctx, 'tcp nodes')})",
+                "same node connects, the other node times out: DNS and the pods are fine; new "
+                "connections between nodes are dropped"),
         Finding("4. the SG rules", f"aws ec2 describe-security-group-rules --filters "
                 f"Name=group-id,Values={rules.node_sg},{rules.aux_sg}",
                 rules.describe(),
                 "no rule admits tcp 1025-65535 from the other GPU node", trap=traps[2].name),
-        Finding("5. the lab's toggles", "invoke lab.status (variables)",
+        Finding("5. the lab's toggles", f"invoke lab.status --lab {lab.name} (stack toggles)",
                 ", ".join(f"{k}={v}" for k, v in toggles.items()),
                 "both toggles are off: the stack removed the rules on purpose"),
         Finding("6. the fix", "terraform apply with both toggles true (invoke scenario.revert)",
-                "one apply of the full variable set; the operator and every other setting kept",
+                "; ".join(fix) or "no change planned",
+                "one apply of the full variable set, the operator and every other setting kept; "
                 "start the workload again afterwards: nothing retries a failed rendezvous",
                 trap=traps[1].name),
     ]  # fmt: skip
+
+
+def _seen(ctx: Context, note: str) -> str:
+    """What each pod of a workload printed, as its verdict quotes it (`note`: tcp, allreduce)."""
+    verdicts: dict[str, Any] = ctx.notes.get(note) or {}
+    return "; ".join(f"{n}: {v.evidence}" for n, v in verdicts.items()) or f"no {note} ran"
+
+
+def _placement(ctx: Context, note: str) -> str:
+    nodes: dict[str, str] = ctx.notes.get(note) or {}
+    return ", ".join(f"{n} on {node}" for n, node in nodes.items()) or "no pod ran"
 
 
 def state(ctx: Context) -> dict[str, str]:
@@ -275,9 +290,10 @@ SCENARIO = Scenario(
     about=__doc__ or "",
     needs=Needs(gpu_nodes=2, operator=True),
     risk=(
-        "removes the node SG's recommended rules (the webhook ports from the control plane "
-        "with them: admission webhooks can fail while injected) and the aux SG's VPC rule; "
-        "one terraform apply each way, the full variable set carried"
+        "removes the node SG's recommended rules: the ephemeral self rule, the webhook ports "
+        "from the control plane (admission webhooks can fail while injected) and its egress_all "
+        "rule (the aux SG's node_aux_to_anywhere keeps nodes' egress), and the aux SG's VPC "
+        "rule; one terraform apply each way, the full variable set carried"
     ),
     duration="about 15 minutes on EKS (two applies, a 60 s rendezvous timeout, three workloads)",
     baseline=baseline,

@@ -173,9 +173,10 @@ symptoms = [
 # --- diagnosis: GPUs (fine) -> operands vs spec -> status -> the controller ------------------
 
 
-def diagnose(lab: Lab, view: ClusterView) -> list[Finding]:
+def diagnose(ctx: Context) -> list[Finding]:
     """GPUs (fine) -> operand DaemonSets against the ClusterPolicy spec -> its status -> the
     controller's Deployment, its pods' last termination reason and its log."""
+    lab, view = ctx.lab, ctx.view
     ns = lab.operator_namespace
     policy = gpu.cluster_policy(view) or {}
     conditions = (policy.get("status") or {}).get("conditions") or []
@@ -212,11 +213,11 @@ def diagnose(lab: Lab, view: ClusterView) -> list[Finding]:
                 "-o jsonpath='{range .items[*]}{.metadata.name} {.status.containerStatuses[0]"
                 ".lastState.terminated.reason}{\"\\n\"}{end}'",
                 "; ".join(f"{gpu.name_of(p)}: {', '.join(gpu.last_terminations(p)) or '-'}"
-                          for p in pods) or "no operator pod",
+                          for p in pods) or f"{len(pods)} pod(s) -l {gpu.OPERATOR_POD_SELECTOR}",
                 "no pod at all. A crash loop shows a pod in CrashLoopBackOff with "
                 "lastState.terminated.reason OOMKilled: raise operator.resources.limits.memory"),
         Finding("4c. Fresh log lines?", f"kubectl -n {ns} logs deploy/{gpu.OPERATOR_DEPLOYMENT} "
-                "--tail=20", log[-1] if log else "no running pod: nothing logs",
+                "--tail=20", log[-1] if log else f"no log line: {gpu.describe_operator(view)}",
                 "no `ClusterPolicy step completed` lines since the scale-down: nothing reconciles"),
     ]  # fmt: skip
 

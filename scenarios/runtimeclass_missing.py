@@ -1,14 +1,17 @@
-"""A pod naming a RuntimeClass that does not exist: refused at create time, not Pending.
+"""A Deployment whose pods name a RuntimeClass that does not exist: no pod, only events.
 
 `runtimeClassName: nvidia-container-runtime` (the runtime binary's name, not a RuntimeClass)
-meets the RuntimeClass admission plugin, which EKS runs on every cluster: the API server
-answers `kubectl apply` with 403 Forbidden, `pods "gpu-probe" is forbidden: pod rejected:
-RuntimeClass "nvidia-container-runtime" not found`. No pod object is made, so there is
-nothing Pending, no FailedScheduling and nothing for `kubectl describe pod`: the error goes
-to whoever created the pod (kubectl here; a Deployment's ReplicaSet would show it as
-FailedCreate events). `kubectl get runtimeclass` lists what exists: the operator's `nvidia`,
-and `nvidia-cdi` and `nvidia-legacy` while its CDI support is on (the chart's default). On
-the AL2023 NVIDIA AMI `nvidia` is containerd's default runtime anyway, so the fix is to drop
+meets the RuntimeClass admission plugin, which EKS runs on every cluster. `kubectl apply`
+succeeds, since the Deployment itself is fine; its ReplicaSet's pod creates are refused,
+403 Forbidden, and the ReplicaSet controller records each refusal as a Warning
+`FailedCreate` event on the ReplicaSet: `Error creating: pods "gpu-probe-<hash>-" is
+forbidden: pod rejected: RuntimeClass "nvidia-container-runtime" not found` (the pod is
+named by its generateName: admission runs before the name is made). So there is no pod,
+nothing Pending, no FailedScheduling and nothing for `kubectl describe pod`: the Deployment
+stays 0/1 and the reason is on its ReplicaSet (`kubectl describe rs -l app=gpu-probe`).
+`kubectl get runtimeclass` lists what exists: the operator's `nvidia`, and `nvidia-cdi`
+and `nvidia-legacy` while its CDI support is on (the chart's default). On the AL2023 NVIDIA
+AMI `nvidia` is containerd's default runtime anyway, so the fix is to drop
 `runtimeClassName` (or name `nvidia`).
 """
 
@@ -19,33 +22,40 @@ from typing import Any
 
 from labs.errors import LabError
 from labs.kube import gpu
-from labs.kube.view import ClusterView, Objects, WatchedKind, standard_kinds
+from labs.kube.view import WORKLOAD_NAMESPACE, ClusterView, Objects, WatchedKind, standard_kinds
 from labs.lab import Lab
 from labs.run.contract import Check, Context, Finding, Step, Trap, Verdict
 from scenarios import _workload
 from scenarios._workload import PROBE
 
 NAME = "runtimeclass-missing"
-RUNTIME_CLASS = str(_workload.pods_of(NAME)[0]["spec"]["runtimeClassName"])
-REFUSAL = f'pods "{PROBE}" is forbidden: pod rejected: RuntimeClass "{RUNTIME_CLASS}" not found'
-REFUSED = f"kubectl apply is refused: 403 Forbidden, {REFUSAL}"
-NO_POD = "no gpu-probe object 30 s after the refusal: nothing Pending, no event to describe (trap)"
+DEPLOYMENT = _workload.objects_of(NAME)[0]
+RUNTIME_CLASS = str(DEPLOYMENT["spec"]["template"]["spec"]["runtimeClassName"])
+REFUSAL = f'is forbidden: pod rejected: RuntimeClass "{RUNTIME_CLASS}" not found'
+FAILED_CREATE = "FailedCreate"
+REFUSED = f"the ReplicaSet's pod creates are refused: {FAILED_CREATE} events, {REFUSAL}"
+NO_POD = f"no {PROBE} pod 30 s after the refusal: nothing Pending, no pod to describe (trap)"
 GRACE = 30.0  # real seconds
+WORKLOADS = "workload_deployments"  # the watched kind: Deployments where the workloads run
 traps = [
     Trap("a bad pod spec shows up as a Pending pod", "a Pending pod whose events say why",
-         "no pod at all: the API server refused the create; only its caller saw the error",
-         "look where the create came from: the apply's output, or FailedCreate events on a "
-         "ReplicaSet, Job or DaemonSet", shown_by=NO_POD),
+         "no pod at all: the API server refused every create; only the ReplicaSet that asked "
+         "records why, as FailedCreate events",
+         "look where the create came from: FailedCreate events on a ReplicaSet, Job or "
+         "DaemonSet (kubectl describe rs), or a bare pod's apply output", shown_by=NO_POD),
 ]  # fmt: skip
 
 
 def watch(lab: Lab) -> list[WatchedKind]:
-    """The lab's standard kinds and the RuntimeClasses."""
+    """The lab's standard kinds, the RuntimeClasses and the workloads' Deployments."""
     from kubernetes import client as k8s
 
-    node = k8s.NodeV1Api(lab.kube)
-    classes = WatchedKind("runtimeclasses", node.list_runtime_class)
-    return [*standard_kinds(lab.kube, lab.operator_namespace), classes]
+    classes = WatchedKind("runtimeclasses", k8s.NodeV1Api(lab.kube).list_runtime_class)
+    deployments = WatchedKind(
+        WORKLOADS, k8s.AppsV1Api(lab.kube).list_namespaced_deployment,
+        {"namespace": WORKLOAD_NAMESPACE},
+    )  # fmt: skip
+    return [*standard_kinds(lab.kube, lab.operator_namespace), classes, deployments]
 
 
 def runtime_classes(objects: Objects) -> dict[str, str]:
@@ -53,46 +63,48 @@ def runtime_classes(objects: Objects) -> dict[str, str]:
     return {gpu.name_of(r): str(r.get("handler")) for r in objects.objects("runtimeclasses")}
 
 
+def deployment(objects: Objects) -> dict[str, Any] | None:
+    return objects.find(WORKLOADS, gpu.name_of(DEPLOYMENT))
+
+
+def refusals(objects: Objects) -> list[str]:
+    """The FailedCreate messages the ReplicaSet controller recorded, oldest first."""
+    events = gpu.events_with_reason(objects, "events", FAILED_CREATE)
+    return [str(e.get("message")) for e in events if REFUSAL in str(e.get("message"))]
+
+
 def baseline(lab: Lab, view: ClusterView) -> dict[str, Any]:
     """Run gpu-probe on the healthy lab; keep its output and the RuntimeClasses there are."""
     if RUNTIME_CLASS in runtime_classes(view):
         raise LabError(
-            f"lab {lab.name!r} has a RuntimeClass {RUNTIME_CLASS!r}, so a pod naming it would be "
+            f"lab {lab.name!r} has a RuntimeClass {RUNTIME_CLASS!r}, so pods naming it would be "
             "admitted: this scenario cannot show the refusal here"
         )
     return _workload.baseline(lab, view) | {"runtime_classes": runtime_classes(view)}
 
 
-def answer(lab: Lab) -> str:
-    """Apply the scenario's manifest and return the API server's answer (status, reason and
-    message; "created" when it took the pod)."""
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        _workload.submit(lab, NAME)
-    except ApiException as error:
-        body = json.loads(error.body or "{}")
-        return f"{error.status} {body.get('reason')}, {body.get('message')}"
-    return "created"
-
-
 def inject(lab: Lab) -> None:
-    """Replace gpu-probe by scenarios/manifests/runtimeclass-missing.yaml (kubectl apply).
+    """Replace the gpu-probe pod by the Deployment in
+    scenarios/manifests/runtimeclass-missing.yaml (kubectl apply), whose pods name
+    runtimeClassName nvidia-container-runtime.
 
-    Its gpu-probe names runtimeClassName nvidia-container-runtime; the API server refuses it
-    (403 Forbidden), which is the fault showing, not an error of the run.
+    The API server takes the Deployment; it refuses the pods its ReplicaSet creates.
     """
-    said = answer(lab)
-    if REFUSAL not in said:
-        raise LabError(f"the API server answered {said!r}, not the refusal {REFUSAL!r}")
+    _workload.submit(lab, NAME)
 
 
 def revert(lab: Lab) -> None:
-    """Delete any pod of the scenario and apply the lab's gpu-probe again (safe to repeat).
+    """Delete the scenario's Deployment (its ReplicaSet goes with it) and apply the lab's
+    gpu-probe again (safe to repeat).
 
     The lab's probe names no RuntimeClass: nvidia is the AMI's default runtime.
     """
     _workload.undo(lab, NAME)
+
+
+def detect(lab: Lab, view: ClusterView) -> bool:
+    """In while the scenario's Deployment exists."""
+    return deployment(view) is not None
 
 
 # --- symptoms (T+ from the injection) --------------------------------------------------------
@@ -104,82 +116,91 @@ def class_missing(ctx: Context) -> Verdict:
     return held, f"RuntimeClasses: {json.dumps(present)}"
 
 
-def apply_again(ctx: Context) -> None:
-    """What a learner does next: run the apply again and read its answer."""
-    ctx.notes["answer"] = answer(ctx.lab)
-    ctx.mark("refused")
-
-
 def refused(ctx: Context) -> Verdict:
-    said = str(ctx.notes.get("answer", "not applied yet"))
-    return said.startswith("403 Forbidden") and REFUSAL in said, f"the API server: {said}"
+    seen = refusals(ctx.view)
+    if seen:
+        ctx.mark("refused")
+    return bool(seen), f"{FAILED_CREATE}: {seen[-1]}" if seen else f"no {FAILED_CREATE} event yet"
 
 
 def no_pod(ctx: Context) -> Verdict:
     later = (ctx.seconds_since("refused") or 0.0) >= GRACE
-    found = gpu.pod(ctx.view, PROBE)
-    return later and found is None, f"{PROBE}: {'absent' if found is None else 'exists'}"
+    pods = [gpu.name_of(p) for p in _workload.scenario_pods(ctx.view, NAME)]
+    shown = gpu.describe_deployment(deployment(ctx.view))
+    return later and not pods, f"{PROBE} pods: {', '.join(pods) or 'none'}; Deployment {shown}"
 
 
 symptoms = [
-    Check(f"no RuntimeClass {RUNTIME_CLASS} in the cluster", class_missing, 60, then=apply_again),
+    Check(f"no RuntimeClass {RUNTIME_CLASS} in the cluster", class_missing, 60),
     Check(REFUSED, refused, 60),
     Check(NO_POD, no_pod, 120),
 ]  # fmt: skip
 
 
-# --- diagnosis: the apply's answer -> no pod -> the RuntimeClasses -> the node's runtime ------
+# --- diagnosis: the Deployment -> no pod -> the ReplicaSet's events -> the RuntimeClasses ----
 
 
-def diagnose(lab: Lab, view: ClusterView) -> list[Finding]:
-    """The apply's own answer -> no pod to describe -> which RuntimeClasses exist -> which
-    runtime the GPU nodes use by default -> the fix."""
-    manifest = _workload.manifest(NAME).relative_to(_workload.REPO)
+def diagnose(ctx: Context) -> list[Finding]:
+    """The Deployment's readiness -> no pod to describe -> the ReplicaSet's FailedCreate
+    events -> which RuntimeClasses exist -> which runtime the GPU nodes use -> the fix."""
+    view = ctx.view
+    found = deployment(view)
+    template = gpu.pod_template_spec(found) if found else {}
+    pods = [gpu.name_of(p) for p in _workload.scenario_pods(view, NAME)]
     return [
-        Finding("1. The apply's answer", f"kubectl apply -f {manifest}", answer(lab),
-                "refused by admission at create time: an API error, nothing was made"),
-        Finding("2. Pod: anything to describe?", f"kubectl get pod {PROBE}",
-                "exists" if gpu.pod(view, PROBE) else f'pods "{PROBE}" not found',
-                "no pod, so no Pending and no events: the error is only where the create came "
-                "from", trap="a bad pod spec shows up as a Pending pod"),
-        Finding("3. Which RuntimeClasses exist?", "kubectl get runtimeclass",
+        Finding("1. The Deployment", f"kubectl get deploy {gpu.name_of(DEPLOYMENT)}",
+                gpu.describe_deployment(found),
+                "the apply succeeded, yet no replica is available"),
+        Finding("2. Pods: anything to describe?", f"kubectl get pods -l app={PROBE}",
+                f"{len(pods)} pod(s) of {NAME}: {', '.join(pods) or 'none'}",
+                "no pod, so no Pending and no pod events: the error is with whoever creates "
+                "the pods", trap="a bad pod spec shows up as a Pending pod"),
+        Finding("3. The ReplicaSet's events", f"kubectl describe rs -l app={PROBE}",
+                "; ".join(sorted(set(refusals(view)))) or f"no {FAILED_CREATE} event",
+                "admission refuses every pod the ReplicaSet makes: the RuntimeClass it names "
+                "does not exist"),
+        Finding("4. Which RuntimeClasses exist?", "kubectl get runtimeclass",
                 json.dumps(runtime_classes(view)),
                 f"the operator's nvidia (nvidia-cdi, nvidia-legacy while CDI is on); "
                 f"{RUNTIME_CLASS} is the runtime binary's name, not a RuntimeClass"),
-        Finding("4. Which runtime do GPU nodes use?", "on a GPU node: grep default_runtime_name "
+        Finding("5. Which runtime do GPU nodes use?", "on a GPU node: grep default_runtime_name "
                 "/etc/containerd/config.toml", 'default_runtime_name = "nvidia"',
                 "nodeadm makes nvidia the default on the AL2023 NVIDIA AMI: GPU pods need no "
                 "runtimeClassName", real_cluster_only=True),
-        Finding("5. The fix", "the pod spec", f"runtimeClassName: {RUNTIME_CLASS}",
+        Finding("6. The fix", f"kubectl get deploy {gpu.name_of(DEPLOYMENT)} -o jsonpath="
+                "'{.spec.template.spec.runtimeClassName}'",
+                str(template.get("runtimeClassName")),
                 "drop runtimeClassName (or name nvidia, which exists)"),
     ]  # fmt: skip
 
 
 def state(ctx: Context) -> dict[str, str]:
-    """The workload rows and the RuntimeClasses, compared between baseline, fault, recovery."""
+    """The workload rows, the Deployment and the RuntimeClasses, compared between baseline,
+    fault and recovery."""
     classes = ", ".join(sorted(runtime_classes(ctx.view)))
-    return _workload.state(ctx) | {"RuntimeClasses": classes}
+    shown = gpu.describe_deployment(deployment(ctx.view))
+    return _workload.state(ctx) | {"RuntimeClasses": classes, "Deployment gpu-probe": shown}
 
 
 look = [
-    Step(f"kubectl apply -f {_workload.manifest(NAME).relative_to(_workload.REPO)}", REFUSAL,
-         "refused at create time: an API error, not a Pending pod"),
-    Step(f"kubectl get pod {PROBE}", f'pods "{PROBE}" not found',
+    Step(f"kubectl get deploy {gpu.name_of(DEPLOYMENT)}", "0/1",
+         "taken by the API server, but no replica is ready"),
+    Step(f"kubectl get pods -l app={PROBE}", "No resources found",
          "no pod: nothing Pending, nothing to describe"),
+    Step(f"kubectl describe rs -l app={PROBE}", REFUSAL,
+         "FailedCreate: the ReplicaSet's pod creates are refused at admission"),
     Step("kubectl get runtimeclass", "nvidia",
          f"what exists: the operator's RuntimeClasses, and no {RUNTIME_CLASS}"),
 ]  # fmt: skip
 
 
 SCENARIO = _workload.scenario(
-    # The refused create leaves no object behind (the doctor sees a RuntimeClass only where a
-    # Deployment, Job or DaemonSet template names it): a read-only check finds nothing here.
-    doctor_finding=None,
+    doctor_finding="runtimeclass-missing",
     name=NAME,
-    summary=f"a pod naming RuntimeClass {RUNTIME_CLASS}, which does not exist: refused at "
-    "create time (403), no pod, nothing Pending",
+    summary=f"a Deployment whose pods name RuntimeClass {RUNTIME_CLASS}, which does not exist: "
+    "every pod create refused (403), FailedCreate events, no pod",
     about=__doc__ or "",
-    risk="none: the API server refuses the pod; nothing is made",
+    risk="none: the API server refuses the pods; only the Deployment and its ReplicaSet exist",
     inject=inject,
     revert=revert,
     symptoms=symptoms,
@@ -189,4 +210,5 @@ SCENARIO = _workload.scenario(
     baseline=baseline,
     state=state,
     watch=watch,
+    detect=detect,
 )

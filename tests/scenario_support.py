@@ -7,6 +7,7 @@ subprocess opening the same lab (same state directory) reaches it too.
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import queue
@@ -270,12 +271,61 @@ def look_by_hand_then_revert_all(lab: Lab, name: str, repo: Path, cache: Path) -
 
 def full_run_report(lab: Lab, name: str) -> dict[str, Any]:
     """Run scenario `name` from baseline to proven recovery; it must end OK, recovered equal to
-    its baseline, every trap seen and its journal entry reverted. Returns its report.json."""
+    its baseline, every trap seen, every finding observed and its journal entry reverted.
+    Returns its report.json."""
     result = run_scenario(lab, scenarios.get(name), out=quiet, confirm=YES)
     assert result.ok, result.failed_checks
     assert result.report_dir is not None
     report = json.loads((result.report_dir / "report.json").read_text())
     assert report["states"]["recovered"] == report["states"]["baseline"]
     assert all(trap["observed"] for trap in report["traps"]), report["traps"]
+    assert_findings_observed(report, name)
     assert [e["state"] for e in lab.journal.entries()] == [REVERTED]
     return report
+
+
+def assert_findings_observed(report: dict[str, Any], name: str) -> None:
+    """Every finding the run could observe quotes the run: its "saw" is no sentence the
+    scenario's code holds ready (only steps marked real-cluster-only say what a real cluster
+    shows). A one-word value ("ready") may be both observed and spelled in code."""
+    fixed = fixed_texts(name)
+    for finding in report["findings"]:
+        if finding["real_cluster_only"]:
+            continue
+        assert finding["saw"].strip(), finding
+        assert " " not in finding["saw"] or finding["saw"] not in fixed, (
+            f"{name} step {finding['step']!r} prints a fixed text, not what the run saw: "
+            f"{finding['saw']!r}"
+        )
+
+
+def fixed_texts(name: str) -> set[str]:
+    """The texts a scenario's code (its module and the shared scenarios/_*.py helpers) holds as
+    is: string constants, and f-strings made only of module constants."""
+    module = sys.modules[scenarios.get(name).diagnose.__module__]
+    helpers = [sys.modules[m] for m in sorted(sys.modules) if m.startswith("scenarios._")]
+    sources = [module, *helpers]
+    texts: set[str] = set()
+    for source in sources:
+        tree = ast.parse(Path(str(source.__file__)).read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                texts.add(node.value)
+            elif isinstance(node, ast.JoinedStr) and (text := _constant_fstring(node, source)):
+                texts.add(text)
+    return texts
+
+
+def _constant_fstring(node: ast.JoinedStr, module: Any) -> str | None:
+    parts = []
+    for part in node.values:
+        if isinstance(part, ast.Constant):
+            parts.append(str(part.value))
+        elif isinstance(part, ast.FormattedValue) and isinstance(part.value, ast.Name):
+            value = getattr(module, part.value.id, None)
+            if not isinstance(value, str | int):
+                return None
+            parts.append(str(value))
+        else:
+            return None
+    return "".join(parts)

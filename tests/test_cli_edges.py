@@ -108,3 +108,13 @@ def test_lab_scale_to_a_negative_count_is_refused_by_range(tmp_path: Path):
     assert result.returncode == 1
     assert "cannot scale lab 'neg' to -1 GPU node(s): use 0 to 2" in result.stderr
     assert load_json(state) == {"backend": "sim"}
+
+
+def test_the_readme_says_invoke_one_way_and_how_to_get_it_on_path(tmp_path: Path):
+    """After the README's set-up only .venv/bin/invoke exists: it says once how to put it on
+    PATH, then `invoke ...` throughout, as the tool's own hints do."""
+    readme = (ROOT / "README.md").read_text()
+    assert 'export PATH="$PWD/.venv/bin:$PATH"' in readme
+    assert ".venv/bin/invoke" not in readme
+    hints = run_invoke("scenario.show", "device-plugin-off", env=invoke_env(tmp_path))
+    assert 'eval "$(invoke lab.env --lab LAB)"' in hints.stdout

@@ -20,7 +20,9 @@ from scenario_support import (
     SCENARIO_SPEED,
     SimLab,
     another_lab_record,
+    assert_findings_observed,
     lab_ready,
+    look_by_hand_then_revert_all,
     quiet,
     read_until,
     wait_ready,
@@ -74,6 +76,7 @@ def test_full_run_shows_the_fault_and_proves_recovery(sim_lab):
 
     assert result.ok, result.failed_checks
     report = json.loads((result.report_dir / "report.json").read_text())
+    assert_findings_observed(report, NAME)
     fault, recovered = report["states"]["fault"], report["states"]["recovered"]
     # The DaemonSet is deleted, not scaled; allocatable keeps its key at "0" on both GPU nodes.
     assert fault["device-plugin DaemonSet"] == "NotFound"
@@ -141,6 +144,10 @@ def child(sim_lab) -> Iterator[subprocess.Popen]:
     process.wait(timeout=30)
 
 
+def test_kubectl_shows_the_injected_fault_and_revert_all_restores_the_status(sim_lab, tmp_path):
+    look_by_hand_then_revert_all(sim_lab.lab, NAME, REPO, tmp_path)
+
+
 def test_a_run_killed_after_injection_is_reverted_from_the_journal(sim_lab, child):
     lab = sim_lab.lab
     read_until(child.stdout, "WATCHING", timeout=90)
@@ -169,10 +176,10 @@ def operator_dies_while_diagnosing(sim_lab: SimLab) -> Iterator[Scenario]:
             gpu_facts.OPERATOR_DEPLOYMENT, lab.operator_namespace, {"spec": {"replicas": replicas}}
         )
 
-    def diagnose(lab: Any, view: Any) -> list[Any]:
-        findings = original.diagnose(lab, view)
-        set_operator_replicas(lab, 0)
-        view.wait_for(
+    def diagnose(ctx: Any) -> list[Any]:
+        findings = original.diagnose(ctx)
+        set_operator_replicas(ctx.lab, 0)
+        ctx.view.wait_for(
             lambda v: not (gpu_facts.operator_deployment(v) or {})["status"].get("readyReplicas"),
             READY_TIMEOUT,
             "the operator to be down",

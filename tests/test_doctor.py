@@ -107,6 +107,22 @@ def test_the_probable_cause_is_each_scenarios_declared_finding(
     assert not (tmp_path / "no-lab").exists()
 
 
+def test_a_gpu_node_agent_is_not_told_to_take_a_gpu(sim_lab: SimLab):
+    """missing-toleration's busybox agent wants the GPU nodes, not a GPU: a GPU limit would
+    take one from real work, so the doctor must not advise it."""
+    lab = sim_lab.lab
+    inject_scenario(lab, scenarios.get("missing-toleration"), out=quiet, speed=lab.speed)
+    try:
+        code, document = lab_doctor(lab)
+    finally:
+        revert_scenarios(lab, scenarios.all_scenarios(), None, out=quiet)
+    wait_ready(lab)
+
+    assert (code, document["probable_cause"]["name"]) == (1, "pod-untolerated-taint")
+    flagged = [f["subject"] for f in document["findings"] if f["name"] == "pod-without-gpu-limit"]
+    assert flagged == [], flagged
+
+
 def test_the_json_document_keeps_its_schema(sim_lab: SimLab, tmp_path: Path):
     document = as_document(attached(sim_lab, tmp_path / "no-lab"))
 

@@ -227,6 +227,19 @@ def test_an_xid_in_the_device_plugin_log_explains_the_missing_gpu(cluster):
     assert explained_by(report, "gpu-allocatable-zero") == "gpu-xid-error"
 
 
+def test_capacity_lagging_allocatable_is_explained_as_kubelets_grace_period(cluster):
+    gpu_dark(cluster, GPU_NODES[0])
+    cluster.update(
+        "nodes", GPU_NODES[0], lambda n: n["status"]["capacity"].update({"nvidia.com/gpu": "1"})
+    )
+
+    found = diagnosed(cluster.examine())
+
+    evidence = values(found["gpu-allocatable-zero"])
+    assert "allocatable 0, capacity 1 (capacity still counts GPUs kubelet no longer" in evidence
+    assert "5-minute grace period" in evidence
+
+
 def test_an_oomkilled_operator_is_named_with_its_restarts(cluster):
     cluster.update(
         "deployments",
@@ -306,7 +319,31 @@ def test_a_pod_that_wants_a_gpu_without_a_limit(cluster):
     cause = report.probable_cause
     assert cause is not None and (cause.name, cause.severity) == ("pod-without-gpu-limit", "error")
     assert "Failed to initialize NVML: Unknown Error" in values(cause)
-    assert "it tolerates the nvidia.com/gpu taint" in cause.meaning
+    assert "it runs a GPU image (nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04)" in cause.meaning
+
+
+AGENT_SPEC = {
+    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    "nodeSelector": {"nvidia.com/gpu.present": "true"},
+}
+
+
+def test_a_node_agent_on_the_gpu_nodes_is_not_told_to_take_a_gpu(cluster):
+    busybox = "public.ecr.aws/docker/library/busybox:1.37"
+    node = GPU_NODES[0]
+    cluster.pod("gpu-node-agent", "default", node, ["agent"], image=busybox, spec=AGENT_SPEC)
+
+    assert "pod-without-gpu-limit" not in diagnosed(cluster.examine())
+
+
+def test_nvidia_visible_devices_in_the_spec_is_evidence_of_gpu_use(cluster):
+    agent = {"name": "agent", "image": "public.ecr.aws/docker/library/busybox:1.37",
+             "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}  # fmt: skip
+    cluster.pod("smi", "default", GPU_NODES[0], [], spec={**AGENT_SPEC, "containers": [agent]})
+
+    found = diagnosed(cluster.examine())
+
+    assert "it sets NVIDIA_VISIBLE_DEVICES=all" in found["pod-without-gpu-limit"].meaning
 
 
 def test_a_mig_slice_asked_of_an_a10g(cluster):
@@ -340,16 +377,13 @@ def test_a_runtime_class_that_does_not_exist(cluster):
         },
         "default",
     )
-    replicaset = {
-        "kind": "ReplicaSet",
-        "metadata": {"name": "cuda-job-5d9f8c7b6", "namespace": "default", "uid": "rs-1"},
-    }
-    cluster.event(
-        replicaset,
-        "FailedCreate",
-        'Error creating: pods "cuda-job-5d9f8c7b6-" is '
-        'forbidden: pod rejected: RuntimeClass "nvidia-cdi" not found',
-    )
+    replicaset = cluster.store.create(
+        "replicasets",
+        {"metadata": {"name": "cuda-job-5d9f8c7b6"},
+         "spec": {"replicas": 1, "selector": {"matchLabels": selector}, "template": template}},
+        "default",
+    )  # fmt: skip
+    cluster.event(replicaset, "FailedCreate", REFUSED_CDI)
 
     report = cluster.examine()
     diagnosed(report)
@@ -359,6 +393,21 @@ def test_a_runtime_class_that_does_not_exist(cluster):
     assert cause.subject == "runtimeclass/nvidia-cdi" and "there are: nvidia" in cause.meaning
     assert "deployment/default/cuda-job runtimeClassName = nvidia-cdi" in values(cause)
     assert "replicaset/default/cuda-job-5d9f8c7b6 event FailedCreate" in values(cause)
+
+
+REFUSED_CDI = (
+    'Error creating: pods "cuda-job-5d9f8c7b6-" is forbidden: pod rejected: RuntimeClass '
+    '"nvidia-cdi" not found'
+)
+
+
+def test_a_refusal_reported_by_a_replicaset_since_deleted_is_no_finding(cluster):
+    """Events outlive their object by an hour: a reverted Deployment's refusals are history."""
+    gone = {"kind": "ReplicaSet", "metadata": {"name": "cuda-job-5d9f8c7b6",
+                                               "namespace": "default", "uid": "rs-1"}}  # fmt: skip
+    cluster.event(gone, "FailedCreate", REFUSED_CDI)
+
+    assert "runtimeclass-missing" not in diagnosed(cluster.examine())
 
 
 def test_gpu_nodes_scaled_to_zero_while_a_gpu_pod_waits(cluster):

@@ -84,9 +84,9 @@ def revert(lab: Lab) -> None:
     _set(lab, "on")
 
 
-def diagnose(lab: Lab, view: ClusterView) -> list[Finding]:
+def diagnose(ctx: Context) -> list[Finding]:
     """Read the ConfigMap."""
-    return [Finding("1. ConfigMap", "kubectl get cm lab-toggle", _mode(view), "it is off",
+    return [Finding("1. ConfigMap", "kubectl get cm lab-toggle", _mode(ctx.view), "it is off",
                     trap="looks harmless")]
 
 

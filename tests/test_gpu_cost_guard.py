@@ -166,11 +166,65 @@ def test_the_aws_cli_shows_the_schedule_that_scales_gpus_to_0_a_ttl_ahead(guard_
     assert datetime.now(UTC) + timedelta(hours=4) < due_at(schedule) <= now + timedelta(hours=4)
 
 
+def test_the_aws_cli_reads_the_stacks_node_group_its_asg_quota_and_updates(guard_lab):
+    """What a person checks by hand after `eval "$(invoke lab.env)"` is the stack's, as EKS
+    reports it, not moto's defaults."""
+    _, env, _ = guard_lab
+    nodegroup = ("--cluster-name", LAB, "--nodegroup-name", "g1-ng-gpu")
+    group = aws_cli(env, "eks", "describe-nodegroup", *nodegroup)["nodegroup"]
+    assert (group["version"], group["diskSize"]) == ("1.35", 100)
+    assert group["releaseVersion"].startswith("1.35.") and "remoteAccess" not in group
+
+    [asg] = group["resources"]["autoScalingGroups"]
+    found = aws_cli(env, "autoscaling", "describe-auto-scaling-groups",
+                    "--auto-scaling-group-names", asg["name"])["AutoScalingGroups"]  # fmt: skip
+    assert [(g["MinSize"], g["MaxSize"], g["DesiredCapacity"]) for g in found] == [(0, 2, 1)]
+
+    quota = aws_cli(env, "service-quotas", "get-service-quota", "--service-code", "ec2",
+                    "--quota-code", "L-DB2E81BA")["Quota"]  # fmt: skip
+    assert quota["QuotaName"] == "Running On-Demand G and VT instances" and quota["Value"] >= 8
+
+    updates = aws_cli(env, "eks", "list-updates", "--name", LAB, "--nodegroup-name", "g1-ng-gpu")
+    assert updates["updateIds"], updates
+    update_id = updates["updateIds"][-1]
+    update = aws_cli(env, "eks", "describe-update", "--name", LAB, "--nodegroup-name",
+                     "g1-ng-gpu", "--update-id", update_id)["update"]  # fmt: skip
+    assert update["status"] == "Successful"
+
+
 def test_lab_status_counts_down_and_shows_what_the_gpus_cost_so_far(guard_lab):
     _, env, _ = guard_lab
     out = status(env)
     assert re.search(r"^GPU time limit: [123]h\d\dm left \(GPU nodes to 0 at ", out, re.M), out
     assert re.search(r"^GPU node-minutes since the GPUs came up: [\d.]+ \(1 x ", out, re.M), out
+    toggles = ("stack toggles (last applied): enable_gpu_operator=false  "
+               "enable_aux_sg_vpc_allow=true  node_sg_enable_recommended_rules=true")  # fmt: skip
+    assert toggles in out.splitlines(), out
+
+
+def node_minutes(env: dict[str, str]) -> float:
+    out = status(env)
+    found = re.search(r"^GPU node-minutes since the GPUs came up: ([\d.]+) ", out, re.M)
+    assert found, out
+    return float(found.group(1))
+
+
+def test_after_lab_up_the_world_runs_at_a_persons_pace(guard_lab):
+    _, env, _ = guard_lab
+    out = status(env)
+    assert "rehearsal, 1x speed now (a person's pace; programs run it at 120x)" in out, out
+    line = time_limit_line(env)
+    assert re.match(r"GPU time limit: 3h\d\dm left ", line) and "wall" not in line, line
+
+
+def test_gpu_node_minutes_never_run_backwards_when_the_pace_drops(guard_lab):
+    """Minutes already run stay run: a slower world only adds them more slowly."""
+    state_dir, env, _ = guard_lab
+    pace.write_speed(endpoints(state_dir), float(SPEED))  # as a program run does
+    fast = node_minutes(env)
+    pace.write_speed(endpoints(state_dir), 1.0)  # as scenario.inject leaves it for a person
+
+    assert node_minutes(env) >= fast
 
 
 def test_ttl_off_without_a_confirmation_changes_nothing(guard_lab):
@@ -188,6 +242,7 @@ def test_ttl_off_without_a_confirmation_changes_nothing(guard_lab):
 
 def test_a_short_time_limit_scales_the_gpus_to_0_by_itself(guard_lab):
     state_dir, env, _ = guard_lab
+    pace.write_speed(endpoints(state_dir), float(SPEED))  # a person's hours in wall seconds
     moved = run_invoke("lab.extend", "--lab", LAB, "--ttl", f"{SHORT_TTL}m", env=env)
     assert moved.returncode == 0, moved.stdout + moved.stderr
     assert "GPU time limit moved" in moved.stdout
@@ -225,6 +280,24 @@ def test_lab_scale_sets_it_again_and_lab_down_deletes_it(guard_lab):
     assert "GPU time limit removed (schedule g1-gpu-ttl deleted)" in down.stdout
     assert schedule_names_by_cli(env) == []
     assert time_limit_line(env) == "GPU time limit: none (no GPU session)"
+
+
+def test_lab_scale_keeps_a_later_limit_unless_ttl_is_given(guard_lab):
+    _, env, _ = guard_lab
+    for args in (("lab.scale", "1"), ("lab.extend", "--ttl", "168h")):
+        done = run_invoke(*args, "--lab", LAB, env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    kept = run_invoke("lab.scale", "1", "--lab", LAB, env=env)
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    assert "GPU time limit kept: AWS scales g1-ng-gpu to 0 at" in kept.stdout, kept.stdout
+    assert re.match(r"GPU time limit: 167h\d\dm left", time_limit_line(env))
+
+    moved = run_invoke("lab.scale", "1", "--lab", LAB, "--ttl", "2h", env=env)
+    assert moved.returncode == 0, moved.stdout + moved.stderr
+    assert "GPU time limit moved" in moved.stdout
+    assert re.match(r"GPU time limit: 1h\d\dm left", time_limit_line(env))
+    assert run_invoke("lab.down", "--lab", LAB, env=env).returncode == 0
 
 
 @pytest.fixture(scope="module")

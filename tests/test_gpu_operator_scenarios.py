@@ -42,6 +42,8 @@ def test_full_run_shows_the_fault_its_traps_and_proves_recovery(sim_lab: SimLab,
     report = full_run_report(sim_lab.lab, name)
 
     seen = {check["name"]: check["seen"] for check in report["checks"]}
+    left = [p["metadata"]["name"] for p in sim_lab.lab.snapshot("pods").objects("pods")]
+    assert "gpu-probe-pinned" not in left, "the scenario's extra pod outlived its run"
     if name in PINNED_PENDING:
         assert any(text.startswith(f"gpu-probe-pinned Pending: {PINNED_PENDING[name]}")
                    for text in seen.values()), seen  # fmt: skip

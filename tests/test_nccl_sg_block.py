@@ -17,6 +17,7 @@ from lab_support import invoke_env, run_invoke
 from scenario_support import (
     YES,
     SimLab,
+    assert_findings_observed,
     killed_run_is_reverted_from_the_journal,
     quiet,
 )
@@ -138,6 +139,10 @@ def test_full_run_shows_plan_fault_and_recovery(sim_lab: SimLab):
 
     assert result.ok, result.failed_checks
     report = json.loads((result.report_dir / "report.json").read_text())
+    assert_findings_observed(report, NAME)
+    steps = {finding["step"]: finding["saw"] for finding in report["findings"]}
+    assert "1/2 clients joined." in steps["1. the job's logs"], steps
+    assert "timed out after 10 s" in steps["3. the same-node control"], steps
     plan = report["plan"]
     assert any('"ingress_nodes_ephemeral"] (destroy)' in line for line in plan), plan
     assert any("node_aux_from_vpc" in line and "(destroy)" in line for line in plan), plan
@@ -161,9 +166,10 @@ def test_full_run_shows_plan_fault_and_recovery(sim_lab: SimLab):
             "all-reduce": "passes",
         }
     )
-    assert (
-        "## Infrastructure plan of the injection" in (result.report_dir / "report.md").read_text()
-    )
+    markdown = (result.report_dir / "report.md").read_text()
+    assert "## Infrastructure plan of the injection" in markdown
+    assert "![timeline](timeline.png)" in markdown, "every run draws its timeline"
+    assert (result.report_dir / "timeline.png").read_bytes().startswith(b"\x89PNG")
     assert [e["state"] for e in lab.journal.entries()] == [REVERTED]
 
 

@@ -129,7 +129,18 @@ def test_no_samples_means_no_plot(tmp_path: Path):
     report = write_report(record(timeline={}), tmp_path / "run")
 
     assert not (tmp_path / "run" / "timeline.png").exists()
-    assert "timeline.png" not in report.read_text()
+    text = report.read_text()
+    assert "![timeline]" not in text
+    assert "No timeline.png: the run stopped before it sampled or checked anything." in text
+
+
+def test_a_scenario_without_gauges_still_draws_its_checks(tmp_path: Path):
+    marks = [{"t": 0.0, "label": "inject", "kind": "phase"},
+             {"t": 1.5, "label": "rules absent", "kind": "check"}]  # fmt: skip
+    report = write_report(record(timeline={"marks": marks}), tmp_path / "run")
+
+    assert (tmp_path / "run" / "timeline.png").read_bytes().startswith(b"\x89PNG")
+    assert "![timeline](timeline.png)" in report.read_text()
 
 
 def test_a_trap_counts_as_observed_only_when_its_check_held(tmp_path: Path):

@@ -76,6 +76,10 @@ def test_scenario_list_show_and_unknown_names(tmp_path: Path):
                             if a in groups] and len(groups) >= 4  # fmt: skip
     show = run_invoke("scenario.show", "device-plugin-off", env=env)
     assert show.returncode == 0 and "devicePlugin" in show.stdout
+    assert "by hand with kubectl" in show.stdout and "$ kubectl patch clusterpolicy" in show.stdout
+    assert "capacity still says 1 for 5 minutes" in show.stdout, "kubelet's lag, in the runbook"
+    risk = run_invoke("scenario.show", "nccl-sg-block", env=env).stdout
+    assert "egress_all" in next(line for line in risk.splitlines() if "risk:" in line), risk
     unknown = run_invoke("scenario.run", "no-such-fault", "--lab", LAB, env=env)
     assert unknown.returncode == 1
     assert "no scenario named 'no-such-fault'" in unknown.stderr
@@ -190,6 +194,10 @@ def test_every_scenario_back_to_back_leaves_the_lab_as_it_was(sim_lab):
         run = run_invoke("scenario.run", name, "--lab", LAB, "--yes", env=env, timeout=300)
         assert run.returncode == 0, f"{name}: {run.stdout[-3000:]}{run.stderr}"
         assert "result: OK" in run.stdout and "recovered state equals the baseline" in run.stdout
+        steps = ("baseline: ", "inject: ", "revert: ", "clean up: ")
+        said = [line.split(" (journal entry")[0] for line in run.stdout.splitlines()
+                if line.startswith(steps)]  # fmt: skip
+        assert said and all(line.endswith((".", ")")) for line in said), said
     after = _until(lambda: _healthy_status(env), what="a healthy lab after the runs")
     assert after == before
     reports = sorted(p.parent.name for p in (state_dir / LAB / "runs").glob("*/report.json"))

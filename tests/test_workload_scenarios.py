@@ -53,9 +53,9 @@ SEEN = {
         '"false NVIDIA-A10G"',
     ],
     "runtimeclass-missing": [
-        'the API server: 403 Forbidden, pods "gpu-probe" is forbidden: pod rejected: '
-        'RuntimeClass "nvidia-container-runtime" not found',
-        "gpu-probe: absent",
+        'FailedCreate: Error creating: pods "gpu-probe-',
+        '-" is forbidden: pod rejected: RuntimeClass "nvidia-container-runtime" not found',
+        "gpu-probe pods: none; Deployment 0/1 available",
     ],
     "gpus-scaled-to-zero": [
         "gpu-probe Pending: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu. "

@@ -34,6 +34,12 @@ GPU_OPERATOR_NAMESPACE: Final = "gpu_operator_namespace"
 GPU_OPERATOR_CHART_VERSION: Final = "gpu_operator_chart_version"
 ENABLE_AUX_SG_VPC_ALLOW: Final = "enable_aux_sg_vpc_allow"
 NODE_SG_ENABLE_RECOMMENDED_RULES: Final = "node_sg_enable_recommended_rules"
+# The switches scenarios and lab.up flip (lab.status shows them): the operator, the SG rules.
+STACK_TOGGLES: Final = (
+    ENABLE_GPU_OPERATOR,
+    ENABLE_AUX_SG_VPC_ALLOW,
+    NODE_SG_ENABLE_RECOMMENDED_RULES,
+)
 
 ORCHESTRATOR_VARIABLES: Final = frozenset(
     {

@@ -109,7 +109,12 @@ class RehearsalBackend:
         return {**fields, "outputs": outputs, "phases": {"infra": utc_now()}}
 
     def start(self, lab: Lab, console: Console) -> None:
+        """Start the world unless it runs; a new one is left at a person's pace (real time):
+        programs speed it up only for their own runs (`program_pace`)."""
+        new = process.running_endpoints(lab.paths.sim_dir) is None
         endpoints = process.start(lab.paths.sim_dir, lab.settings.speed, lab.name, lab.region)
+        if new:
+            pace.write_speed(endpoints, self.person_speed(lab, None))
         console.say(
             f"    rehearsal backend: kube {endpoints['kube_url']}, aws "
             f"{endpoints['aws_endpoint_url']} (pid {endpoints['pid']})"

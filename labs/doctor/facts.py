@@ -117,6 +117,7 @@ PATHS = {
     "events": "/api/v1/events",
     "daemonsets": "/apis/apps/v1/daemonsets",
     "deployments": "/apis/apps/v1/deployments",
+    "replicasets": "/apis/apps/v1/replicasets",
     "clusterpolicies": "/apis/nvidia.com/v1/clusterpolicies",
     "runtimeclasses": "/apis/node.k8s.io/v1/runtimeclasses",
 }

@@ -44,7 +44,10 @@ def _plugin_pods_on(facts: Facts, node: str) -> list[Obj]:
 
 
 def _quantities(node: Obj) -> Evidence:
-    value = f"allocatable {gpu.gpu_quantity(node)}, capacity {gpu.gpu_quantity(node, 'capacity')}"
+    value = (
+        f"allocatable {gpu.gpu_quantity(node)}, capacity {gpu.gpu_quantity(node, 'capacity')}"
+        f"{gpu.capacity_note(node)}"
+    )
     return Evidence(
         node_subject(gpu.name_of(node)), "status.{allocatable,capacity}[nvidia.com/gpu]", value
     )

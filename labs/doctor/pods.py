@@ -324,19 +324,25 @@ def _waiting(pod: Obj, reasons: tuple[str, ...]) -> list[Obj]:
     return [w for w in waiting if w.get("reason") in reasons]
 
 
+# An image built to use a GPU: CUDA, NVIDIA's registry, or a name that says so.
+GPU_IMAGE = re.compile(r"cuda|nvidia|gpu", re.IGNORECASE)
+VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+NO_DEVICES = ("", "void", "none")
+
+
 def gpu_intent(pod: Obj) -> str | None:
-    """Why a pod without a GPU limit looks like it wants a GPU (None when it does not). Running
-    on a GPU node alone is no sign: a tolerate-everything pod lands anywhere."""
-    spec = pod.get("spec") or {}
-    if any(t.get("key") == gpu.GPU_RESOURCE for t in spec.get("tolerations") or []):
-        return "it tolerates the nvidia.com/gpu taint"
-    if any(
-        k.startswith(GPU_PREFIX) or k in gpu.GPU_NODE_LABELS for k in spec.get("nodeSelector") or {}
-    ):
-        return "its nodeSelector picks GPU nodes"
-    images = [str(c.get("image", "")) for c in containers(pod)]
-    cuda = [image for image in images if "cuda" in image]
-    return f"it runs a CUDA image ({cuda[0]})" if cuda else None
+    """The evidence that a pod without a GPU limit uses a GPU (None when there is none): a
+    GPU image or NVIDIA_VISIBLE_DEVICES in its spec. Tolerating the GPU taint or selecting GPU
+    nodes is no evidence: node agents do both and must not take a GPU from real work."""
+    for container in containers(pod):
+        image = str(container.get("image", ""))
+        if GPU_IMAGE.search(image):
+            return f"it runs a GPU image ({image})"
+        for variable in container.get("env") or []:
+            value = str(variable.get("value", ""))
+            if variable.get("name") == VISIBLE_DEVICES and value.lower() not in NO_DEVICES:
+                return f"it sets {VISIBLE_DEVICES}={value}"
+    return None
 
 
 def _workload(facts: Facts, pod: Obj) -> bool:
@@ -401,7 +407,7 @@ def missing_runtime_classes(facts: Facts) -> list[DoctorFinding]:
             uses.setdefault(name, []).append(Evidence(owner, "runtimeClassName", name))
     for event in facts.objects("events"):
         match = _CLASS_NOT_FOUND.search(str(event.get("message", "")))
-        if match and match.group(1) not in known:
+        if match and match.group(1) not in known and _reporter_exists(facts, event):
             uses.setdefault(match.group(1), []).append(event_evidence(event))
     return [
         kind("runtimeclass-missing").found(
@@ -413,6 +419,21 @@ def missing_runtime_classes(facts: Facts) -> list[DoctorFinding]:
         )
         for name, evidence in sorted(uses.items())
     ]
+
+
+# The controllers whose refusals the doctor can check are still there (an Event outlives
+# its object by an hour: a deleted Deployment's ReplicaSet must not count).
+_REPORTERS = {"ReplicaSet": "replicasets", "DaemonSet": "daemonsets", "Deployment": "deployments"}
+
+
+def _reporter_exists(facts: Facts, event: Obj) -> bool:
+    """The object an Event is about still exists (True for a kind the doctor does not list)."""
+    involved = event.get("involvedObject") or {}
+    plural = _REPORTERS.get(str(involved.get("kind")))
+    if plural is None:
+        return True
+    name, namespace = str(involved.get("name", "")), str(involved.get("namespace", ""))
+    return facts.find(plural, name, namespace) is not None
 
 
 def _pod_specs(facts: Facts) -> Iterator[tuple[str, Obj]]:

@@ -150,10 +150,41 @@ def total_allocatable(objects: Objects) -> int:
     return sum(gpu_count(v) for v in allocatable_by_node(objects).values())
 
 
+# kubelet's device manager keeps a stopped plugin's devices (marked unhealthy when it
+# disconnects) in capacity but not in allocatable until endpointStopGracePeriod has passed,
+# `time.Duration(5) * time.Minute` (kubernetes pkg/kubelet/cm/devicemanager/types.go; the
+# check is in ManagerImpl.GetCapacity, manager.go); then the node status setter reports the
+# removed resource as "0", key kept (pkg/kubelet/nodestatus/setters.go). So after a device
+# plugin goes, capacity says 1 for 5 minutes while allocatable already says 0.
+CAPACITY_GRACE = (
+    "capacity still counts GPUs kubelet no longer offers: a stopped device plugin's for "
+    "kubelet's 5-minute grace period, then 0 (or unhealthy ones, after an XID)"
+)
+
+
+def capacity_note(node: Mapping[str, Any]) -> str:
+    """` (CAPACITY_GRACE)` while the node's capacity exceeds its allocatable, else ""."""
+    allocatable, capacity = gpu_quantity(node), gpu_quantity(node, "capacity")
+    if allocatable is None or gpu_count(capacity) <= gpu_count(allocatable):
+        return ""
+    return f" ({CAPACITY_GRACE})"
+
+
+def describe_capacity(objects: Objects) -> str:
+    """`node: value` of capacity nvidia.com/gpu per GPU node, saying why it lags allocatable."""
+    nodes = gpu_nodes(objects)
+    if not nodes:
+        return "no GPU nodes"
+    return ", ".join(
+        f"{name_of(n)}: {gpu_quantity(n, 'capacity') or 'absent'}{capacity_note(n)}" for n in nodes
+    )
+
+
 def describe_advertised(objects: Objects) -> str:
     """Allocatable and capacity nvidia.com/gpu of every node (None: the key is absent)."""
     return "; ".join(
         f"{name_of(n)}: allocatable {gpu_quantity(n)}, capacity {gpu_quantity(n, 'capacity')}"
+        f"{capacity_note(n)}"
         for n in sorted(objects.objects("nodes"), key=name_of)
     )
 

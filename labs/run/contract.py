@@ -153,7 +153,8 @@ class ByHand:
 
 Baseline = Callable[["Lab", "ClusterView"], dict[str, Any]]
 Mutation = Callable[["Lab"], None]
-Diagnosis = Callable[["Lab", "ClusterView"], list[Finding]]
+# The debugging path, read while the fault is in: the run's context holds what its checks saw.
+Diagnosis = Callable[[Context], list[Finding]]
 # Is this scenario's fault present in the cluster now? (What a revert relies on when the
 # journal is missing or damaged.)
 Detection = Callable[["Lab", "ClusterView"], bool]
@@ -172,6 +173,9 @@ class Scenario:
     `preview` (the infrastructure changes the injection would make, shown and confirmed
     first), `gauges` (curves for the timeline plot), `watch` (kinds the checks and `detect`
     read; default: the lab's standard view) and `by_hand` (the same fault with plain kubectl).
+    `clean_up` removes what the scenario adds beside its fault for its checks (a pinned probe)
+    once nothing needs it: after the recovery checks of a run, right after a revert otherwise,
+    so it never outlives the scenario into the next one.
     `doctor_finding` names the `lab.doctor` finding (`labs.doctor.catalog`) that must be the
     probable cause while the fault is in: the doctor's accuracy is measured against it. None
     for a fault that leaves nothing in the cluster to read (the module says why): the doctor
@@ -199,6 +203,7 @@ class Scenario:
     watch: Callable[[Lab], list[WatchedKind]] | None = None
     by_hand: ByHand | None = None
     preview: Preview | None = None
+    clean_up: Mutation | None = None
 
     def __post_init__(self) -> None:
         if not DASHED_NAME.fullmatch(self.name):

@@ -65,7 +65,8 @@ def _doc(function: Callable[..., Any]) -> str:
 
 
 def _first_line(function: Callable[..., Any]) -> str:
-    return _doc(function).split("\n", 1)[0]
+    """A docstring's first paragraph as one line: its opening sentence, never cut mid-way."""
+    return " ".join(_doc(function).split("\n\n", 1)[0].split())
 
 
 def describe_scenario(scenario: Scenario) -> str:
@@ -420,7 +421,7 @@ def _inject_observe_revert(
     report = story.check_reporter(injected_at)
     run.checks += watch_checks(ctx, scenario.symptoms, "symptom", injected_at, scale, report)
     run.states["fault"] = _state(scenario, ctx)
-    run.findings = list(scenario.diagnose(lab, ctx.view))
+    run.findings = list(scenario.diagnose(ctx))
     story.findings(run)
     if keep_fault:
         lab.journal.mark(entry, KEPT)
@@ -439,6 +440,7 @@ def _inject_observe_revert(
         raise ScenarioError(problem)
     report = story.check_reporter(reverted_at)
     run.checks += watch_checks(ctx, scenario.recovery, "recovery", reverted_at, scale, report)
+    _clean_up(lab, scenario, out)
     run.states["recovered"] = _state(scenario, ctx)
     run.differences = _differences(run.states["baseline"], run.states["recovered"])
     if run.differences:
@@ -549,6 +551,7 @@ def _revert(
             scenario = _lookup(catalogue, target)
             out(f"revert {target}: {_first_line(scenario.revert)}")
             scenario.revert(lab)
+            _clean_up(lab, scenario, out)
         except Exception as error:  # try every fault, then report all failures
             failures.append(f"{target}: {type(error).__name__}: {error}")
             continue
@@ -564,6 +567,12 @@ def _revert(
     if lost:
         lab.journal.cleared()
     return reverted
+
+
+def _clean_up(lab: Lab, scenario: Scenario, out: Out) -> None:
+    if scenario.clean_up is not None:
+        out(f"clean up: {_first_line(scenario.clean_up)}")
+        scenario.clean_up(lab)
 
 
 def detect_faults(lab: Lab, catalogue: Mapping[str, Scenario]) -> list[str]:

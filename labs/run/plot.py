@@ -13,6 +13,9 @@ from pathlib import Path
 from typing import Any
 
 ABSENT_LEVEL = -1
+# The curve of a scenario that declares no gauge (its symptoms are outside the cluster view,
+# as nccl-sg-block's SG rules and workload logs): how many checks had held by then.
+CHECKS_HELD = "checks held (this scenario has no gauge)"
 # Pod phases bottom-up in the order a pod lives them.
 LIFECYCLE_ORDER = ("absent", "Pending", "Running", "Succeeded", "Failed")
 
@@ -45,15 +48,27 @@ def _levels(values: list[Any]) -> tuple[list[float], list[float], list[str]]:
     )
 
 
+def _checks_held(marks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Samples of CHECKS_HELD: 0 at the first mark, one more at each check that held."""
+    held = sorted(m["t"] for m in marks if m["kind"] == "check")
+    start = min(m["t"] for m in marks)
+    return [{"t": start, CHECKS_HELD: 0}] + [
+        {"t": t, CHECKS_HELD: count} for count, t in enumerate(held, start=1)
+    ]
+
+
 def plot_timeline(timeline: dict[str, Any], path: Path, title: str, speed: float = 1.0) -> bool:
-    """Write the PNG; False (and no file) when there is nothing to draw.
+    """Write the PNG; False (and no file) when there is nothing to draw: no sample and no
+    mark (a run stopped before anything happened).
 
     `speed` is the rehearsal's speed-up; the x axis says how to read it as real time.
     """
     gauges = timeline.get("gauges") or []
     samples = timeline.get("samples") or []
-    if not gauges or not samples:
-        return False
+    if not (gauges and samples):
+        if not timeline.get("marks"):
+            return False
+        gauges, samples = [CHECKS_HELD], _checks_held(timeline["marks"])
     import matplotlib
 
     matplotlib.use("Agg")

@@ -216,6 +216,8 @@ def render_markdown(run: RunRecord, plot_name: str | None = "timeline.png") -> s
     lines += _timeline_section(run)
     if plot_name:
         lines += [f"![timeline]({plot_name})", ""]
+    else:
+        lines += ["No timeline.png: the run stopped before it sampled or checked anything.", ""]
     lines += _findings_section(run)
     lines += _traps_section(run)
     if run.baseline:

@@ -8,7 +8,8 @@ Every EKS platform version enables, among others, `ExtendedResourceToleration` a
   has that very toleration. So a GPU pod never lacks the toleration for GPU nodes tainted
   `nvidia.com/gpu`, and a pod asking for no GPU never gets it.
 - RuntimeClass: a pod naming a RuntimeClass that does not exist is refused with 403
-  Forbidden, `pod rejected: RuntimeClass "<name>" not found`: no pod object, no event.
+  Forbidden, `pod rejected: RuntimeClass "<name>" not found`: no pod object; a controller
+  that asked records the refusal as a FailedCreate event on itself (controllers.workloads).
 Plugins are data (per kind); each returns a rejection message or None, and may mutate.
 """
 

@@ -41,6 +41,8 @@ GPU_NODE_TEMPLATE_TAGS = {
     f"{NODE_TEMPLATE_TAG_PREFIX}taint/{GPU_TAINT['key']}": f"{GPU_TAINT['value']}:NoSchedule",
 }
 GPU_INSTANCE_TYPE = "g5.xlarge"
+# Root volumes in GiB: the stack's WorkerNodeVolumesize and gpu_node_disk_size defaults.
+SYSTEM_DISK_GIB, GPU_DISK_GIB = 30, 100
 # Marks the private subnet the GPU node group lives in (the stack's var.gpu_az_index), so the
 # stack's ids read back even while the node group itself is gone.
 GPU_SUBNET_TAG = "sim.eks-gpu-lab/gpu-subnet"
@@ -163,6 +165,7 @@ def seed_stack(
         subnets=private,
         nodeRole=node_role,
         instanceTypes=["t3.medium"],
+        diskSize=SYSTEM_DISK_GIB,
         amiType="AL2023_x86_64_STANDARD",
         capacityType="ON_DEMAND",
     )
@@ -184,6 +187,7 @@ def create_gpu_nodegroup(
         subnets=[subnet_id],
         nodeRole=node_role,
         instanceTypes=[GPU_INSTANCE_TYPE],
+        diskSize=GPU_DISK_GIB,
         amiType="AL2023_x86_64_NVIDIA",
         capacityType="ON_DEMAND",
         labels=dict(GPU_LABELS),

@@ -1,12 +1,13 @@
 """EKS node-group updates as EKS reports them: InProgress until the group has changed.
 
 moto answers UpdateNodegroupConfig with an update that is already Successful, keeps
-nothing, and has no DescribeUpdate. On EKS a scaling update stays InProgress while the
-group changes and the caller follows it with DescribeUpdate (Failed carries the errors).
+nothing, and has neither DescribeUpdate nor ListUpdates. On EKS a scaling update stays
+InProgress while the group changes and the caller follows it with DescribeUpdate (Failed
+carries the errors).
 The world therefore records every node-group update here (through moto's own backend, in
 this process), the node lifecycle controller settles a group's updates once its nodes
-match the new size, and DescribeUpdate is answered through moto's own HTTP routing, so
-boto3 and the aws CLI reach it like any other EKS call.
+match the new size, and DescribeUpdate and ListUpdates are answered through moto's own HTTP
+routing, so boto3 and the aws CLI reach them like any other EKS call.
 """
 
 from __future__ import annotations
@@ -21,8 +22,11 @@ from moto.eks.exceptions import ResourceNotFoundException
 from moto.eks.models import EKSBackend
 from moto.eks.responses import EKSResponse
 
+from labs.sim import aws_answers
+
 IN_PROGRESS, SUCCESSFUL = "InProgress", "Successful"
 DESCRIBE_UPDATE_PATH = "{0}/clusters/(?P<name>[^/]+)/updates/(?P<updateId>[^/]+)$"
+LIST_UPDATES_PATH = "{0}/clusters/(?P<name>[^/]+)/updates$"
 # scalingConfig key -> the update parameter type EKS reports for it
 _SCALING_PARAMS = {"minSize": "MinSize", "maxSize": "MaxSize", "desiredSize": "DesiredSize"}
 
@@ -61,6 +65,12 @@ class UpdateLedger:
                 )
             return copy.deepcopy(found[2])
 
+    def ids(self, cluster: str, nodegroup: str | None) -> list[str]:
+        """The ids of a cluster's updates (of one node group when named), oldest first."""
+        with self._lock:
+            return [update_id for update_id, (owner, group, _) in self._updates.items()
+                    if owner == cluster and nodegroup in (None, group)]  # fmt: skip
+
     def clear(self) -> None:
         with self._lock:
             self._updates.clear()
@@ -78,6 +88,7 @@ def _update_nodegroup_config(self: EKSBackend, *args: Any, **kwargs: Any) -> dic
               if key in scaling]  # fmt: skip
     others = [p for p in update["params"] if p["type"] != "ScalingConfig"]
     update["params"] = params + others
+    aws_answers.resize_group(self, kwargs["cluster_name"], kwargs["nodegroup_name"])
     return LEDGER.record(kwargs["cluster_name"], kwargs["nodegroup_name"], update)
 
 
@@ -88,6 +99,13 @@ def _describe_update(self: EKSResponse) -> ActionResult:
     return ActionResult({"update": update})
 
 
+def _list_updates(self: EKSResponse) -> ActionResult:
+    """`aws eks list-updates --name C [--nodegroup-name N]` (moto has no ListUpdates)."""
+    name = self._get_param("name")
+    self.eks_backend.describe_cluster(name)  # ResourceNotFoundException for another cluster
+    return ActionResult({"updateIds": LEDGER.ids(name, self._get_param("nodegroupName"))})
+
+
 def install() -> UpdateLedger:
     """Teach this process's moto EKS to keep and describe node-group updates (once; idempotent).
 
@@ -96,5 +114,7 @@ def install() -> UpdateLedger:
     if _installed.acquire(blocking=False):
         EKSBackend.update_nodegroup_config = _update_nodegroup_config  # type: ignore[method-assign]
         EKSResponse.describe_update = _describe_update  # type: ignore[attr-defined]
+        EKSResponse.list_updates = _list_updates  # type: ignore[attr-defined]
         eks_urls.url_paths[DESCRIBE_UPDATE_PATH] = eks_urls.response.dispatch
+        eks_urls.url_paths[LIST_UPDATES_PATH] = eks_urls.response.dispatch
     return LEDGER

@@ -372,6 +372,8 @@ class ObjectStore:
             obj = _with_type_fields(rtype, obj)
             metadata = obj["metadata"]
             scope = self._scope(rtype, namespace, metadata.get("namespace"))
+            # Admission runs before a name is generated: its messages name the prefix.
+            asked = metadata.get("name") or metadata.get("generateName") or ""
             name = metadata.get("name") or self._generated_name(rtype, scope, metadata)
             _validate_name(rtype, name)
             if rtype.namespaced and ("", scope) not in self._objects[NAMESPACES.ref]:
@@ -390,7 +392,7 @@ class ObjectStore:
             if rtype.kind in ON_CREATE and rtype in BUILTIN_TYPES:
                 ON_CREATE[rtype.kind](obj)
             _validate_quantities(rtype, obj)
-            self._admit(rtype, obj)
+            self._admit(rtype, obj, asked)
             if rtype in _INITIAL_STATUS and not obj.get("status"):
                 obj["status"] = clone(_INITIAL_STATUS[rtype])
             return clone(self._commit(rtype, (scope, name), "ADDED", obj, None))
@@ -574,8 +576,10 @@ class ObjectStore:
             raise NotFound(f'{rtype.ref} "{name}" not found')
         return obj
 
-    def _admit(self, rtype: ResourceType, obj: dict) -> None:
-        """The admission plugins of a new built-in object (`labs.sim.api_admission`)."""
+    def _admit(self, rtype: ResourceType, obj: dict, asked: str) -> None:
+        """The admission plugins of a new built-in object (`labs.sim.api_admission`); a
+        refusal names the object as it was asked for: its name, else its generateName (as
+        `admission.NewForbidden` does, name generation not having happened yet)."""
         if rtype not in BUILTIN_TYPES:
             return
 
@@ -584,7 +588,7 @@ class ObjectStore:
 
         rejection = admit(rtype.kind, obj, exists)
         if rejection:
-            raise Forbidden(f'{rtype.ref} "{obj["metadata"]["name"]}" is forbidden: {rejection}')
+            raise Forbidden(f'{rtype.ref} "{asked}" is forbidden: {rejection}')
 
     def _generated_name(self, rtype: ResourceType, scope: str, metadata: dict) -> str:
         prefix = metadata.get("generateName")

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labs.sim import eks_updates, pace
+from labs.sim import aws_answers, eks_updates, pace
 from labs.sim.apiserver import ApiServer
 from labs.sim.auth import Keys, eks_token_ok, new_token
 from labs.sim.aws_seed import ACCOUNT_ID, moto_clients, seed_stack
@@ -100,6 +100,7 @@ def start_world(
         )
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     updates = eks_updates.install()  # before the AWS server first serves EKS (its routes)
+    aws_answers.install()
     updates.clear()
     clock = WorldClock(speed)
     keys, token = Keys.generate(), new_token()

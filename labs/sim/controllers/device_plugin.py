@@ -4,6 +4,7 @@ A GPU node (NFD's `pci-10de.present` label) advertises `nvidia.com/gpu` "1" in c
 and allocatable once a Ready device-plugin pod runs on it (after the registration delay).
 When the plugin goes, allocatable drops to "0" at once and capacity follows after
 kubelet's endpointStopGracePeriod (`capacity_grace`); the key itself never disappears.
+That lag is kubelet's, kept on purpose (labs.kube.gpu.CAPACITY_GRACE cites the source).
 A node where no plugin ever registered has no key, like the system nodes.
 """
 

@@ -4,7 +4,11 @@ collection, with the Events those controllers record.
 - A Deployment keeps one ReplicaSet per pod template (`<name>-<template hash>`) at
   `spec.replicas` and any older one at 0 (`ScalingReplicaSet`: "Scaled up replica set X
   from 0 to 1"); a ReplicaSet keeps `spec.replicas` pods from its template, the scheduler
-  places them (`SuccessfulCreate`: "Created pod: X", `SuccessfulDelete`).
+  places them (`SuccessfulCreate`: "Created pod: X", `SuccessfulDelete`). A create the API
+  refuses (admission: a missing RuntimeClass) is a Warning `FailedCreate`, "Error creating:
+  <the API's error>", and a `ReplicaFailure` condition on the ReplicaSet, as
+  `RealPodControl.createPods` (pkg/controller/controller_utils.go) and the ReplicaSet's
+  `calculateStatus` record it: no pod exists, so only the owner tells.
 - A DaemonSet keeps one pod on every Ready node its template's nodeSelector, affinity and
   tolerations admit (plus the node.kubernetes.io tolerations the DaemonSet controller adds to
   every daemon pod), bound to that node, and reports desired/current/ready/misscheduled counts
@@ -48,6 +52,7 @@ from labs.sim.store import (
     PODS,
     REPLICASETS,
     SERVICES,
+    Forbidden,
     NotFound,
     ObjectStore,
     ResourceType,
@@ -178,23 +183,37 @@ class Workloads(Controller):
         for pod in live[wanted:]:
             self._delete_pod(rs, pod)
         live = live[:wanted]
+        refused = None
         for _ in range(wanted - len(live)):
             pod = _pod_from(rs, generate_name=f"{rs['metadata']['name']}-")
-            live.append(self._create_pod(rs, pod))
+            try:
+                live.append(self._create_pod(rs, pod))
+            except Forbidden as error:
+                refused = error.message
+                break  # the controller backs off; the next pass tries again
         ready = sum(1 for p in live if pod_ready(p))
-        status = {
+        status: dict = {
             "observedGeneration": rs["metadata"]["generation"],
             "replicas": len(live),
             "fullyLabeledReplicas": len(live),
             "readyReplicas": ready,
             "availableReplicas": ready,
         }
+        if refused:
+            status["conditions"] = [{"type": "ReplicaFailure", "status": "True",
+                                     "reason": "FailedCreate", "message": refused}]  # fmt: skip
         self._set_status(REPLICASETS, rs, status)
 
     def _create_pod(self, owner: dict, pod: dict) -> dict:
-        created = self.store.create(PODS, pod, owner["metadata"]["namespace"])
-        message = f"Created pod: {created['metadata']['name']}"
-        self._events[owner["kind"]].record(owner, "SuccessfulCreate", message)
+        """Create an owned pod and record it; a refused one is a FailedCreate Warning on the
+        owner, and the API's error goes on to the caller."""
+        events = self._events[owner["kind"]]
+        try:
+            created = self.store.create(PODS, pod, owner["metadata"]["namespace"])
+        except Forbidden as error:
+            events.record(owner, "FailedCreate", f"Error creating: {error.message}", "Warning")
+            raise
+        events.record(owner, "SuccessfulCreate", f"Created pod: {created['metadata']['name']}")
         return created
 
     def _delete_pod(self, owner: dict, pod: dict) -> None:
@@ -235,7 +254,10 @@ class Workloads(Controller):
             rollout_from = (ds["metadata"].get("annotations") or {}).get(STARTUP_FROM_ANNOTATION)
             if rollout_from:
                 annotations[STARTUP_FROM_ANNOTATION] = rollout_from
-            on_node[node] = self._create_pod(ds, pod)
+            try:
+                on_node[node] = self._create_pod(ds, pod)
+            except Forbidden:
+                break  # recorded on the DaemonSet; the next pass tries again
         current = [pod for node, pod in on_node.items() if node in should_run]
         ready = sum(1 for p in current if pod_ready(p))
         status = {
