@@ -30,6 +30,8 @@ from labs.sim.kubeconfig import write_kubeconfig
 
 MANIFESTS = sorted(Path(__file__).resolve().parents[1].glob("scenarios/manifests/*.yaml"))
 EVENT_TIMEOUT = 30.0
+# A pod name a controller generated: its owner's name, then hash or random parts.
+GENERATED = re.compile(r'pods "[a-z0-9-]+?-[a-z0-9]{6,10}-[a-z0-9]{0,5}"')
 
 Run = Callable[..., subprocess.CompletedProcess]
 
@@ -258,9 +260,31 @@ def _scheduling_messages(run: Run, namespace: str, pods: list[str]) -> dict[str,
     return seen
 
 
+def _refused_creates(run: Run, namespace: str) -> set[str]:
+    """What controllers said when the API refused the pods they create (FailedCreate), with the
+    generated part of pod names (ReplicaSet hash, random suffix) left out."""
+    deadline = time.monotonic() + EVENT_TIMEOUT
+    while time.monotonic() < deadline:
+        events = json.loads(run("get", "events", "-n", namespace, "-o", "json").stdout)["items"]
+        said = {
+            f"{e['involvedObject']['kind']}: {GENERATED.sub('<generated>', e['message'])}"
+            for e in events
+            if e["reason"] == "FailedCreate"
+        }
+        if said:
+            return said
+        time.sleep(0.5)
+    return set()
+
+
 def _pod_names(manifest: Path) -> list[str]:
     documents = [d for d in yaml.safe_load_all(manifest.read_text()) if d]
     return [d["metadata"]["name"] for d in documents if d.get("kind") == "Pod"]
+
+
+def _controlled(manifest: Path) -> bool:
+    documents = [d for d in yaml.safe_load_all(manifest.read_text()) if d]
+    return any(d.get("kind") in ("Deployment", "Job", "DaemonSet") for d in documents)
 
 
 @pytest.mark.parametrize("manifest", MANIFESTS, ids=lambda path: path.stem)
@@ -275,7 +299,8 @@ def test_the_real_components_say_what_the_rehearsal_says(
         applied = run("apply", "-n", namespace, "-f", str(manifest))
         refused = re.sub(r"\s+", " ", applied.stderr.strip())
         pods = _scheduling_messages(run, namespace, _pod_names(manifest))
-        said[name] = {"refused": refused, "pods": pods}
+        controllers = _refused_creates(run, namespace) if _controlled(manifest) else set()
+        said[name] = {"refused": refused, "pods": pods, "controllers": controllers}
     assert said["rehearsal"] == said["real"]
 
 
