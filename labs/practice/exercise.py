@@ -31,6 +31,7 @@ from labs.run.contract import AREAS, Scenario
 from labs.run.engine import (
     debugging_path,
     describe_scenario,
+    fixed_by_hand,
     inject_blind,
     recovery_now,
     revert_scenarios,
@@ -48,10 +49,6 @@ HIDDEN = "(hidden)"
 
 class PracticeError(LabError):
     """A practice command cannot go on; the message says what to do instead."""
-
-
-def _quiet(_line: str) -> None:
-    """Clean-up output the learner does not need (the exercise says what happened)."""
 
 
 # --- picking ----------------------------------------------------------------------------------
@@ -243,19 +240,13 @@ def check(lab: Lab, catalogue: Mapping[str, Scenario], wait: float, out: Out = p
             fixed += 1
     if fixed < len(exercise.faults):
         return False
-    _finish(lab, catalogue, exercise, FIXED)
+    Record(lab.settings.state_dir).ended(exercise.id, FIXED)
+    fixed_by_hand(lab, [fault.scenario for fault in exercise.faults])
     took = _clock(seconds_between(exercise.started_at, utc_now()))
     out(f"the lab is recovered: fixed in {took}, {exercise.hints} hint(s)")
     if exercise.answer is None:
         out(f'say what it was: `invoke practice.answer "<cause>" --lab {lab.name}`')
     return True
-
-
-def _finish(lab: Lab, catalogue: Mapping[str, Scenario], exercise: Exercise, outcome: str) -> None:
-    """End the exercise, then revert its faults (idempotent: clears the journal, tidies up)."""
-    Record(lab.settings.state_dir).ended(exercise.id, outcome)
-    names = [fault.scenario for fault in exercise.faults]
-    revert_scenarios(lab, catalogue, names, out=_quiet if outcome == FIXED else print)
 
 
 def hint(lab: Lab, catalogue: Mapping[str, Scenario]) -> str:
@@ -330,7 +321,8 @@ def giveup(lab: Lab, catalogue: Mapping[str, Scenario], out: Out = print) -> Non
     for fault in exercise.faults:
         scenario = _known(catalogue, fault.scenario)
         out(f"it was {scenario.name} (area {scenario.area}): {scenario.summary}")
-    _finish(lab, catalogue, exercise, GAVE_UP)
+    record.ended(exercise.id, GAVE_UP)
+    revert_scenarios(lab, catalogue, [fault.scenario for fault in exercise.faults])
     out(f"reverted; exercise {exercise.id} recorded as given up. `invoke scenario.show NAME` "
         "shows the runbook")  # fmt: skip
 

@@ -10,9 +10,11 @@ that short. Each command holds the lab's lock from its first check to its last w
 from __future__ import annotations
 
 import inspect
+import io
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, redirect_stdout
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -544,7 +546,8 @@ def inject_blind(
         question = f"This exercise changes the infrastructure of lab {lab.name}; go on?"
         if changes and (confirm is None or not confirm(question)):
             raise ScenarioError("the exercise was not confirmed, nothing was injected; pass --yes")
-        with lab.backend.program_pace(lab):
+        # What a scenario's own steps print (a terraform plan) would name the fault too.
+        with lab.backend.program_pace(lab), redirect_stdout(io.StringIO()):
             baselines = [_healthy_baseline(lab, scenario, _silent) for scenario in chosen]
             _inject_all(lab, chosen, baselines)
     lab.backend.set_speed(lab, person)
@@ -562,7 +565,7 @@ def _inject_all(lab: Lab, chosen: Sequence[Scenario], baselines: list[dict[str, 
             for scenario, entry in reversed(done):
                 problem = _revert_or_explain(lab, scenario, entry, _silent)
                 if problem:
-                    print(problem)
+                    print(problem, file=sys.stderr)  # stdout is silenced here
         raise
 
 
@@ -579,6 +582,16 @@ def recovery_now(
             started = time.monotonic()
             results = watch_checks(ctx, checks, "recovery", started, lab.speed, lambda _r: None)
             return results, scenario.detect(lab, view)
+
+
+def fixed_by_hand(lab: Lab, names: Sequence[str]) -> None:
+    """A learner undid these faults (their recovery checks hold and `detect` finds them gone):
+    their journal entries are reverted without the scenarios' own revert, which could trip
+    over the learner's fix (a rule added by hand that the revert would add again)."""
+    with lab_lock(lab, "practice.check"):
+        for entry in lab.journal.outstanding():
+            if entry["scenario"] in names:
+                lab.journal.mark(entry["id"], REVERTED)
 
 
 def debugging_path(lab: Lab, scenario: Scenario) -> list[Finding]:
