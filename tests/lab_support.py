@@ -8,6 +8,8 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 NODE_NAME = re.compile(r"ip-[0-9-]+\.[a-z0-9-]+\.compute\.internal")
@@ -37,6 +39,19 @@ def run_invoke(
     return subprocess.run(
         [INVOKE, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
     )
+
+
+@contextmanager
+def cli_lab(state_dir: Path, lab: str, speed: str) -> Iterator[dict[str, str]]:
+    """A rehearsal lab that `invoke lab.up --sim` brought up, as its user's environment;
+    destroyed with `lab.down --destroy` afterwards."""
+    env = invoke_env(state_dir, INVOKE_LAB_SPEED=speed)
+    up = run_invoke("lab.up", "--sim", "--lab", lab, env=env)
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        yield env
+    finally:
+        run_invoke("lab.down", "--lab", lab, "--destroy", "--yes", env=env)
 
 
 def sim_pid(state_dir: Path, lab: str) -> int:

@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from lab_support import INVOKE, ROOT, healthy_status, invoke_env, run_invoke, until
+from lab_support import INVOKE, ROOT, cli_lab, healthy_status, run_invoke, until
 from tool_support import require_tool, require_venv_tool
 
 import scenarios
@@ -63,13 +63,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory):
     require_tool("kubectl")
     require_venv_tool("aws")
     state_dir = tmp_path_factory.mktemp("practice")
-    env = invoke_env(state_dir, INVOKE_LAB_SPEED=SPEED)
-    up = run_invoke("lab.up", "--sim", "--lab", LAB, env=env)
-    assert up.returncode == 0, up.stdout + up.stderr
-    try:
+    with cli_lab(state_dir, LAB, SPEED) as env:
         yield state_dir, env
-    finally:
-        run_invoke("lab.down", "--lab", LAB, "--destroy", "--yes", env=env)
 
 
 def practice(env: dict[str, str], command: str, *args: str) -> subprocess.CompletedProcess[str]:

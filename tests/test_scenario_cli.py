@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client as k8s
 from kubernetes import config
-from lab_support import INVOKE, ROOT, healthy_status, invoke_env, run_invoke, until
+from lab_support import INVOKE, ROOT, cli_lab, healthy_status, invoke_env, run_invoke, until
 
 import scenarios
 
@@ -72,13 +72,8 @@ def test_scenario_list_show_and_unknown_names(tmp_path: Path):
 @pytest.fixture(scope="module")
 def sim_lab(tmp_path_factory: pytest.TempPathFactory):
     state_dir = tmp_path_factory.mktemp("labs")
-    env = invoke_env(state_dir, INVOKE_LAB_SPEED=PROGRAM_SPEED)
-    up = run_invoke("lab.up", "--sim", "--lab", LAB, env=env)
-    assert up.returncode == 0, up.stdout + up.stderr
-    try:
+    with cli_lab(state_dir, LAB, PROGRAM_SPEED) as env:
         yield state_dir, env
-    finally:
-        run_invoke("lab.down", "--lab", LAB, "--destroy", "--yes", env=env)
 
 
 def _device_plugin_enabled(state_dir: Path) -> bool:
