@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from invoke import Collection, Context, Exit, task
@@ -19,6 +19,7 @@ from labs.settings import flag_help
 
 if TYPE_CHECKING:
     from labs.console import Console
+    from labs.practice.record import Exercise
     from labs.run.contract import Scenario
     from labs.settings import LabSettings
 
@@ -518,10 +519,10 @@ def start(
     names = [name.strip() for name in scenario.split(",")] if scenario else []
     pace = _speed(speed)
 
-    def chosen_by(history: Any) -> Any:
+    def chosen_by(history: Sequence[Exercise]) -> list[Scenario]:
         return exercise.choose(catalogue, history, area, names, faults, seed)
 
-    exercise.start(_practice_lab(c, lab), catalogue, _who(who), chosen_by, pace, _confirmer(yes))
+    exercise.start(_practice_lab(c, lab), _who(who), chosen_by, pace, _confirmer(yes))
 
 
 @task(

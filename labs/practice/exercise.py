@@ -181,7 +181,6 @@ def _going(lab: Lab) -> Exercise:
 
 def start(
     lab: Lab,
-    catalogue: Mapping[str, Scenario],
     who: str,
     chosen_by: Callable[[Sequence[Exercise]], list[Scenario]],
     speed: float | None = None,

@@ -188,7 +188,21 @@ class Record:
                 f"SELECT {columns} FROM exercises WHERE {where} ORDER BY id", args
             ).fetchall()
             faults = {row[0]: self._faults(db, row[0]) for row in rows}
-        return [Exercise(*row[:9], faults=faults[row[0]]) for row in rows]  # type: ignore[misc]
+        return [
+            Exercise(
+                int(id_),
+                who,
+                lab,
+                started,
+                outcome,
+                int(hints),
+                answer,
+                answered,
+                ended,
+                faults[id_],
+            )  # fmt: skip
+            for id_, who, lab, started, outcome, hints, answer, answered, ended in rows
+        ]
 
     @staticmethod
     def _faults(db: sqlite3.Connection, exercise: int) -> tuple[Fault, ...]:
