@@ -24,6 +24,18 @@ from labs.state import utc_now
 FILE_NAME = "practice.sqlite"
 STARTING, OPEN, FIXED, GAVE_UP, ABANDONED = "starting", "open", "fixed", "gave up", "abandoned"
 UNFINISHED = (STARTING, OPEN)
+# The exercises table's columns, in the order `Exercise` takes them.
+COLUMNS = (
+    "id",
+    "who",
+    "lab",
+    "started_at",
+    "outcome",
+    "hints",
+    "answer",
+    "answered_at",
+    "ended_at",
+)
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS exercises (
     id INTEGER PRIMARY KEY,
@@ -182,26 +194,13 @@ class Record:
     def _exercises(self, where: str, args: tuple[Any, ...]) -> list[Exercise]:
         if not self.path.exists():  # nothing recorded yet: reading creates no file
             return []
-        columns = "id, who, lab, started_at, outcome, hints, answer, answered_at, ended_at"
         with self._db() as db:
             rows = db.execute(
-                f"SELECT {columns} FROM exercises WHERE {where} ORDER BY id", args
+                f"SELECT {', '.join(COLUMNS)} FROM exercises WHERE {where} ORDER BY id", args
             ).fetchall()
             faults = {row[0]: self._faults(db, row[0]) for row in rows}
         return [
-            Exercise(
-                int(id_),
-                who,
-                lab,
-                started,
-                outcome,
-                int(hints),
-                answer,
-                answered,
-                ended,
-                faults[id_],
-            )  # fmt: skip
-            for id_, who, lab, started, outcome, hints, answer, answered, ended in rows
+            Exercise(**dict(zip(COLUMNS, row, strict=True)), faults=faults[row[0]]) for row in rows
         ]
 
     @staticmethod
