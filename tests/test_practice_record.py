@@ -111,3 +111,13 @@ def test_the_cli_lists_the_practice_tasks_and_refuses_a_lab_that_is_not_there(tm
     assert not (tmp_path / "practice.sqlite").exists()
     empty = run_invoke("practice.history", "--who", WHO, env=env)
     assert empty.returncode == 0 and "no exercise recorded for ann" in empty.stdout
+
+
+def test_a_baseline_comes_back_as_it_was_given_tuples_and_all(tmp_path: Path):
+    record = Record(tmp_path)
+    baseline = {"operands": {"nvidia-dcgm-exporter": (2, 2, 2)}, "gpu_nodes": ["a", "b"]}
+    exercise = record.begin(WHO, "myeks", [("operator-down", "operator")])
+    record.opened(exercise, [baseline])
+    [fault] = record.of(WHO)[0].faults
+    assert fault.baseline == baseline
+    assert fault.baseline["operands"]["nvidia-dcgm-exporter"] == (2, 2, 2)

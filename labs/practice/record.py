@@ -24,6 +24,7 @@ from labs.state import utc_now
 FILE_NAME = "practice.sqlite"
 STARTING, OPEN, FIXED, GAVE_UP, ABANDONED = "starting", "open", "fixed", "gave up", "abandoned"
 UNFINISHED = (STARTING, OPEN)
+TUPLE = "__tuple__"
 # The exercises table's columns, in the order `Exercise` takes them.
 COLUMNS = (
     "id",
@@ -90,6 +91,29 @@ class Exercise:
     faults: tuple[Fault, ...]
 
 
+def _tagged(value: Any) -> Any:
+    """`value` for JSON with its tuples kept apart from its lists: a baseline's checks compare
+    tuples (DaemonSet counts), and a tuple never equals the list JSON would give back."""
+    if isinstance(value, tuple):
+        return {TUPLE: [_tagged(item) for item in value]}
+    if isinstance(value, list):
+        return [_tagged(item) for item in value]
+    if isinstance(value, dict):
+        return {key: _tagged(item) for key, item in value.items()}
+    return value
+
+
+def _untagged(value: Any) -> Any:
+    """The value `_tagged` wrote, tuples again."""
+    if isinstance(value, dict):
+        if list(value) == [TUPLE]:
+            return tuple(_untagged(item) for item in value[TUPLE])
+        return {key: _untagged(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_untagged(item) for item in value]
+    return value
+
+
 def seconds_between(start: str, end: str | None) -> float | None:
     """Seconds from one recorded UTC stamp to another (None when the second is missing)."""
     if end is None:
@@ -136,7 +160,7 @@ class Record:
         with self._db() as db:
             db.executemany(
                 "UPDATE faults SET baseline = ? WHERE exercise = ? AND position = ?",
-                [(json.dumps(b), exercise, n) for n, b in enumerate(baselines)],
+                [(json.dumps(_tagged(b)), exercise, n) for n, b in enumerate(baselines)],
             )
             db.execute(
                 "UPDATE exercises SET outcome = ?, started_at = ? WHERE id = ?",
@@ -211,6 +235,6 @@ class Record:
             (exercise,),
         ).fetchall()
         return tuple(
-            Fault(name, area, json.loads(baseline) if baseline else None, grade)
+            Fault(name, area, _untagged(json.loads(baseline)) if baseline else None, grade)
             for name, area, baseline, grade in rows
         )
