@@ -429,6 +429,16 @@ def inject(
     inject_scenario(target, scenario, speed=pace, confirm=_confirmer(yes))
 
 
+def _whole(text: str | None, flag: str) -> int | None:
+    """A flag's whole number (None when not given)."""
+    from labs.settings import SettingsError
+
+    try:
+        return None if text is None else int(text)
+    except ValueError:
+        raise SettingsError(f"{flag} {text!r} is not a whole number; use e.g. 2") from None
+
+
 def _speed(speed: str | None) -> float | None:
     """--speed as a number (None: the default, real time)."""
     from labs.settings import SettingsError
@@ -506,8 +516,8 @@ def start(
     who: str | None = None,
     area: str | None = None,
     scenario: str | None = None,
-    faults: int | None = None,
-    seed: int | None = None,
+    faults: str | None = None,
+    seed: str | None = None,
     speed: str | None = None,
     yes: bool = False,
 ) -> None:
@@ -517,10 +527,10 @@ def start(
 
     catalogue = scenarios.all_scenarios()
     names = [name.strip() for name in scenario.split(",")] if scenario else []
-    pace = _speed(speed)
+    pace, how_many, seeded = _speed(speed), _whole(faults, "--faults"), _whole(seed, "--seed")
 
     def chosen_by(history: Sequence[Exercise]) -> list[Scenario]:
-        return exercise.choose(catalogue, history, area, names, faults, seed)
+        return exercise.choose(catalogue, history, area, names, how_many, seeded)
 
     exercise.start(_practice_lab(c, lab), _who(who), chosen_by, pace, _confirmer(yes))
 
