@@ -16,13 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
 
+from labs.console import columns
 from labs.errors import LabError
 from labs.lab import Lab
 from labs.practice.record import (
     ABANDONED,
+    ENDED,
     FIXED,
     GAVE_UP,
+    OPEN,
     STARTING,
+    UNFINISHED,
     Exercise,
     Record,
     seconds_between,
@@ -61,14 +65,14 @@ def can_coexist(first: Scenario, second: Scenario) -> bool:
     return first.area == "node" and second.area == "workload"
 
 
-def _area_scores(history: Sequence[Exercise]) -> dict[str, float]:
-    """Each area's mean grade over the learner's ended exercises (no answer counts as wrong)."""
+def _area_grades(history: Sequence[Exercise]) -> dict[str, list[float]]:
+    """Each area's grades over the learner's ended exercises, oldest first (no answer: wrong)."""
     grades: dict[str, list[float]] = {}
     for exercise in history:
-        if exercise.outcome in (FIXED, GAVE_UP, ABANDONED):
+        if exercise.outcome in ENDED:
             for fault in exercise.faults:
                 grades.setdefault(fault.area, []).append(fault.grade or WRONG)
-    return {area: mean(values) for area, values in grades.items()}
+    return grades
 
 
 def _ranked(
@@ -76,7 +80,7 @@ def _ranked(
 ) -> list[Scenario]:
     """Not seen in the last exercises first, then the worst-scored (or untried) area, then the
     one seen longest ago; the seed breaks ties."""
-    scores = _area_scores(history)
+    scores = {area: mean(grades) for area, grades in _area_grades(history).items()}
     recent = {f.scenario for e in history[-RECENT_EXERCISES:] for f in e.faults}
     last_seen = {f.scenario: e.started_at for e in history for f in e.faults}
     keyed = [
@@ -292,7 +296,7 @@ def answer(lab: Lab, catalogue: Mapping[str, Scenario], text: str, out: Out = pr
     """Grade the learner's answer against each fault's cause, then show each runbook."""
     record = Record(lab.settings.state_dir)
     exercise = record.latest(lab.name)
-    if exercise is None or exercise.answer is not None or exercise.outcome in (ABANDONED, STARTING):
+    if exercise is None or exercise.answer is not None or exercise.outcome not in (OPEN, FIXED):
         raise PracticeError(
             f"no exercise on lab {lab.name} waits for an answer: start one with "
             f"`invoke practice.start --lab {lab.name}`"
@@ -348,7 +352,7 @@ def history(record: Record, who: str) -> str:
     header = ("#", "started (UTC)", "faults", "outcome", "diagnose", "fix", "hints", "grade")
     rows = [header]
     for e in exercises:
-        hidden = e.outcome in (STARTING, "open")
+        hidden = e.outcome in UNFINISHED
         names = ", ".join(HIDDEN if hidden else f.scenario for f in e.faults)
         fix = seconds_between(e.started_at, e.ended_at) if e.outcome == FIXED else None
         rows.append((
@@ -356,26 +360,11 @@ def history(record: Record, who: str) -> str:
             _clock(seconds_between(e.started_at, e.answered_at)), _clock(fix), str(e.hints),
             "/".join(_grade_text(f.grade) for f in e.faults),
         ))  # fmt: skip
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = [f"practice record of {who}:"]
-    lines += [
-        ("  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True))).rstrip()
-        for r in rows
-    ]
+    lines = [f"practice record of {who}:", *(f"  {line}" for line in columns(rows))]
     lines += ["", "per area (grades oldest to newest; 1 right, 0.5 right layer, 0 wrong or none):"]
-    for area in AREAS:
-        grades = [
-            f.grade or WRONG
-            for e in exercises
-            if e.outcome in (FIXED, GAVE_UP, ABANDONED)
-            for f in e.faults
-            if f.area == area
-        ]
-        if grades:
-            trend = (
-                "steady"
-                if len(grades) < 2 or grades[-1] == grades[0]
-                else ("better" if grades[-1] > grades[0] else "worse")
-            )
-            lines.append(f"  {area:<9} {' '.join(map(_grade_text, grades))}  ({trend})")
+    for area, grades in sorted(_area_grades(exercises).items(), key=lambda i: AREAS.index(i[0])):
+        trend = (
+            "steady" if grades[-1] == grades[0] else "better" if grades[-1] > grades[0] else "worse"
+        )
+        lines.append(f"  {area:<9} {' '.join(map(_grade_text, grades))}  ({trend})")
     return "\n".join(lines)

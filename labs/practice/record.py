@@ -24,6 +24,7 @@ from labs.state import utc_now
 FILE_NAME = "practice.sqlite"
 STARTING, OPEN, FIXED, GAVE_UP, ABANDONED = "starting", "open", "fixed", "gave up", "abandoned"
 UNFINISHED = (STARTING, OPEN)
+ENDED = (FIXED, GAVE_UP, ABANDONED)
 TUPLE = "__tuple__"
 # The exercises table's columns, in the order `Exercise` takes them.
 COLUMNS = (
