@@ -182,7 +182,7 @@ def test_two_faults_at_once_are_both_hidden_and_both_must_be_fixed(lab):
     assert "fault 1: the right layer, not the cause" in answer.stdout
     assert "fault 2: wrong" in answer.stdout
     record = run_invoke("practice.history", "--who", "pair", env=env).stdout
-    [row] = [line.split() for line in record.splitlines() if line.startswith("  1 ")]
+    [row] = [line.split() for line in record.splitlines() if names[0] in line]
     assert "fixed" in row and row[-2:] == ["2", "0.5/0"], record  # the doctor counted as a hint
     assert all(e["state"] == "reverted" for e in hidden_in_journal(state_dir))
 
