@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from invoke import Collection, Context, Exit, task
@@ -19,6 +19,7 @@ from labs.settings import flag_help
 
 if TYPE_CHECKING:
     from labs.console import Console
+    from labs.practice.record import Exercise
     from labs.run.contract import Scenario
     from labs.settings import LabSettings
 
@@ -101,11 +102,20 @@ def _known_scenario(name: str, task_name: str) -> Scenario:
 
 
 def _reverter() -> Callable[..., list[str]]:
+    """What lab.down reverts with: every journalled fault, then a practice exercise whose
+    faults are gone is recorded as abandoned."""
     import scenarios
+    from labs.practice.exercise import settle
     from labs.run.engine import revert_scenarios
 
     catalogue = scenarios.all_scenarios()
-    return lambda lab, console: revert_scenarios(lab, catalogue, None, out=console.say)
+
+    def revert(lab: Any, console: Console) -> list[str]:
+        reverted = revert_scenarios(lab, catalogue, None, out=console.say)
+        settle(lab)
+        return reverted
+
+    return revert
 
 
 def _open(
@@ -291,6 +301,14 @@ def doctor(
 
     report = examine(lambda: _open(c, lab, kubeconfig, context), pod)
     print(as_json(report) if json else as_text(report))
+    if kubeconfig is None:  # a lab: during an exercise the doctor counts as a hint
+        from labs.practice.exercise import doctor_ran
+
+        settings = _settings(c, lab=lab)
+        try:
+            doctor_ran(settings.state_dir, settings.lab)
+        except LabError as error:  # the report stands; a damaged record is only mentioned
+            print(f"warning: {error}", file=sys.stderr)
     if report.exit_code:
         raise Exit(code=report.exit_code)
 
@@ -408,15 +426,31 @@ def inject(
 ) -> None:
     """Inject a fault and leave it for hands-on debugging; a rehearsal then runs in real time."""
     from labs.run.engine import inject_scenario
-    from labs.settings import SettingsError
 
     scenario = _known_scenario(name, "scenario.inject")
-    try:
-        pace = None if speed is None else float(speed)
-    except ValueError:
-        raise SettingsError(f"--speed {speed!r} is not a number; use e.g. 1 or 4") from None
+    pace = _speed(speed)
     target = _open(c, lab, kubeconfig, context)
     inject_scenario(target, scenario, speed=pace, confirm=_confirmer(yes))
+
+
+def _whole(text: str | None, flag: str) -> int | None:
+    """A flag's whole number (None when not given)."""
+    from labs.settings import SettingsError
+
+    try:
+        return None if text is None else int(text)
+    except ValueError:
+        raise SettingsError(f"{flag} {text!r} is not a whole number; use e.g. 2") from None
+
+
+def _speed(speed: str | None) -> float | None:
+    """--speed as a number (None: the default, real time)."""
+    from labs.settings import SettingsError
+
+    try:
+        return None if speed is None else float(speed)
+    except ValueError:
+        raise SettingsError(f"--speed {speed!r} is not a number; use e.g. 1 or 4") from None
 
 
 @task(
@@ -437,6 +471,7 @@ def revert(
 ) -> None:
     """Undo injected faults from the journal (works after a crash); safe to repeat."""
     import scenarios
+    from labs.practice.exercise import settle
     from labs.run.engine import revert_scenarios
     from labs.settings import SettingsError
 
@@ -445,7 +480,119 @@ def revert(
     names = [_known_scenario(name, "scenario.revert").name] if name else None
     target = _open(c, lab, kubeconfig, context)
     reverted = revert_scenarios(target, scenarios.all_scenarios(), names)
+    settle(target)
     print("reverted: " + (", ".join(reverted) if reverted else "nothing was injected"))
+
+
+# --- practice.* ------------------------------------------------------------------------
+
+
+def _who(who: str | None) -> str:
+    """The learner whose record an exercise goes to: --who, or the user's login name."""
+    import getpass
+
+    return who or getpass.getuser()
+
+
+def _practice_lab(c: Context, lab: str | None) -> Any:
+    """The lab an exercise runs on (a lab of this tool: exercises write to it)."""
+    target = _open(c, lab, None, None)
+    target.backend.check_writable(target, "practice")
+    return target
+
+
+@task(
+    help={
+        "lab": LAB_HELP["lab"],
+        "who": "whose record this exercise goes to (default: your user name)",
+        "area": "pick from this area only: operator, node, network, workload, capacity",
+        "scenario": "practise these faults (comma-separated names, see scenario.list)",
+        "faults": "how many faults at once: 1 (default) or 2 (a node and a workload fault)",
+        "seed": "a whole number that makes the pick repeatable",
+        "speed": "rehearsal only: the world's speed while you practise (default 1, real time)",
+        "yes": "do not ask before a fault that changes the infrastructure",
+    }
+)
+@_friendly
+def start(
+    c: Context,
+    lab: str | None = None,
+    who: str | None = None,
+    area: str | None = None,
+    scenario: str | None = None,
+    faults: str | None = None,
+    seed: str | None = None,
+    speed: str | None = None,
+    yes: bool = False,
+) -> None:
+    """Start a blind exercise: faults you have not seen lately go in unnamed; the clock runs."""
+    import scenarios
+    from labs.practice import exercise
+
+    catalogue = scenarios.all_scenarios()
+    names = [name.strip() for name in scenario.split(",")] if scenario else []
+    pace, how_many, seeded = _speed(speed), _whole(faults, "--faults"), _whole(seed, "--seed")
+
+    def chosen_by(history: Sequence[Exercise]) -> list[Scenario]:
+        return exercise.choose(catalogue, history, area, names, how_many, seeded)
+
+    exercise.start(_practice_lab(c, lab), _who(who), chosen_by, pace, _confirmer(yes))
+
+
+@task(
+    help={
+        "lab": LAB_HELP["lab"],
+        "wait": "real-cluster seconds each check may take to hold (default 120)",
+    }
+)
+@_friendly
+def check(c: Context, lab: str | None = None, wait: float = 120.0) -> None:
+    """Check my fix: the faults' recovery checks on the lab as you left it; exit 0 when fixed."""
+    import scenarios
+    from labs.practice import exercise
+
+    if not exercise.check(_practice_lab(c, lab), scenarios.all_scenarios(), wait):
+        raise Exit(code=1)
+
+
+@task(help={"lab": LAB_HELP["lab"], "text": "what you think the cause is (free text or an id)"})
+@_friendly
+def answer(c: Context, text: str, lab: str | None = None) -> None:
+    """Say what you think it is: graded against the cause; then the runbook and traps."""
+    import scenarios
+    from labs.practice import exercise
+
+    exercise.answer(_practice_lab(c, lab), scenarios.all_scenarios(), text)
+
+
+@task(help={"lab": LAB_HELP["lab"]})
+@_friendly
+def hint(c: Context, lab: str | None = None) -> None:
+    """The next step of the debugging path, without the cause (each hint is counted)."""
+    import scenarios
+    from labs.practice import exercise
+
+    print(exercise.hint(_practice_lab(c, lab), scenarios.all_scenarios()))
+
+
+@task(help={"lab": LAB_HELP["lab"]})
+@_friendly
+def giveup(c: Context, lab: str | None = None) -> None:
+    """Show what the faults were, revert them and record the exercise as given up."""
+    import scenarios
+    from labs.practice import exercise
+
+    exercise.giveup(_practice_lab(c, lab), scenarios.all_scenarios())
+
+
+@task(help={"who": "whose record (default: your user name)"})
+@_friendly
+def history(c: Context, who: str | None = None) -> None:
+    """Your exercises as a table (times, hints, grades) and, per area, the trend."""
+    from labs.practice import exercise
+    from labs.practice.record import Record
+
+    print(exercise.history(Record(_settings(c).state_dir), _who(who)))
 
 
 # --- demo ------------------------------------------------------------------------------
@@ -466,4 +613,5 @@ def demo(c: Context, lab: str = "demo") -> None:
 
 lab_tasks = Collection("lab", up, scale, smoke, extend, status, list_labs, env, doctor, down)
 scenario_tasks = Collection("scenario", list_, show, run, inject, revert)
-ns = Collection(demo, lab_tasks, scenario_tasks)
+practice_tasks = Collection("practice", start, check, answer, hint, giveup, history)
+ns = Collection(demo, lab_tasks, scenario_tasks, practice_tasks)

@@ -29,6 +29,8 @@ KEPT = "kept"
 REVERTED = "reverted"
 OUTSTANDING_STATES = frozenset({INJECTING, INJECTED, KEPT})
 _ENTRY_FIELDS = ("id", "scenario", "state")
+# What every surface a learner reads shows in place of a fault injected for practice.
+HIDDEN_FAULT = "a hidden practice fault"
 
 
 def _problem(document: Any) -> str | None:
@@ -85,6 +87,14 @@ class Journal:
         """Entries whose fault may still be in the lab (not yet reverted)."""
         return [e for e in self.entries() if e["state"] in OUTSTANDING_STATES]
 
+    def shown(self) -> list[str]:
+        """The outstanding faults as a learner may see them: a practice fault stays unnamed."""
+        return [HIDDEN_FAULT if e.get("hidden") else e["scenario"] for e in self.outstanding()]
+
+    def hidden_outstanding(self) -> list[str]:
+        """The names of the outstanding faults injected for practice (hidden from the learner)."""
+        return [e["scenario"] for e in self.outstanding() if e.get("hidden")]
+
     def incomplete(self) -> str | None:
         """Why the journal may miss an injected fault (missing, or damaged once), else None."""
         document = self._document()
@@ -105,8 +115,11 @@ class Journal:
         with self._locked() as document:
             document.pop("lost", None)
 
-    def record_injecting(self, scenario: str, run_dir: str | None = None) -> str:
-        """Record that `scenario` is about to be injected; returns the entry id."""
+    def record_injecting(
+        self, scenario: str, run_dir: str | None = None, hidden: bool = False
+    ) -> str:
+        """Record that `scenario` is about to be injected; returns the entry id. A `hidden`
+        fault (practice) is named here only, never on what a learner reads (`shown`)."""
         entry_id = uuid.uuid4().hex[:12]
         with self._locked() as document:
             document["entries"].append(
@@ -117,6 +130,7 @@ class Journal:
                     "pid": os.getpid(),
                     "run_dir": run_dir,
                     "injecting_at": utc_now(),
+                    **({"hidden": True} if hidden else {}),
                 }
             )
         return entry_id

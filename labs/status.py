@@ -34,9 +34,7 @@ def gather(lab: Lab) -> dict[str, Any]:
         "cluster": lab.outputs.get("cluster_name"),
         "endpoint": lab.outputs.get("cluster_endpoint"),
         "variables": lab.variables,
-        "injected": (
-            [e["scenario"] for e in lab.journal.outstanding()] if backend.keeps_files else None
-        ),
+        "injected": (lab.journal.shown() if backend.keeps_files else None),
         "journal_gap": lab.journal.incomplete() if backend.keeps_files else None,
         "problems": [],
     }
@@ -273,8 +271,7 @@ def _overview(lab: Lab) -> dict[str, Any]:
     """A lab's row: what runs and bills, read with few retries so a dead one answers fast."""
     from labs.aws.cloud import ADVISORY_ATTEMPTS
 
-    injected = [entry["scenario"] for entry in lab.journal.outstanding()]
-    row = _row(lab.name, lab.backend.name, injected=injected)
+    row = _row(lab.name, lab.backend.name, injected=lab.journal.shown())
     if not lab.backend.reachable(lab):
         return row | {"problem": f"{lab.backend.describe(lab)}: not running"}
     try:

@@ -2,7 +2,8 @@
 
 Nothing in the cluster is broken in these scenarios, only a workload is wrong, so each one
 ships its pods as `scenarios/manifests/<scenario>.yaml` (what a learner applies by hand too),
-every pod labelled `eks-gpu-lab/scenario: <scenario>`. A `gpu-probe` in that file stands for
+every pod labelled `eks-gpu-lab/scenario: <tag>`, the tag a digest of the scenario's name so
+that a blind exercise's pods do not say which fault they are. A `gpu-probe` in that file stands for
 the lab's probe written wrong, so it takes the probe's place; the revert deletes every
 labelled pod and applies the lab's own probe again: the corrected pod is the probe, and the
 lab ends as it began.
@@ -10,6 +11,7 @@ lab ends as it began.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -47,6 +49,12 @@ REPO = Path(labs.__file__).resolve().parent.parent
 PROBE_MANIFEST = probes.PROBE_MANIFEST.relative_to(REPO)
 
 
+def fault_tag(scenario: str) -> str:
+    """The value of SCENARIO_LABEL on the scenario's pods (in its manifest too): a short digest
+    of the name, so `kubectl get -o yaml` during a blind exercise does not name the fault."""
+    return "f" + hashlib.sha256(scenario.encode()).hexdigest()[:8]
+
+
 def manifest(scenario: str) -> Path:
     """The scenario's pods, as a file a person applies with kubectl."""
     return MANIFESTS / f"{scenario}.yaml"
@@ -69,7 +77,8 @@ def by_hand_inject(scenario: str) -> list[str]:
 def by_hand_revert(scenario: str) -> list[str]:
     """The kubectl lines that undo it: its Deployments and pods go, the lab's probe comes back."""
     return [
-        f"kubectl delete deployment,pod -l {SCENARIO_LABEL}={scenario} --ignore-not-found",
+        f"kubectl delete deployment,pod -l {SCENARIO_LABEL}={fault_tag(scenario)} "
+        "--ignore-not-found",
         f"kubectl apply -f {PROBE_MANIFEST}",
     ]
 
@@ -114,7 +123,7 @@ def submit(lab: Lab, scenario: str) -> None:
 def undo(lab: Lab, scenario: str) -> None:
     """Delete the scenario's Deployments and pods (waiting until the pods are gone), then
     apply the lab's probe unless a gpu-probe is there already. Safe to repeat."""
-    selector = f"{SCENARIO_LABEL}={scenario}"
+    selector = f"{SCENARIO_LABEL}={fault_tag(scenario)}"
     apps = _apps(lab)
     owners = apps.list_namespaced_deployment(WORKLOAD_NAMESPACE, label_selector=selector)
     for deployment in owners.items:
@@ -131,7 +140,7 @@ def scenario_pods(objects: Objects, scenario: str) -> list[dict[str, Any]]:
     return [
         p
         for p in objects.objects("pods")
-        if (p["metadata"].get("labels") or {}).get(SCENARIO_LABEL) == scenario
+        if (p["metadata"].get("labels") or {}).get(SCENARIO_LABEL) == fault_tag(scenario)
     ]
 
 
@@ -169,7 +178,7 @@ def ran_with_baseline_output(name: str, scenario: str | None) -> _checks.Conditi
         found = gpu.pod(ctx.view, name) or {}
         owner = (found.get("metadata", {}).get("labels") or {}).get(SCENARIO_LABEL)
         phase, expected = gpu.pod_phase(ctx.view, name), ctx.baseline["probe_output"]
-        if phase != "Succeeded" or owner != scenario:
+        if phase != "Succeeded" or owner != (fault_tag(scenario) if scenario else None):
             return False, f"{name} {phase}" + (f" ({SCENARIO_LABEL}={owner})" if owner else "")
         output = probes.gpu_summary(probes.read_probe_log(ctx.lab, name))
         return output == expected, f"{output!r} (baseline {expected!r})"
@@ -182,7 +191,10 @@ def recovery(scenario: str) -> list[Check]:
 
     def gone(ctx: Context) -> Verdict:
         left = [gpu.name_of(p) for p in scenario_pods(ctx.view, scenario)]
-        return not left, f"pods with {SCENARIO_LABEL}={scenario}: {', '.join(left) or 'none'}"
+        return (
+            not left,
+            f"pods labelled {SCENARIO_LABEL}={fault_tag(scenario)}: {', '.join(left) or 'none'}",
+        )
 
     return [
         Check(f"no pod of {scenario} left", gone, 60),

@@ -51,7 +51,7 @@ def inject(lab: Lab) -> None:
 def revert(lab: Lab) -> None:
     """Delete the scenario's pod and apply the lab's gpu-probe again (safe to repeat).
 
-    The scenario's pod carries eks-gpu-lab/scenario=mig-on-a10g; the lab's probe asks for
+    The scenario's pod carries the scenario's eks-gpu-lab/scenario label; the lab's probe asks for
     nvidia.com/gpu: 1.
     """
     _workload.undo(lab, NAME)

@@ -55,7 +55,7 @@ def inject(lab: Lab) -> None:
 def revert(lab: Lab) -> None:
     """Delete the scenario's pods and apply the lab's gpu-probe again (safe to repeat).
 
-    The scenario's pods carry eks-gpu-lab/scenario=missing-gpu-limit; the lab's probe has
+    The scenario's pods carry the scenario's eks-gpu-lab/scenario label; the lab's probe has
     its limit and its toleration written.
     """
     _workload.undo(lab, NAME)

@@ -56,7 +56,7 @@ def inject(lab: Lab) -> None:
 def revert(lab: Lab) -> None:
     """Delete the scenario's pods and apply the lab's gpu-probe again (safe to repeat).
 
-    The scenario's pods carry eks-gpu-lab/scenario=missing-toleration; the lab's probe has
+    The scenario's pods carry the scenario's eks-gpu-lab/scenario label; the lab's probe has
     its toleration and its limit written.
     """
     _workload.undo(lab, NAME)
@@ -78,7 +78,9 @@ def tolerations_of(objects: Objects, name: str) -> list[dict[str, Any]]:
 
 def toleration_added(ctx: Context) -> Verdict:
     found = gpu.pod(ctx.view, PROBE) or {}
-    ours = (found.get("metadata", {}).get("labels") or {}).get(_workload.SCENARIO_LABEL) == NAME
+    ours = (found.get("metadata", {}).get("labels") or {}).get(
+        _workload.SCENARIO_LABEL
+    ) == _workload.fault_tag(NAME)
     tolerations = tolerations_of(ctx.view, PROBE)
     return ours and TOLERATION in tolerations, f"{PROBE} tolerations {json.dumps(tolerations)}"
 

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+NODE_NAME = re.compile(r"ip-[0-9-]+\.[a-z0-9-]+\.compute\.internal")
 ROOT = Path(__file__).resolve().parent.parent
 INVOKE = str(Path(sys.executable).parent / "invoke")
 
@@ -36,6 +41,19 @@ def run_invoke(
     )
 
 
+@contextmanager
+def cli_lab(state_dir: Path, lab: str, speed: str) -> Iterator[dict[str, str]]:
+    """A rehearsal lab that `invoke lab.up --sim` brought up, as its user's environment;
+    destroyed with `lab.down --destroy` afterwards."""
+    env = invoke_env(state_dir, INVOKE_LAB_SPEED=speed)
+    up = run_invoke("lab.up", "--sim", "--lab", lab, env=env)
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        yield env
+    finally:
+        run_invoke("lab.down", "--lab", lab, "--destroy", "--yes", env=env)
+
+
 def sim_pid(state_dir: Path, lab: str) -> int:
     """The pid of a rehearsal lab's background process, from its endpoints file."""
     endpoints = json.loads((state_dir / lab / "sim" / "endpoints.json").read_text())
@@ -54,3 +72,35 @@ def in_order(text: str, steps: list[str]) -> bool:
     """Every step appears in `text`, in this order (a missing one raises ValueError)."""
     positions = [text.index(step) for step in steps]
     return positions == sorted(positions)
+
+
+def until(check, timeout: float = 60.0, what: str = "condition"):
+    """`check()`'s first truthy value, polled until `timeout`; fails naming `what`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"gave up waiting for {what}")
+
+
+def healthy_status(env: dict[str, str], lab: str) -> list[str] | None:
+    """lab.status's lines, less its clock-driven ones, when the lab is healthy (operator up,
+    every DaemonSet ready, policy ready), node names left out and sorted: a scenario may
+    replace GPU nodes with new ones."""
+    out = run_invoke("lab.status", "--lab", lab, env=env).stdout
+    counts = [line.split()[-1].split("/") for line in out.splitlines() if line.startswith("  ")
+              and line.split()[-1].count("/") == 1 and line.split()[-1][0].isdigit()]  # fmt: skip
+    healthy = (
+        "injected faults: none" in out
+        and "state ready" in out
+        and "spec.replicas 1, 1/1 available" in out
+        and bool(counts)
+        and all(ready == desired for ready, desired in counts)
+    )
+    if not healthy:
+        return None
+    ticking = ("GPU time limit:", "GPU node-minutes since")  # lines that change with the clock
+    lines = [line for line in out.splitlines() if not line.startswith(ticking)]
+    return sorted(NODE_NAME.sub("NODE", "\n".join(lines)).splitlines())

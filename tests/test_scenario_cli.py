@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 from kubernetes import client as k8s
 from kubernetes import config
-from lab_support import INVOKE, ROOT, invoke_env, run_invoke
+from lab_support import INVOKE, ROOT, cli_lab, healthy_status, invoke_env, run_invoke, until
 
 import scenarios
 
@@ -22,22 +20,11 @@ LAB = "sc1"
 # real time would make every wait after it last as long as on EKS).
 PROGRAM_SPEED = "120"
 DEVICE_PLUGIN = "nvidia-device-plugin-daemonset"
-NODE_NAME = re.compile(r"ip-[0-9-]+\.[a-z0-9-]+\.compute\.internal")
 
 
 def _journal(state_dir: Path, lab: str) -> list[dict]:
     path = state_dir / lab / "journal.json"
     return json.loads(path.read_text())["entries"] if path.exists() else []
-
-
-def _until(check, timeout: float = 60.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"gave up waiting for {what}")
 
 
 def test_demo_runs_the_whole_story_and_leaves_a_report(tmp_path: Path):
@@ -89,13 +76,8 @@ def test_scenario_list_show_and_unknown_names(tmp_path: Path):
 @pytest.fixture(scope="module")
 def sim_lab(tmp_path_factory: pytest.TempPathFactory):
     state_dir = tmp_path_factory.mktemp("labs")
-    env = invoke_env(state_dir, INVOKE_LAB_SPEED=PROGRAM_SPEED)
-    up = run_invoke("lab.up", "--sim", "--lab", LAB, env=env)
-    assert up.returncode == 0, up.stdout + up.stderr
-    try:
+    with cli_lab(state_dir, LAB, PROGRAM_SPEED) as env:
         yield state_dir, env
-    finally:
-        run_invoke("lab.down", "--lab", LAB, "--destroy", "--yes", env=env)
 
 
 def _device_plugin_enabled(state_dir: Path) -> bool:
@@ -134,7 +116,7 @@ def test_inject_shows_in_status_blocks_a_second_fault_and_revert_undoes_it(sim_l
     assert [e["state"] for e in _journal(state_dir, LAB)][-1] == "reverted"
     again = run_invoke("scenario.revert", "--all", "--lab", LAB, env=env)
     assert again.returncode == 0 and "nothing was injected" in again.stdout
-    _until(lambda: _device_plugin_ready(state_dir), what="the device plugin to be back")
+    until(lambda: _device_plugin_ready(state_dir), what="the device plugin to be back")
 
 
 def test_a_killed_run_is_reverted_from_the_journal(sim_lab):
@@ -146,7 +128,7 @@ def test_a_killed_run_is_reverted_from_the_journal(sim_lab):
         start_new_session=True,
     )  # fmt: skip
     try:
-        _until(
+        until(
             lambda: any(e["state"] == "injected" for e in _journal(state_dir, LAB)[before:]),
             what="the run to record its injection",
         )
@@ -156,38 +138,17 @@ def test_a_killed_run_is_reverted_from_the_journal(sim_lab):
         if run.poll() is None:
             os.killpg(run.pid, signal.SIGKILL)
     assert run.returncode == -signal.SIGKILL
-    _until(lambda: not _device_plugin_enabled(state_dir), what="the fault to be in place")
+    until(lambda: not _device_plugin_enabled(state_dir), what="the fault to be in place")
     revert = run_invoke("scenario.revert", "--all", "--lab", LAB, env=env)
     assert revert.returncode == 0, revert.stdout + revert.stderr
     assert _device_plugin_enabled(state_dir)
     assert _journal(state_dir, LAB)[-1]["state"] == "reverted"
-    _until(lambda: _device_plugin_ready(state_dir), what="the world to recover")
-
-
-def _healthy_status(env: dict[str, str]) -> list[str] | None:
-    """lab.status's lines, less its clock-driven ones, when the lab is healthy (operator up,
-    every DaemonSet ready, policy ready), node names left out and sorted: a scenario may
-    replace GPU nodes with new ones."""
-    out = run_invoke("lab.status", "--lab", LAB, env=env).stdout
-    counts = [line.split()[-1].split("/") for line in out.splitlines() if line.startswith("  ")
-              and line.split()[-1].count("/") == 1 and line.split()[-1][0].isdigit()]  # fmt: skip
-    healthy = (
-        "injected faults: none" in out
-        and "state ready" in out
-        and "spec.replicas 1, 1/1 available" in out
-        and bool(counts)
-        and all(ready == desired for ready, desired in counts)
-    )
-    if not healthy:
-        return None
-    ticking = ("GPU time limit:", "GPU node-minutes since")  # lines that change with the clock
-    lines = [line for line in out.splitlines() if not line.startswith(ticking)]
-    return sorted(NODE_NAME.sub("NODE", "\n".join(lines)).splitlines())
+    until(lambda: _device_plugin_ready(state_dir), what="the world to recover")
 
 
 def test_every_scenario_back_to_back_leaves_the_lab_as_it_was(sim_lab):
     state_dir, env = sim_lab
-    before = _until(lambda: _healthy_status(env), what="a healthy lab before the runs")
+    before = until(lambda: healthy_status(env, LAB), what="a healthy lab before the runs")
     names = list(scenarios.all_scenarios())
     assert {"operator-down", "device-plugin-off-one-node", "gpu-node-foreign-taint"} <= set(names)
     for name in names:
@@ -198,7 +159,7 @@ def test_every_scenario_back_to_back_leaves_the_lab_as_it_was(sim_lab):
         said = [line.split(" (journal entry")[0] for line in run.stdout.splitlines()
                 if line.startswith(steps)]  # fmt: skip
         assert said and all(line.endswith((".", ")")) for line in said), said
-    after = _until(lambda: _healthy_status(env), what="a healthy lab after the runs")
+    after = until(lambda: healthy_status(env, LAB), what="a healthy lab after the runs")
     assert after == before
     reports = sorted(p.parent.name for p in (state_dir / LAB / "runs").glob("*/report.json"))
     assert all(any(r.endswith(f"-{name}") for r in reports) for name in names)

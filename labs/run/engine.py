@@ -10,10 +10,12 @@ that short. Each command holds the lab's lock from its first check to its last w
 from __future__ import annotations
 
 import inspect
+import io
+import sys
 import time
-from collections.abc import Callable, Mapping
-from contextlib import ExitStack
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack, redirect_stdout
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,7 +27,7 @@ from labs.journal import INJECTED, KEPT, REVERTED
 from labs.kube import gpu
 from labs.kube.view import ClusterView
 from labs.lock import lab_lock
-from labs.run.contract import ByHand, CheckResult, Context, Needs, Scenario
+from labs.run.contract import ByHand, CheckResult, Context, Finding, Needs, Scenario
 from labs.run.report import RunRecord, write_report
 from labs.run.timeline import Timeline
 from labs.run.watch import watch_checks
@@ -150,7 +152,7 @@ def check_prerequisites(lab: Lab, needs: Needs) -> None:
 def check_ready(lab: Lab, scenario: Scenario) -> None:
     """Before any change: the lab is the lab's own, holds no other fault, and has what it needs."""
     check_lab_target(lab, cluster=True, account=False)
-    outstanding = [entry["scenario"] for entry in lab.journal.outstanding()]
+    outstanding = lab.journal.shown()
     if outstanding:
         raise ScenarioError(
             f"lab {lab.name!r} still has {', '.join(outstanding)} injected (journal); one fault at "
@@ -481,15 +483,28 @@ def inject_scenario(
 
 
 def _inject_and_watch(lab: Lab, scenario: Scenario, out: Out) -> str:
-    name = scenario.name
+    baseline = _healthy_baseline(lab, scenario, out)
+    return _inject_watched(lab, scenario, baseline, out, hidden=False)
+
+
+def _healthy_baseline(lab: Lab, scenario: Scenario, out: Out) -> dict[str, Any]:
+    """The scenario's baseline on the lab as it is (the fault must not be in already)."""
+    with _open_view(lab, scenario) as view:
+        _not_in_already(lab, scenario, view)
+        out(f"baseline: {_first_line(scenario.baseline)}")
+        return dict(scenario.baseline(lab, view))
+
+
+def _inject_watched(
+    lab: Lab, scenario: Scenario, baseline: dict[str, Any], out: Out, hidden: bool
+) -> str:
+    """Journal, inject and watch the symptoms (their actions done), so the fault is fully in
+    place on return; any error reverts it. Returns the journal entry id."""
     scale = lab.speed
     story = _Story(out, scale, Timeline({}))
     with _open_view(lab, scenario) as view:
-        ctx = Context(lab, view)
-        _not_in_already(lab, scenario, view)
-        out(f"baseline: {_first_line(scenario.baseline)}")
-        ctx.baseline = dict(scenario.baseline(lab, view))
-        entry = lab.journal.record_injecting(name, None)
+        ctx = Context(lab, view, baseline)
+        entry = lab.journal.record_injecting(scenario.name, None, hidden=hidden)
         try:
             out(f"inject: {_first_line(scenario.inject)} (journal entry {entry})")
             injected_at = time.monotonic()
@@ -504,6 +519,87 @@ def _inject_and_watch(lab: Lab, scenario: Scenario, out: Out) -> str:
                     out(problem)
             raise
     return entry
+
+
+# --- blind practice -------------------------------------------------------------------------
+
+
+def _silent(_line: str) -> None:
+    """The story of a blind injection: nothing a learner could read the fault from."""
+
+
+def inject_blind(
+    lab: Lab,
+    chosen: Sequence[Scenario],
+    speed: float | None = None,
+    confirm: Confirm | None = None,
+) -> list[dict[str, Any]]:
+    """Inject `chosen` for practice without naming them anywhere a learner looks: every
+    baseline on the healthy lab first, then each fault (journalled as hidden) with its
+    symptoms watched in silence. Returns the baselines, in `chosen` order; an error reverts
+    what was injected. Then the lab runs at a person's pace (`speed`, default real time).
+    """
+    person = lab.backend.person_speed(lab, speed)
+    with lab_lock(lab, "practice.start"):
+        check_ready(lab, chosen[0])
+        for scenario in chosen[1:]:
+            check_prerequisites(lab, scenario.needs)
+        changes = any(scenario.preview for scenario in chosen)
+        question = f"This exercise changes the infrastructure of lab {lab.name}; go on?"
+        if changes and (confirm is None or not confirm(question)):
+            raise ScenarioError("the exercise was not confirmed, nothing was injected; pass --yes")
+        # What a scenario's own steps print (a terraform plan) would name the fault too.
+        with lab.backend.program_pace(lab), redirect_stdout(io.StringIO()):
+            baselines = [_healthy_baseline(lab, scenario, _silent) for scenario in chosen]
+            _inject_all(lab, chosen, baselines)
+    lab.backend.set_speed(lab, person)
+    return baselines
+
+
+def _inject_all(lab: Lab, chosen: Sequence[Scenario], baselines: list[dict[str, Any]]) -> None:
+    """Inject each fault in turn; when one fails, the ones already in are reverted too."""
+    done: list[tuple[Scenario, str]] = []
+    try:
+        for scenario, baseline in zip(chosen, baselines, strict=True):
+            done.append((scenario, _inject_watched(lab, scenario, baseline, _silent, True)))
+    except BaseException:
+        with shielded():
+            for scenario, entry in reversed(done):
+                problem = _revert_or_explain(lab, scenario, entry, _silent)
+                if problem:
+                    print(problem, file=sys.stderr)  # stdout is silenced here
+        raise
+
+
+def recovery_now(
+    lab: Lab, scenario: Scenario, baseline: Mapping[str, Any], wait: float
+) -> tuple[list[CheckResult], bool]:
+    """The scenario's recovery checks on the lab as it is now (each given at most `wait`
+    real-cluster seconds, at the program's pace), and whether its cause is still in (`detect`):
+    checks that hold while the cause is in mean a workaround, not a fix."""
+    checks = [replace(check, timeout=min(check.timeout, wait)) for check in scenario.recovery]
+    with lab_lock(lab, "practice.check"), lab.backend.program_pace(lab):
+        with _open_view(lab, scenario) as view:
+            ctx = Context(lab, view, dict(baseline))
+            started = time.monotonic()
+            results = watch_checks(ctx, checks, "recovery", started, lab.speed, lambda _r: None)
+            return results, scenario.detect(lab, view)
+
+
+def fixed_by_hand(lab: Lab, names: Sequence[str]) -> None:
+    """A learner undid these faults (their recovery checks hold and `detect` finds them gone):
+    their journal entries are reverted without the scenarios' own revert, which could trip
+    over the learner's fix (a rule added by hand that the revert would add again)."""
+    with lab_lock(lab, "practice.check"):
+        for entry in lab.journal.outstanding():
+            if entry["scenario"] in names:
+                lab.journal.mark(entry["id"], REVERTED)
+
+
+def debugging_path(lab: Lab, scenario: Scenario) -> list[Finding]:
+    """The scenario's look/saw/means steps, read off the lab as it is now."""
+    with _open_view(lab, scenario) as view:
+        return list(scenario.diagnose(lab, view))
 
 
 def revert_scenarios(

@@ -1,0 +1,231 @@
+"""Blind practice through the real command line, as a learner: one rehearsal lab for the module.
+
+Each learner's moves are plain `kubectl` and `aws` in a shell after
+`eval "$(invoke lab.env)"`; what the tests read of the lab's own state (the journal) only
+tells them which faults a picked exercise holds, never what the learner is shown.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import pytest
+from lab_support import INVOKE, ROOT, cli_lab, healthy_status, run_invoke, until
+from tool_support import require_tool, require_venv_tool
+
+import scenarios
+from labs.journal import HIDDEN_FAULT
+
+LAB = "pr1"
+SPEED = "120"
+WAIT = ("--wait", "900")  # every recovery check's own limit (short at the rehearsal's speed)
+# The wrong fix a learner tries first: restart the device-plugin pods.
+RESTART_PLUGIN = "kubectl -n gpu-operator delete pods -l app=nvidia-device-plugin-daemonset"
+UNTAINT = (
+    "NODE=$(kubectl get nodes -o custom-columns=N:.metadata.name,T:.spec.taints[*].key "
+    "--no-headers | awk '/maintenance/ {print $1}') && kubectl taint node \"$NODE\" "
+    "maintenance:NoExecute-"
+)
+REAPPLY_PROBE = (
+    "kubectl delete pod -l eks-gpu-lab/scenario --ignore-not-found && "
+    "kubectl apply -f labs/kube/manifests/gpu-probe.yaml"
+)
+CLUSTER = "$(kubectl config view --minify -o jsonpath='{.clusters[0].name}')"
+# The right fix of each fault, by plain kubectl or the aws CLI ($NODE_SG, $AUX_SG, $VPC: the
+# lab's security groups and VPC, as `aws ec2 describe-security-groups` shows them).
+RIGHT_FIX = {
+    "device-plugin-off": "kubectl patch clusterpolicy cluster-policy --type=merge "
+    """-p '{"spec":{"devicePlugin":{"enabled":true}}}'""",
+    "device-plugin-off-one-node": "kubectl label nodes -l nvidia.com/gpu.deploy.device-plugin="
+    "false nvidia.com/gpu.deploy.device-plugin=true --overwrite",
+    "gpu-node-foreign-taint": UNTAINT,
+    "gpus-scaled-to-zero": f'aws eks update-nodegroup-config --cluster-name "{CLUSTER}" '
+    f'--nodegroup-name "{CLUSTER}-ng-gpu" --scaling-config minSize=0,maxSize=2,desiredSize=2',
+    "mig-on-a10g": REAPPLY_PROBE,
+    "missing-gpu-limit": REAPPLY_PROBE,
+    "missing-toleration": REAPPLY_PROBE,
+    # its pods come from a Deployment: the Deployment goes, not only its (refused) pods
+    "runtimeclass-missing": "kubectl delete deployment -l eks-gpu-lab/scenario && "
+    + REAPPLY_PROBE,
+    "nccl-sg-block": "CIDR=$(aws ec2 describe-vpcs --vpc-ids $VPC --query 'Vpcs[0].CidrBlock' "
+    "--output text) && aws ec2 authorize-security-group-ingress --group-id $NODE_SG "
+    '--ip-permissions "IpProtocol=tcp,FromPort=1025,ToPort=65535,UserIdGroupPairs=[{GroupId='
+    '$NODE_SG}]" && aws ec2 authorize-security-group-ingress --group-id $AUX_SG '
+    '--ip-permissions "IpProtocol=-1,IpRanges=[{CidrIp=$CIDR}]"',
+    "operator-down": "kubectl -n gpu-operator scale deploy gpu-operator --replicas=1",
+}
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory):
+    require_tool("kubectl")
+    require_venv_tool("aws")
+    state_dir = tmp_path_factory.mktemp("practice")
+    with cli_lab(state_dir, LAB, SPEED) as env:
+        yield state_dir, env
+
+
+def practice(env: dict[str, str], command: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return run_invoke(f"practice.{command}", "--lab", LAB, *args, env=env, timeout=300)
+
+
+def shell(state_dir: Path, env: dict[str, str], command: str) -> subprocess.CompletedProcess[str]:
+    """`command` in bash as the learner runs it: after `eval "$(invoke lab.env)"`, with the
+    venv's aws and the lab's security groups and VPC in $NODE_SG, $AUX_SG and $VPC."""
+    outputs = json.loads((state_dir / LAB / "state.json").read_text())["outputs"]
+    path = f"{Path(INVOKE).parent}{os.pathsep}{env['PATH']}"
+    names = {"NODE_SG": "node_security_group_id", "AUX_SG": "auxiliary_node_sg_id", "VPC": "vpc_id"}
+    learner = {**env, "PATH": path, **{k: outputs[v] for k, v in names.items()}}
+    script = f'eval "$(invoke lab.env --lab {LAB})" && {command}'
+    return subprocess.run(["bash", "-c", script], cwd=ROOT, env=learner, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+
+
+def everything_a_learner_reads(state_dir: Path, env: dict[str, str]) -> str:
+    """lab.status, lab.list and every listable object of every kind (events too) as YAML."""
+    kinds = "$(kubectl api-resources --verbs=list -o name | paste -sd, -)"
+    cluster = shell(state_dir, env, f'kubectl get "{kinds}" -A -o yaml')
+    assert cluster.returncode == 0 and "kind: Event" in cluster.stdout, cluster.stderr
+    status = run_invoke("lab.status", "--lab", LAB, env=env).stdout
+    listing = run_invoke("lab.list", env=env).stdout
+    return "\n".join([cluster.stdout, status, listing])
+
+
+def hidden_in_journal(state_dir: Path) -> list[dict]:
+    entries = json.loads((state_dir / LAB / "journal.json").read_text())["entries"]
+    return [e for e in entries if e.get("hidden")]
+
+
+def assert_hidden(names: list[str], *texts: str) -> None:
+    for name in names:
+        for text in texts:
+            assert name not in text, f"{name} shown in: {text[:3000]}"
+
+
+def wait_healthy(env: dict[str, str]) -> None:
+    until(lambda: healthy_status(env, LAB), timeout=120, what="a healthy lab")
+
+
+@pytest.mark.parametrize("name", list(scenarios.all_scenarios()))
+def test_a_learner_practises_each_fault_blind(lab, name: str):
+    state_dir, env = lab
+    assert name in RIGHT_FIX, f"add the right fix of {name} to RIGHT_FIX"
+    wait_healthy(env)
+    who = "ann"
+    start = practice(env, "start", "--scenario", name, "--who", who, "--speed", SPEED, "--yes")
+    assert start.returncode == 0, start.stdout + start.stderr
+    assert "1 fault(s) in the lab; the clock runs" in start.stdout
+    seen = everything_a_learner_reads(state_dir, env)
+    assert f"injected faults: {HIDDEN_FAULT}" in seen
+    assert_hidden([name], start.stdout + start.stderr, seen)
+
+    wrong = shell(state_dir, env, RESTART_PLUGIN)
+    assert wrong.returncode == 0, wrong.stderr
+    rejected = practice(env, "check", *WAIT)
+    assert rejected.returncode == 1, rejected.stdout + rejected.stderr
+    assert "  FAILED: " in rejected.stdout and "not recovered" in rejected.stdout
+    assert_hidden([name], rejected.stdout)
+
+    fix = shell(state_dir, env, RIGHT_FIX[name])
+    assert fix.returncode == 0, fix.stdout + fix.stderr
+    accepted = practice(env, "check", *WAIT)
+    assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+    assert "recovered, and the cause is gone: the right fix" in accepted.stdout
+    assert "the lab is recovered: fixed in" in accepted.stdout
+
+    scenario = scenarios.get(name)
+    answer = practice(env, "answer", scenario.doctor_finding or name.replace("-", " "))
+    assert answer.returncode == 0, answer.stdout + answer.stderr
+    assert f"fault 1: right: it is {name}" in answer.stdout
+    assert "traps:" in answer.stdout  # the runbook follows the grade
+
+    record = run_invoke("practice.history", "--who", who, env=env)
+    assert record.returncode == 0, record.stderr
+    [row] = [line.split() for line in record.stdout.splitlines() if f" {name} " in line]
+    assert row[4] == "fixed" and row[-1] == "1", record.stdout
+    assert f"  {scenario.area} " in record.stdout and "(steady)" in record.stdout
+    assert hidden_in_journal(state_dir)[-1]["state"] == "reverted"
+
+
+def test_two_faults_at_once_are_both_hidden_and_both_must_be_fixed(lab):
+    state_dir, env = lab
+    wait_healthy(env)
+    start = practice(env, "start", "--faults", "2", "--seed", "7", "--who", "pair",
+                     "--speed", SPEED)  # fmt: skip
+    assert start.returncode == 0, start.stdout + start.stderr
+    entries = hidden_in_journal(state_dir)[-2:]
+    names = [e["scenario"] for e in entries]
+    assert [scenarios.get(n).area for n in names] == ["node", "workload"]
+    seen = everything_a_learner_reads(state_dir, env)
+    assert f"injected faults: {HIDDEN_FAULT}, {HIDDEN_FAULT}" in seen
+    hint = practice(env, "hint")
+    assert hint.returncode == 0 and hint.stdout.startswith("hint 1 of "), hint.stdout
+    doctor = run_invoke("lab.doctor", "--lab", LAB, env=env)
+    assert doctor.returncode == 1, doctor.stdout + doctor.stderr  # it finds the problems
+    assert_hidden(names, start.stdout, seen, hint.stdout)
+
+    first = shell(state_dir, env, RIGHT_FIX[names[0]])
+    assert first.returncode == 0, first.stderr
+    half = practice(env, "check", *WAIT)
+    assert half.returncode == 1, half.stdout + half.stderr
+    assert half.stdout.count("the right fix") == 1 and "not recovered" in half.stdout
+    assert_hidden(names, half.stdout)
+    second = shell(state_dir, env, RIGHT_FIX[names[1]])
+    assert second.returncode == 0, second.stderr
+    done = practice(env, "check", *WAIT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("the right fix") == 2
+
+    answer = practice(env, "answer", "it is a node problem")
+    assert "fault 1: the right layer, not the cause" in answer.stdout
+    assert "fault 2: wrong" in answer.stdout
+    record = run_invoke("practice.history", "--who", "pair", env=env).stdout
+    [row] = [line.split() for line in record.splitlines() if names[0] in line]
+    assert "fixed" in row and row[-2:] == ["2", "0.5/0"], record  # the doctor counted as a hint
+    assert all(e["state"] == "reverted" for e in hidden_in_journal(state_dir))
+
+
+def test_kill_9_during_a_start_is_undone_by_revert_all_and_recorded_abandoned(lab):
+    state_dir, env = lab
+    wait_healthy(env)
+    before = len(hidden_in_journal(state_dir))
+    start = subprocess.Popen(
+        [INVOKE, "practice.start", "--lab", LAB, "--scenario", "gpu-node-foreign-taint",
+         "--who", "killed", "--speed", SPEED],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        until(
+            lambda: [e["state"] for e in hidden_in_journal(state_dir)[before:]] == ["kept"],
+            what="the fault to be in",
+        )
+        os.killpg(start.pid, signal.SIGKILL)
+        start.wait(timeout=30)
+    finally:
+        if start.poll() is None:
+            os.killpg(start.pid, signal.SIGKILL)
+    revert = run_invoke("scenario.revert", "--all", "--lab", LAB, env=env)
+    assert revert.returncode == 0, revert.stdout + revert.stderr
+    assert "reverted: gpu-node-foreign-taint" in revert.stdout
+    record = run_invoke("practice.history", "--who", "killed", env=env).stdout
+    assert "gpu-node-foreign-taint  abandoned" in record, record
+    wait_healthy(env)
+
+
+def test_lab_down_reverts_both_faults_of_an_exercise_and_records_it_abandoned(lab):
+    state_dir, env = lab
+    start = practice(env, "start", "--faults", "2", "--who", "downed", "--speed", SPEED)
+    assert start.returncode == 0, start.stdout + start.stderr
+    names = [e["scenario"] for e in hidden_in_journal(state_dir)[-2:]]
+    down = run_invoke("lab.down", "--lab", LAB, env=env, timeout=300)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert all(e["state"] == "reverted" for e in hidden_in_journal(state_dir))
+    record = run_invoke("practice.history", "--who", "downed", env=env).stdout
+    assert f"{', '.join(names)}  abandoned" in record, record
+    again = practice(env, "check")
+    assert again.returncode == 1 and "no exercise is going on lab" in again.stderr
