@@ -49,8 +49,7 @@ RIGHT_FIX = {
     "missing-gpu-limit": REAPPLY_PROBE,
     "missing-toleration": REAPPLY_PROBE,
     # its pods come from a Deployment: the Deployment goes, not only its (refused) pods
-    "runtimeclass-missing": "kubectl delete deployment -l eks-gpu-lab/scenario && "
-    + REAPPLY_PROBE,
+    "runtimeclass-missing": "kubectl delete deployment -l eks-gpu-lab/scenario && " + REAPPLY_PROBE,
     "nccl-sg-block": "CIDR=$(aws ec2 describe-vpcs --vpc-ids $VPC --query 'Vpcs[0].CidrBlock' "
     "--output text) && aws ec2 authorize-security-group-ingress --group-id $NODE_SG "
     '--ip-permissions "IpProtocol=tcp,FromPort=1025,ToPort=65535,UserIdGroupPairs=[{GroupId='

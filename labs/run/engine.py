@@ -599,7 +599,7 @@ def fixed_by_hand(lab: Lab, names: Sequence[str]) -> None:
 def debugging_path(lab: Lab, scenario: Scenario) -> list[Finding]:
     """The scenario's look/saw/means steps, read off the lab as it is now."""
     with _open_view(lab, scenario) as view:
-        return list(scenario.diagnose(lab, view))
+        return list(scenario.diagnose(Context(lab, view)))
 
 
 def revert_scenarios(
