@@ -407,13 +407,10 @@ def inject(
 ) -> None:
     """Inject a fault and leave it for hands-on debugging; a rehearsal then runs in real time."""
     from labs.run.engine import inject_scenario
-    from labs.settings import SettingsError
+    from labs.settings import parse_speed
 
     scenario = _known_scenario(name, "scenario.inject")
-    try:
-        pace = None if speed is None else float(speed)
-    except ValueError:
-        raise SettingsError(f"--speed {speed!r} is not a number; use e.g. 1 or 4") from None
+    pace = None if speed is None else parse_speed(speed, "--speed")
     target = _open(c, lab, kubeconfig, context)
     inject_scenario(target, scenario, speed=pace, confirm=_confirmer(yes))
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from labs.errors import LabError
 from labs.journal import REVERTED
 from labs.sim import pace, process
+from labs.settings import range_problem
 from labs.sim.auth import CREDENTIAL_KEYS
 from labs.state import utc_now, warn
 
@@ -74,8 +75,8 @@ class RehearsalBackend:
 
     def person_speed(self, lab: Lab, wanted: float | None) -> float:
         speed = 1.0 if wanted is None else float(wanted)
-        if not speed > 0:
-            raise LabError(f"--speed must be a positive number (1 = real time), got {wanted!r}")
+        if problem := range_problem("speed", speed):
+            raise LabError(f"--speed {wanted!r} {problem} (1 = real time). Nothing was changed.")
         return speed
 
     def set_speed(self, lab: Lab, speed: float) -> None:
