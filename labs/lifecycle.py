@@ -272,7 +272,9 @@ def request_gpu_nodes(lab: Lab, count: int, console: Console | None = None) -> s
             f"(the GPU node group's max size, a G/VT vCPU-quota guard)"
         )
     cluster, nodegroup = gpu_nodegroup(lab)
-    check_lab_target(lab, cluster=lab.paths.kubeconfig.exists(), account=True)
+    # GPUs are asked for only through a cluster that answers the lab's kubeconfig; the cost
+    # guard (0) needs only the EKS API.
+    check_lab_target(lab, cluster=count > 0, account=True)
     if count > 0:
         time_limit.arm(lab, maximum, console or Console())
     update = scale_gpu_nodegroup(lab.aws_client("eks"), cluster, nodegroup, count, maximum)
@@ -449,14 +451,16 @@ def _stop_a_run(lab: Lab, console: Console) -> Callable[[dict[str, Any]], float 
 def _to_idle(lab: Lab, destroy: bool, revert: Reverter, console: Console) -> list[str]:
     """Revert faults and bring the GPU node group to 0; the problems met on the way."""
     problems: list[str] = []
-    running = lab.backend.reachable(lab)
-    if running:
-        problems += _revert_faults(lab, revert, console)
-        if not lab.outputs:
-            _recover_outputs(lab, console)
-    gpu_state = _gpu_group_to_zero(lab, console, problems) if running else None
+    why = lab.backend.unreachable(lab)
+    if why is not None:
+        left = lab.backend.stop_unreachable(lab, why, console)
+        return [left] if left else []
+    problems += _revert_faults(lab, revert, console)
+    if not lab.outputs:
+        _recover_outputs(lab, console)
+    gpu_state = _gpu_group_to_zero(lab, console, problems)
     if not destroy:
-        console.say(lab.backend.idle_message(lab, running, gpu_state))
+        console.say(lab.backend.idle_message(lab, gpu_state))
     return problems
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from labs.run.contract import CheckResult, Finding, Trap
-from labs.state import atomic_write_json, atomic_write_text
+from labs.state import StateWriteError, atomic_write_json, atomic_write_text
 
 STATE_COLUMNS = ("baseline", "fault", "recovered")
 
