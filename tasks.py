@@ -252,7 +252,10 @@ def status(
     """Show backend, node groups, nodes and GPUs, operator components, faults, cost per hour."""
     from labs import status as lab_status
 
-    print(lab_status.render(lab_status.gather(_open(c, lab, kubeconfig, context))))
+    facts = lab_status.gather(_open(c, lab, kubeconfig, context))
+    print(lab_status.render(facts))
+    if facts["problems"]:  # something it shows is unknown: not a clean bill of health
+        raise Exit(code=1)
 
 
 @task(help=LAB_HELP)
