@@ -210,8 +210,8 @@ SKEWED_AWS = """
 import datetime, sys
 import botocore.auth
 real = botocore.auth.get_current_datetime
-botocore.auth.get_current_datetime = lambda *a, **k: real(*a, **k) + datetime.timedelta(
-    hours=float(sys.argv.pop(1)))
+offset = datetime.timedelta(hours=float(sys.argv.pop(1)))
+botocore.auth.get_current_datetime = lambda *a, **k: real(*a, **k) + offset
 from awscli.clidriver import main
 sys.exit(main())
 """

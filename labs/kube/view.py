@@ -58,28 +58,33 @@ def check_lab_kubeconfig(kubeconfig: Path, lab: str) -> None:
 def lab_api_client(kubeconfig: Path, lab: str) -> Any:
     """An ApiClient for a lab's own cluster, on which a 401 (or a 403 naming the user) means
     the kubeconfig is wrong: every call then raises KubeconfigRefused, not a 401 blob."""
-    from kubernetes.client import ApiException
-
     check_lab_kubeconfig(kubeconfig, lab)
     client = api_client(kubeconfig)
-    request = client.request
+    call_api = client.call_api
 
-    @functools.wraps(request)
+    @functools.wraps(call_api)
     def checked(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return request(*args, **kwargs)
-        except ApiException as error:
-            body = str(error.body or error.reason)
-            if error.status == 401 or (error.status == 403 and "forbidden: User" in body):
+        response = call_api(*args, **kwargs)
+        if response.status in (401, 403):
+            body = response.read().decode(errors="replace")
+            if response.status == 401 or "forbidden: User" in body:
                 raise KubeconfigRefused(
-                    f"the lab's kubeconfig ({kubeconfig}) was refused: {error.status} "
-                    f"{error.reason}: {body.strip()[:200]}; `invoke lab.up --lab {lab}` "
+                    f"the lab's kubeconfig ({kubeconfig}) was refused: {response.status} "
+                    f"{response.reason}: {_message_of(body)}; `invoke lab.up --lab {lab}` "
                     "rewrites it"
-                ) from None
-            raise
+                )
+        return response
 
-    client.request = checked
+    client.call_api = checked
     return client
+
+
+def _message_of(body: str) -> str:
+    """A Status body's message (or the start of whatever else came back)."""
+    try:
+        return str(json.loads(body).get("message"))
+    except (ValueError, AttributeError):
+        return body.strip()[:200]
 
 
 def check_access(client: Any) -> None:
