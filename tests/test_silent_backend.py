@@ -26,8 +26,9 @@ def desired_by_aws_cli(env: dict[str, str]) -> int:
     exports = run_invoke("lab.env", "--lab", LAB, env=env)
     assert exports.returncode == 0, exports.stderr
     script = (
-        f"{exports.stdout}\n{require_venv_tool('aws')} eks describe-nodegroup --cluster-name {LAB} "
-        f"--nodegroup-name {stack.gpu_node_group_name(LAB)} --query nodegroup.scalingConfig.desiredSize --output text"
+        f"{exports.stdout}\n{require_venv_tool('aws')} eks describe-nodegroup --cluster-name "
+        f"{LAB} --nodegroup-name {stack.gpu_node_group_name(LAB)} "
+        "--query nodegroup.scalingConfig.desiredSize --output text"
     )
     read = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
     assert read.returncode == 0, read.stderr
