@@ -130,6 +130,7 @@ def test_scenario_run_on_a_full_state_dir_names_it_and_injects_nothing(
 def test_a_revert_re_applies_what_a_killed_apply_left_half_done(world_lab: SimLab, user: CliLab):
     """What `kill -9` of scenario.run nccl-sg-block mid-apply leaves: the rules gone in EC2, the
     record still saying both toggles are on, the journal saying injected."""
+    user.lab.mark_phase("infra")  # lab.up applied the stack
     entry = user.lab.journal.record_injecting("nccl-sg-block")
     user.lab.journal.mark(entry, INJECTED)
     assert user.lab.variables[stack.NODE_SG_ENABLE_RECOMMENDED_RULES] is True
@@ -174,7 +175,11 @@ def test_a_refused_kubeconfig_is_named_and_changes_nothing(world_lab: SimLab, us
     rewrite = f"`invoke lab.up --lab {user.lab.name}` rewrites it"
 
     status = user.invoke("lab.status")
-    scale = user.invoke("lab.scale", "1")
+    try:
+        scale = user.invoke("lab.scale", "1")
+        assert gpu_scaling(world_lab)["desiredSize"] == GPU_NODES, "lab.scale changed the group"
+    finally:
+        restore_gpus(world_lab)
     run = user.invoke("scenario.run", FAULT)
     listed = run_invoke("lab.list", env=user.env)
 
@@ -182,7 +187,6 @@ def test_a_refused_kubeconfig_is_named_and_changes_nothing(world_lab: SimLab, us
         assert result.returncode == 1, result.stdout + result.stderr
         assert refused in result.stdout + result.stderr and rewrite in result.stdout + result.stderr
         assert "Traceback" not in result.stderr
-    assert gpu_scaling(world_lab)["desiredSize"] == GPU_NODES, "lab.scale changed the group"
     assert not fault_in(world_lab.lab, FAULT)
     row = next(line.split() for line in listed.stdout.splitlines() if line.startswith("myeks"))
     assert row[2] == "no" and f"! myeks: {refused}" in listed.stdout
