@@ -19,7 +19,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-from guard_support import CliLab, cli_lab, fault_in, gpu_scaling, restore_gpus
+from guard_support import (
+    NOSPACE,
+    CliLab,
+    cli_lab,
+    fault_in,
+    fill,
+    gpu_scaling,
+    restore_gpus,
+    small_tmpfs,
+)
 from lab_support import run_invoke
 from scenario_support import GPU_NODES, SimLab, by_hand_env, wait_ready
 from tool_support import require_venv_tool
@@ -30,7 +39,6 @@ from labs.journal import INJECTED, REVERTED
 from labs.sim.aws_seed import moto_clients
 
 FAULT = "device-plugin-off"
-NOSPACE = "No space left on device"
 
 
 @pytest.fixture
@@ -58,27 +66,8 @@ def desired_by_aws_cli(ready: SimLab, cache: Path) -> int:
 
 @pytest.fixture
 def full_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 1 MiB tmpfs (the suite runs as root), unmounted at the end."""
-    mount = tmp_path / "tmpfs"
-    mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
-                          capture_output=True, text=True)  # fmt: skip
-    if made.returncode:
-        pytest.fail(f"cannot mount a tmpfs at {mount} (run the suite as root): {made.stderr}")
-    try:
+    with small_tmpfs(tmp_path / "tmpfs") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
-
-
-def fill(directory: Path) -> None:
-    """Write until the file system says ENOSPC."""
-    with open(directory / "filler", "wb", buffering=0) as filler:
-        try:
-            while True:
-                filler.write(b"\0" * 4096)
-        except OSError as error:
-            assert error.strerror == NOSPACE, error
 
 
 @pytest.fixture
