@@ -12,6 +12,7 @@ scaling, lab.down reverting) share the outer hold.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -67,6 +68,8 @@ def _check_writable(root: Path) -> None:
         probe.write_text("lab")  # a byte, so a full disk fails here and not half-way
         probe.unlink()
     except OSError as error:
+        with contextlib.suppress(OSError):  # created, then the disk was full
+            probe.unlink()
         raise StateWriteError(
             f"cannot write in {where} ({error.strerror or error}): a command that changes the "
             "lab must be able to record what it did. Make the directory writable (or point "
