@@ -272,9 +272,8 @@ def request_gpu_nodes(lab: Lab, count: int, console: Console | None = None) -> s
             f"(the GPU node group's max size, a G/VT vCPU-quota guard)"
         )
     cluster, nodegroup = gpu_nodegroup(lab)
-    # GPUs are asked for only after the lab's kubeconfig is accepted (a refused one stops
-    # here); the cost guard (0) needs only the EKS API.
-    check_lab_target(lab, cluster=count > 0 and lab.paths.kubeconfig.exists(), account=True)
+    # A kubeconfig at another cluster, or one its cluster refuses, stops here (named).
+    check_lab_target(lab, cluster=lab.paths.kubeconfig.exists(), account=True)
     if count > 0:
         time_limit.arm(lab, maximum, console or Console())
     update = scale_gpu_nodegroup(lab.aws_client("eks"), cluster, nodegroup, count, maximum)
