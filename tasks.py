@@ -263,7 +263,10 @@ def status(
     """Show backend, node groups, nodes and GPUs, operator components, faults, cost per hour."""
     from labs import status as lab_status
 
-    print(lab_status.render(lab_status.gather(_open(c, lab, kubeconfig, context))))
+    facts = lab_status.gather(_open(c, lab, kubeconfig, context))
+    print(lab_status.render(facts))
+    if facts["problems"]:  # something it shows is unknown: not a clean bill of health
+        raise Exit(code=1)
 
 
 @task(help=LAB_HELP)
@@ -444,13 +447,10 @@ def _whole(text: str | None, flag: str) -> int | None:
 
 
 def _speed(speed: str | None) -> float | None:
-    """--speed as a number (None: the default, real time)."""
-    from labs.settings import SettingsError
+    """--speed as a number in range (None: the default, real time)."""
+    from labs.settings import parse_speed
 
-    try:
-        return None if speed is None else float(speed)
-    except ValueError:
-        raise SettingsError(f"--speed {speed!r} is not a number; use e.g. 1 or 4") from None
+    return None if speed is None else parse_speed(speed, "--speed")
 
 
 @task(

@@ -25,7 +25,7 @@ def _same_url(a: str, b: str) -> bool:
 
 def check_cluster(lab: Lab) -> None:
     """The lab kubeconfig must point at the API server the lab's stack created."""
-    from labs.kube.view import api_server_url
+    from labs.kube.view import api_server_url, check_access
 
     expected = str(lab.outputs.get("cluster_endpoint") or "")
     if not expected:
@@ -40,6 +40,7 @@ def check_cluster(lab: Lab) -> None:
             f"The kubeconfig {lab.paths.kubeconfig} points at another cluster; run "
             f"`invoke lab.up --lab {lab.name}` to rewrite it. Nothing was changed."
         )
+    check_access(lab.kube)
 
 
 def check_account(lab: Lab) -> None:

@@ -59,6 +59,10 @@ class LifecycleError(LabError):
     """A lab command could not go on; the message says what to do."""
 
 
+class NotRecorded(LifecycleError):
+    """The backend change was made, but the lab's files could not record it (a full disk)."""
+
+
 # --- opening and creating labs -----------------------------------------------------
 
 
@@ -165,9 +169,13 @@ def _print_up_plan(lab: Lab, new: bool, console: Console) -> None:
     console.say(f"  would wait for {s.gpus} Ready GPU node(s) {gpus}")
 
 
-def _apply(lab: Lab, variables: dict[str, Any], title: str, console: Console) -> None:
+def _apply(
+    lab: Lab, variables: dict[str, Any], title: str, console: Console, trust_record: bool = True
+) -> None:
+    """Apply `variables`; lab.up skips when the record says so, a change never does (a killed
+    apply leaves the record saying what the backend no longer has)."""
     with console.phase(title):
-        done = lab.phase_done("infra") and lab.variables == variables
+        done = trust_record and lab.phase_done("infra") and lab.variables == variables
         applied = done and stack.STACK_OUTPUTS <= set(lab.outputs)  # else a stack version ago
         if applied and _gpu_group_exists(lab, console):
             console.say("    already applied with these variables; skipping")
@@ -202,7 +210,8 @@ def apply_changes(lab: Lab, changes: dict[str, Any], console: Console) -> None:
     """Apply the lab's full variable set with `changes` on top (e.g. a security-group toggle).
 
     Never a partial set: a toggle change must not uninstall the operator or reset another
-    toggle, so every other variable keeps the value last applied.
+    toggle, so every other variable keeps the value last applied. Always applied, whatever
+    the record says (terraform is idempotent): a revert must reach the backend's reality.
     """
     unknown = set(changes) - stack.ORCHESTRATOR_VARIABLES
     if unknown:
@@ -211,7 +220,7 @@ def apply_changes(lab: Lab, changes: dict[str, Any], console: Console) -> None:
             f"{', '.join(sorted(stack.ORCHESTRATOR_VARIABLES))}"
         )
     title = "apply " + ", ".join(f"{name}={value}" for name, value in sorted(changes.items()))
-    _apply(lab, full_variables(lab, **changes), title, console)
+    _apply(lab, full_variables(lab, **changes), title, console, trust_record=False)
 
 
 def _write_kubeconfig(lab: Lab, console: Console) -> None:
@@ -267,6 +276,7 @@ def request_gpu_nodes(
             f"(the GPU node group's max size, a G/VT vCPU-quota guard)"
         )
     cluster, nodegroup = gpu_nodegroup(lab)
+    # A kubeconfig at another cluster, or one its cluster refuses, stops here (named).
     check_lab_target(lab, cluster=lab.paths.kubeconfig.exists(), account=True)
     if count > 0:
         time_limit.arm(lab, maximum, console or Console(), keep_later)
@@ -292,7 +302,8 @@ def scale(
     guard half-way).
     """
     time_limit.confirm_off(lab.settings, count, confirm)
-    with lab_lock(lab, f"lab.scale {count}"), lab.backend.program_pace(lab):
+    # The cost guard (to 0) must run on a full or read-only disk: it records afterwards.
+    with lab_lock(lab, f"lab.scale {count}", writable=count > 0), lab.backend.program_pace(lab):
         _scale(lab, count, console, keep_later)
 
 
@@ -310,7 +321,14 @@ def _scale(lab: Lab, count: int, console: Console, keep_later: bool) -> None:
         _wait_gpu_nodes(lab, count, console)
     if count == 0:
         _wait_billing_stopped(lab, cluster, nodegroup, console)
-        time_limit.disarm(lab, console)
+        try:
+            time_limit.disarm(lab, console)
+        except StateWriteError as error:
+            raise NotRecorded(
+                f"GPU node group {nodegroup} is at 0 and its time limit is deleted, but the "
+                f"lab's record could not say so: {error}. Free space there and run "
+                f"`invoke lab.down --lab {lab.name}` again to record it"
+            ) from error
 
 
 def _follow_update(lab: Lab, nodegroup: str, update_id: str, console: Console) -> None:
@@ -439,14 +457,16 @@ def _stop_a_run(lab: Lab, console: Console) -> Callable[[dict[str, Any]], float 
 def _to_idle(lab: Lab, destroy: bool, revert: Reverter, console: Console) -> list[str]:
     """Revert faults and bring the GPU node group to 0; the problems met on the way."""
     problems: list[str] = []
-    running = lab.backend.reachable(lab)
-    if running:
-        problems += _revert_faults(lab, revert, console)
-        if not lab.outputs:
-            _recover_outputs(lab, console)
-    gpu_state = _gpu_group_to_zero(lab, console, problems) if running else None
+    why = lab.backend.unreachable(lab)
+    if why is not None:
+        left = lab.backend.stop_unreachable(lab, why, console)
+        return [left] if left else []
+    problems += _revert_faults(lab, revert, console)
+    if not lab.outputs:
+        _recover_outputs(lab, console)
+    gpu_state = _gpu_group_to_zero(lab, console, problems)
     if not destroy:
-        console.say(lab.backend.idle_message(lab, running, gpu_state))
+        console.say(lab.backend.idle_message(lab, gpu_state))
     return problems
 
 
@@ -505,6 +525,8 @@ def _gpu_group_to_zero(lab: Lab, console: Console, problems: list[str]) -> str |
         return None
     try:
         scale(lab, 0, console)
+    except NotRecorded as error:
+        problems.append(str(error))
     except LabError as error:
         problems.append(f"could not scale GPU {where} to 0: {error}")
     try:

@@ -12,6 +12,7 @@ scaling, lab.down reverting) share the outer hold.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -64,9 +65,11 @@ def _check_writable(root: Path) -> None:
     probe = where / f".write-check.{os.getpid()}"
     try:
         where.mkdir(parents=True, exist_ok=True)
-        probe.write_text("")
+        probe.write_text("lab")  # a byte, so a full disk fails here and not half-way
         probe.unlink()
     except OSError as error:
+        with contextlib.suppress(OSError):  # created, then the disk was full
+            probe.unlink()
         raise StateWriteError(
             f"cannot write in {where} ({error.strerror or error}): a command that changes the "
             "lab must be able to record what it did. Make the directory writable (or point "
@@ -125,17 +128,32 @@ def lab_lock(
                 f"refusing {command}: lab {root.name!r} was removed (lab.down --destroy) while "
                 "this command waited for it. Nothing was changed."
             )
-        handle.seek(0)
-        handle.truncate()
-        handle.write(json.dumps({"command": command, "pid": os.getpid(), "since": utc_now()}))
-        handle.flush()
+        _name_holder(handle, path, command, writable)
         _held[path] = 1
         try:
             yield
         finally:
             del _held[path]
-            handle.truncate(0)
-            handle.flush()
+            os.ftruncate(handle.fileno(), 0)
+
+
+def _name_holder(handle: IO[str], path: Path, command: str, writable: bool) -> None:
+    """Write who holds the lock (unbuffered: a full disk fails here, not at close). The cost
+    guard (`writable=False`) goes on without it; any other command stops, having changed
+    nothing."""
+    holder = json.dumps({"command": command, "pid": os.getpid(), "since": utc_now()})
+    try:
+        os.ftruncate(handle.fileno(), 0)
+        os.pwrite(handle.fileno(), holder.encode(), 0)
+    except OSError as error:
+        problem = f"could not write {path} ({error.strerror or error})"
+        if writable:
+            raise StateWriteError(
+                f"{problem}: a command that changes the lab must be able to record what it "
+                f"did. Free space in {path.parent} (or point state_dir elsewhere) and try "
+                "again. Nothing was changed."
+            ) from error
+        warn(f"{problem}; {command} holds the lab's lock without naming itself there")
 
 
 def _acquire(

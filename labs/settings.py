@@ -43,6 +43,16 @@ _INSTANCE_TYPE = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9]+")
 _TTL = re.compile(r"(?:(?P<hours>[0-9]+)h)?(?:(?P<minutes>[0-9]+)m)?")
 TTL_OFF = "off"
 TTL_MIN, TTL_MAX = timedelta(minutes=1), timedelta(days=7)
+# Every numeric setting's accepted range (inclusive) and its unit: a value out of range
+# (1e308 overflows the rehearsal's clock) is refused where it enters, naming the range.
+RANGES: dict[str, tuple[float, float, str]] = {
+    "speed": (0.01, 10000.0, "times real time"),
+    "node_ready_timeout": (1.0, 86400.0, "seconds"),
+    "operator_ready_timeout": (1.0, 86400.0, "seconds"),
+    "probe_timeout": (1.0, 86400.0, "seconds"),
+    "lock_wait": (0.1, 3600.0, "seconds"),
+    "gpu_max": (1, 100, "GPU nodes"),
+}
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
 
@@ -286,8 +296,28 @@ def _coerce(name: str, value: Any, source: str) -> Any:
         ) from None
 
 
+def range_problem(name: str, value: float) -> str | None:
+    """Why `value` does not fit the numeric setting `name`, naming its range; None if it fits."""
+    low, high, unit = RANGES[name]
+    if math.isfinite(value) and low <= value <= high:
+        return None
+    return f"is outside {low:g}..{high:g} {unit}; use a number from {low:g} to {high:g}"
+
+
+def parse_speed(text: str, source: str) -> float:
+    """A speed typed as `source` (e.g. --speed), checked for finiteness and range."""
+    try:
+        speed = float(text)
+    except ValueError:
+        raise SettingsError(f"{source} {text!r} is not a number; use e.g. 1 or 4") from None
+    if problem := range_problem("speed", speed):
+        raise SettingsError(f"{source} {text!r} {problem}")
+    return speed
+
+
 def parse_ttl(text: str) -> timedelta | None:
-    """ "90m", "4h" or "1h30m" as a duration, "off" as None; ValueError for anything else."""
+    """ "90m", "4h" or "1h30m" as a duration, "off" as None; ValueError for anything else,
+    OverflowError for more hours than a duration holds."""
     if text.strip().lower() == TTL_OFF:
         return None
     match = _TTL.fullmatch(text.strip().lower())
@@ -348,8 +378,9 @@ def _validate(settings: LabSettings, described: Callable[[str], str]) -> None:
         fail("gpu_instance_type", "is not an EC2 instance type", "use one like g5.xlarge")
     if not _CHART_VERSION.fullmatch(settings.chart_version):
         fail("chart_version", "is not a chart version", "use the form vX.Y.Z, e.g. v26.3.1")
-    if settings.gpu_max < 1:
-        fail("gpu_max", "is below 1", "the GPU node group needs room for at least one node")
+    for name in RANGES:
+        if problem := range_problem(name, getattr(settings, name)):
+            fail(name, *problem.split("; ", 1))
     if settings.gpus < 0:
         fail("gpus", "is negative", "use 0 (no GPU nodes) or more")
     if settings.gpus > settings.gpu_max:
@@ -365,15 +396,12 @@ def _validate(settings: LabSettings, described: Callable[[str], str]) -> None:
             f"is outside the stack's {zone_count} availability zones",
             f"use 0 to {zone_count - 1}",
         )
-    for name in (
-        "node_ready_timeout", "operator_ready_timeout", "probe_timeout", "speed", "lock_wait",
-    ):  # fmt: skip
-        if getattr(settings, name) <= 0:
-            fail(name, "is not positive", "use a number above 0")
     try:
         ttl = settings.gpu_ttl
     except ValueError:
         fail("ttl", "is not a duration", "use minutes or hours like 90m, 4h or 1h30m, or off")
+    except OverflowError:
+        fail("ttl", "is outside 1m..168h", "a GPU time limit is at least 1m and at most a week")
     else:
         if ttl is not None and not TTL_MIN <= ttl <= TTL_MAX:
             fail("ttl", "is outside 1m..168h", "a GPU time limit is at least 1m and at most a week")

@@ -18,7 +18,7 @@ from labs.aws import stack
 from labs.console import columns
 from labs.errors import explain
 from labs.kube import gpu
-from labs.kube.view import Snapshot, list_objects
+from labs.kube.view import Snapshot, check_access, check_lab_kubeconfig, list_objects
 from labs.lab import Lab, known_labs
 from labs.settings import LabSettings
 
@@ -38,26 +38,35 @@ def gather(lab: Lab) -> dict[str, Any]:
         "journal_gap": lab.journal.incomplete() if backend.keeps_files else None,
         "problems": [],
     }
+    if why := backend.unreachable(lab):
+        status["problems"].append(
+            f"unknown: could not read the node groups, nodes, GPU Operator or cost because "
+            f"{why}. `invoke lab.down --lab {lab.name}` stops what may still run"
+        )
+        return status
     if backend.keeps_files:
-        status["nodegroups"] = _read(status, "node groups", lambda: _nodegroups(lab))
-        groups = status["nodegroups"]
-        status["time_limit"] = _read(status, "GPU time limit", lambda: _time_limit(lab, groups))
-        status["gpu_session"] = _read(status, "GPU session", lambda: _session(lab, status))
-    if not backend.keeps_files or lab.paths.kubeconfig.exists():
-        status["nodes"] = _read(status, "nodes", lambda: _nodes(lab))
-        status["daemonsets"] = _read(status, "operator DaemonSets", lambda: _daemonsets(lab))
-        status["operator"] = _read(status, "GPU Operator controller", lambda: _operator(lab))
-        status["clusterpolicy"] = _read(status, "ClusterPolicy", lambda: _cluster_policy(lab))
-    status["cost"] = _cost(lab, status) if backend.keeps_files else None
+        _read(status, "nodegroups", "node groups", lambda: _nodegroups(lab))
+        groups = status.get("nodegroups")
+        _read(status, "time_limit", "GPU time limit", lambda: _time_limit(lab, groups))
+        _read(status, "gpu_session", "GPU session", lambda: _session(lab, status))
+        if "nodegroups" in status:
+            status["cost"] = _cost(lab, status)
+    else:
+        status["cost"] = None
+    _read(status, "nodes", "nodes", lambda: _nodes(lab))
+    _read(status, "daemonsets", "operator DaemonSets", lambda: _daemonsets(lab))
+    _read(status, "operator", "GPU Operator controller", lambda: _operator(lab))
+    _read(status, "clusterpolicy", "ClusterPolicy", lambda: _cluster_policy(lab))
     return status
 
 
-def _read(status: dict[str, Any], what: str, reader: Callable[[], Any]) -> Any:
+def _read(status: dict[str, Any], key: str, what: str, reader: Callable[[], Any]) -> None:
+    """status[key] = reader(); one that fails leaves the key out (shown as unknown, not as
+    "none") and names what could not be read and why."""
     try:
-        return reader()
+        status[key] = reader()
     except Exception as exc:  # noqa: BLE001 - status shows what it can and names the rest
-        status["problems"].append(f"{what}: could not be read ({exc.__class__.__name__}: {exc})")
-        return None
+        status["problems"].append(f"unknown: could not read {what} because {explain(exc)}")
 
 
 def _nodegroups(lab: Lab, attempts: int | None = None) -> list[dict[str, Any]]:
@@ -220,7 +229,7 @@ def render(status: dict[str, Any]) -> str:
             f"  ({status['journal_gap']}: a fault may be in unrecorded; "
             f"`invoke scenario.revert --all --lab {status['lab']}` looks in the cluster)"
         )
-    lines += _cost_lines(status["cost"])
+    lines += _cost_lines(status["cost"]) if "cost" in status else ["running cost: unknown"]
     for problem in status["problems"]:
         lines.append(f"! {problem}")
     return "\n".join(lines)
@@ -272,11 +281,12 @@ def _overview(lab: Lab) -> dict[str, Any]:
     from labs.aws.cloud import ADVISORY_ATTEMPTS
 
     row = _row(lab.name, lab.backend.name, injected=lab.journal.shown())
-    if not lab.backend.reachable(lab):
-        return row | {"problem": f"{lab.backend.describe(lab)}: not running"}
+    if why := lab.backend.unreachable(lab):
+        return row | {"problem": why}
     try:
         system_group, gpu_group = _nodegroups(lab, attempts=ADVISORY_ATTEMPTS)
         limit = time_limit.read(lab, gpu_group["desired_size"])
+        check_access(lab.kube)
     except Exception as error:  # noqa: BLE001 - an unreachable lab is a row, not the end
         return row | {"problem": explain(error)}
     return row | {
@@ -321,6 +331,8 @@ def env_exports(lab: Lab) -> str:
 
     Both region variables: boto3 reads AWS_REGION, the aws CLI only AWS_DEFAULT_REGION.
     """
+    if lab.backend.keeps_files:  # a lab's own kubeconfig, which lab.up writes
+        check_lab_kubeconfig(lab.paths.kubeconfig, lab.name)
     kubeconfig = lab.record.get("kubeconfig") or lab.paths.kubeconfig
     variables = {
         "KUBECONFIG": str(kubeconfig),

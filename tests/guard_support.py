@@ -107,6 +107,33 @@ def unwritable(directory: Path) -> Iterator[None]:
         directory.chmod(mode)
 
 
+NOSPACE = "No space left on device"
+
+
+@contextmanager
+def small_tmpfs(mount: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs at `mount` (the suite runs as root), unmounted at the end."""
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+                          capture_output=True, text=True)  # fmt: skip
+    if made.returncode:
+        pytest.fail(f"cannot mount a tmpfs at {mount} (run the suite as root): {made.stderr}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+def fill(directory: Path) -> None:
+    """Write until the file system says ENOSPC (a real full disk, not a refused write)."""
+    with open(directory / "filler", "wb", buffering=0) as filler:
+        try:
+            while True:
+                filler.write(b"\0" * 4096)
+        except OSError as error:
+            assert error.strerror == NOSPACE, error
+
+
 class Lines:
     """Every line of a process's stream, read by one thread: wait for one, or take them all."""
 

@@ -28,6 +28,36 @@ def test_a_speed_that_is_not_finite_is_refused(tmp_path: Path, speed: str):
     assert not (tmp_path / "x").exists()
 
 
+HUGE_TTL = "99999999999999999999h"
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "config", "named"),
+    [
+        ((), {"INVOKE_LAB_SPEED": "1e308"}, "",
+         "INVOKE_LAB_SPEED '1e308' is outside 0.01..10000 times real time"),
+        (("--ttl", HUGE_TTL), {}, "", f"--ttl '{HUGE_TTL}' is outside 1m..168h"),
+        ((), {"INVOKE_LAB_TTL": HUGE_TTL}, "", f"INVOKE_LAB_TTL '{HUGE_TTL}' is outside 1m..168h"),
+        ((), {}, "lab:\n  probe_timeout: 1.0e+308\n",
+         "lab.probe_timeout in invoke.yaml 1e+308 is outside 1..86400 seconds"),
+    ],
+    ids=["env-speed", "flag-ttl", "env-ttl", "yaml-timeout"],
+)  # fmt: skip
+def test_numbers_out_of_range_are_refused_where_they_enter_naming_the_range(
+    tmp_path: Path, args: tuple[str, ...], env: dict[str, str], config: str, named: str
+):
+    files = ()
+    if config:
+        (tmp_path / "invoke.yaml").write_text(config)
+        files = ("-f", str(tmp_path / "invoke.yaml"))
+    result = run_invoke(*files, "lab.up", "--sim", "--lab", "x", "--dry-run", *args,
+                        env=invoke_env(tmp_path, **env))  # fmt: skip
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert named in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "x").exists()
+
+
 def test_a_region_shaped_like_one_but_unknown_is_refused_before_anything_starts(tmp_path: Path):
     env = invoke_env(tmp_path, INVOKE_LAB_REGION="xx-mars-1")
     result = run_invoke("lab.up", "--sim", "--lab", "x", env=env)

@@ -331,7 +331,12 @@ def test_lab_list_shows_every_lab_even_when_one_cannot_be_reached(three_labs):
     assert rows[LAB] == [LAB, "sim", "yes", "0", f"{idle:.3f}*", "none", "none"]
     assert rows[DEAD] == [DEAD, "sim", "no", "-", "-", "-", "device-plugin-off"]
     assert rows[NO_CREDENTIALS][:4] == [NO_CREDENTIALS, "aws", "no", "-"]
-    assert re.search(rf"^! {DEAD}: rehearsal, .*: not running$", result.stdout, re.M)
+    dead_endpoints = three_labs[0] / DEAD / "sim" / "endpoints.json"
+    assert re.search(
+        rf"^! {DEAD}: the rehearsal backend of lab '{DEAD}' does not answer: its process "
+        rf"\(pid \d+, from {re.escape(str(dead_endpoints))}\) is not running$",
+        result.stdout, re.M,
+    )  # fmt: skip
     assert f"! {NO_CREDENTIALS}: no AWS credentials found" in result.stdout
 
 
@@ -347,7 +352,8 @@ def test_lab_down_all_goes_on_past_a_failing_lab_and_names_it(three_labs):
     out = result.stdout
     assert out.index(f"=== lab {NO_CREDENTIALS}") < out.index(f"=== lab {DEAD}")
     assert f"lab {NO_CREDENTIALS} failed: no AWS credentials found" in out
-    assert f"Rehearsal lab '{DEAD}': its backend is not running" in out
+    assert f"lab '{DEAD}' does not answer: its process (pid" in out
+    assert f"No process of its backend runs (none found by their state directory {state_dir}" in out
     assert f"lab.down --all: 2 of 3 done ({DEAD}, {LAB})" in out
     assert f"1 lab(s) failed: {NO_CREDENTIALS}: no AWS credentials found" in result.stderr
     assert gpu_scaling(state_dir)["desiredSize"] == 0

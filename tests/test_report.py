@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+from guard_support import NOSPACE, fill, small_tmpfs
+
 from labs.backends import backend_named
 from labs.run.contract import CheckResult, Finding, Trap
 from labs.run.report import RunRecord, render_markdown, write_report
+from labs.state import StateWriteError
 
 TRAP = Trap(
     "status.state stays ready", "notReady", "ready", "a disable reconciles fine",
@@ -152,3 +156,14 @@ def test_a_trap_counts_as_observed_only_when_its_check_held(tmp_path: Path):
     )
     assert data["traps"][0]["observed"] is False
     assert data["traps"][0]["step"].startswith("4b")
+
+
+def test_a_report_that_does_not_fit_names_the_file_not_a_pil_traceback(tmp_path: Path):
+    with small_tmpfs(tmp_path / "tmpfs") as disk:
+        run_dir = disk / "run"
+        run_dir.mkdir()
+        fill(disk)
+        with pytest.raises(StateWriteError) as refused:
+            write_report(record(), run_dir)
+
+    assert str(refused.value) == f"could not write {run_dir / 'timeline.png'}: {NOSPACE}"

@@ -23,7 +23,10 @@ from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, 
 
 from labs.errors import LabError
 
-RETRY_CONFIG = Config(retries={"mode": "adaptive", "max_attempts": 10})
+# Bounded: an endpoint that accepts but never answers fails each try within 30 s, not 60.
+RETRY_CONFIG = Config(
+    connect_timeout=10, read_timeout=30, retries={"mode": "adaptive", "max_attempts": 10}
+)
 # Retry budget for look-ups that only inform (quotas): a broken API must not stall the lab.
 ADVISORY_ATTEMPTS = 2
 NO_CREDENTIALS_MESSAGE = (

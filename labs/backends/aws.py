@@ -97,9 +97,9 @@ class AwsBackend(RealTime):
         return aws_session(lab.region)
 
     def kube_client(self, lab: Lab) -> Any:
-        from labs.kube.view import api_client
+        from labs.kube.view import lab_api_client
 
-        return api_client(lab.paths.kubeconfig)
+        return lab_api_client(lab.paths.kubeconfig, lab.name)
 
     def write_kubeconfig(self, lab: Lab) -> None:
         from labs.aws.kubeconfig import write_eks_kubeconfig
@@ -111,8 +111,14 @@ class AwsBackend(RealTime):
             (cluster.get("certificateAuthority") or {}).get("data"),
         )  # fmt: skip
 
-    def reachable(self, lab: Lab) -> bool:
-        return True  # AWS is always there; a failed call says what went wrong
+    def unreachable(self, lab: Lab) -> str | None:
+        return None  # AWS is always there; a failed call says what went wrong
+
+    def stop_unreachable(self, lab: Lab, why: str, console: Console) -> str | None:
+        return (
+            f"unknown: could not read lab {lab.name!r} because {why}: its GPU nodes may still "
+            "run and bill; scale its GPU node group to 0 in the EKS console"
+        )
 
     def wait_billing_stopped(self, lab: Lab, cluster: str, nodegroup: str) -> None:
         from labs.aws.cloud import wait_nodegroup_instances_gone
@@ -126,7 +132,7 @@ class AwsBackend(RealTime):
         check_lab_target(lab, cluster=False, account=True)
         lab.infra().destroy()
 
-    def idle_message(self, lab: Lab, reachable: bool, gpu_state: str | None) -> str:
+    def idle_message(self, lab: Lab, gpu_state: str | None) -> str:
         if gpu_state is None:
             return (
                 f"The GPU node group of lab {lab.name!r} could not be read: GPU nodes may still "

@@ -112,8 +112,14 @@ class Backend(Protocol):
         """Write the lab's own kubeconfig under its state directory."""
         ...
 
-    def reachable(self, lab: Lab) -> bool:
-        """The backend answers (a stopped rehearsal process does not)."""
+    def unreachable(self, lab: Lab) -> str | None:
+        """Why the backend cannot be read now (naming the file or endpoint), read within a few
+        seconds; None when it answers (a stopped or frozen rehearsal process does not)."""
+        ...
+
+    def stop_unreachable(self, lab: Lab, why: str, console: Console) -> str | None:
+        """lab.down on a backend that does not answer (`why`): stop what may still run, found
+        without its answer; what is left to do (GPUs may still run), None when nothing is."""
         ...
 
     def wait_billing_stopped(self, lab: Lab, cluster: str, nodegroup: str) -> None:
@@ -124,7 +130,7 @@ class Backend(Protocol):
         """Remove everything the lab created (lab.down --destroy)."""
         ...
 
-    def idle_message(self, lab: Lab, reachable: bool, gpu_state: str | None) -> str:
+    def idle_message(self, lab: Lab, gpu_state: str | None) -> str:
         """lab.down's last word: `gpu_state` is how the GPU node group read from the backend
         after the scale-down ("... reads desiredSize 0", "... does not exist"), None when it
         could not be read; say what still bills, never "nothing" without having read it."""

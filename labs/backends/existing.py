@@ -78,8 +78,11 @@ class ExistingCluster(RealTime):
     def write_kubeconfig(self, lab: Lab) -> None:
         self.check_writable(lab, "writing a kubeconfig")
 
-    def reachable(self, lab: Lab) -> bool:
-        return True
+    def unreachable(self, lab: Lab) -> str | None:
+        return None
+
+    def stop_unreachable(self, lab: Lab, why: str, console: Console) -> str | None:
+        return None  # never reached: an existing cluster is read, never stopped
 
     def wait_billing_stopped(self, lab: Lab, cluster: str, nodegroup: str) -> None:
         self.check_writable(lab, "scaling")
@@ -87,7 +90,7 @@ class ExistingCluster(RealTime):
     def destroy(self, lab: Lab, console: Console) -> None:
         self.check_writable(lab, "lab.down --destroy")
 
-    def idle_message(self, lab: Lab, reachable: bool, gpu_state: str | None) -> str:
+    def idle_message(self, lab: Lab, gpu_state: str | None) -> str:
         return f"existing cluster ({target_of(lab)}): not a lab, nothing of the tool's bills"
 
     def proof(self) -> dict[str, list[str]]:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from labs.errors import LabError
 from labs.journal import REVERTED
+from labs.settings import range_problem
 from labs.sim import pace, process
 from labs.sim.auth import CREDENTIAL_KEYS
 from labs.state import utc_now, warn
@@ -74,8 +75,8 @@ class RehearsalBackend:
 
     def person_speed(self, lab: Lab, wanted: float | None) -> float:
         speed = 1.0 if wanted is None else float(wanted)
-        if not speed > 0:
-            raise LabError(f"--speed must be a positive number (1 = real time), got {wanted!r}")
+        if problem := range_problem("speed", speed):
+            raise LabError(f"--speed {wanted!r} {problem} (1 = real time). Nothing was changed.")
         return speed
 
     def set_speed(self, lab: Lab, speed: float) -> None:
@@ -111,6 +112,7 @@ class RehearsalBackend:
     def start(self, lab: Lab, console: Console) -> None:
         """Start the world unless it runs; a new one is left at a person's pace (real time):
         programs speed it up only for their own runs (`program_pace`)."""
+        _refuse_a_second_world(lab)
         new = process.running_endpoints(lab.paths.sim_dir) is None
         endpoints = process.start(lab.paths.sim_dir, lab.settings.speed, lab.name, lab.region)
         if new:
@@ -161,16 +163,36 @@ class RehearsalBackend:
         )
 
     def kube_client(self, lab: Lab) -> Any:
-        from labs.kube.view import api_client
+        from labs.kube.view import lab_api_client
 
-        return api_client(lab.paths.kubeconfig)
+        return lab_api_client(lab.paths.kubeconfig, lab.name)
 
     def write_kubeconfig(self, lab: Lab) -> None:
         shutil.copyfile(lab.paths.sim_dir / "kubeconfig", lab.paths.kubeconfig)
         lab.paths.kubeconfig.chmod(0o600)
 
-    def reachable(self, lab: Lab) -> bool:
-        return process.running_endpoints(lab.paths.sim_dir) is not None
+    def unreachable(self, lab: Lab) -> str | None:
+        why = process.why_silent(lab.paths.sim_dir)
+        if why is None:
+            return None
+        return f"the rehearsal backend of lab {lab.name!r} does not answer: {why}"
+
+    def stop_unreachable(self, lab: Lab, why: str, console: Console) -> str | None:
+        """Its world lives only in its processes: found by their state directory and stopped,
+        no node of it runs."""
+        pids = process.stop(lab.paths.sim_dir)
+        found = f"found by their state directory {lab.paths.sim_dir}"
+        if pids:
+            console.say(
+                f"==> {why}. Stopped its backend process(es) {', '.join(map(str, pids))} "
+                f"({found}): no node of it runs now. `invoke lab.up --lab {lab.name}` starts an "
+                "empty world again."
+            )
+        else:
+            console.say(
+                f"==> {why}. No process of its backend runs (none {found}): no node of it runs."
+            )
+        return None
 
     def wait_billing_stopped(self, lab: Lab, cluster: str, nodegroup: str) -> None:
         return None  # the world's nodes are gone once the view shows them gone
@@ -179,10 +201,8 @@ class RehearsalBackend:
         for pid in process.stop(lab.paths.sim_dir):
             console.say(f"    rehearsal backend stopped (pid {pid})")
 
-    def idle_message(self, lab: Lab, reachable: bool, gpu_state: str | None) -> str:
-        if not reachable:
-            state = "its backend is not running, so none of its nodes runs"
-        elif gpu_state is None:
+    def idle_message(self, lab: Lab, gpu_state: str | None) -> str:
+        if gpu_state is None:
             state = "its GPU node group could not be read (see above)"
         else:
             state = f"{gpu_state}; a rehearsal bills nothing"
@@ -210,6 +230,20 @@ class RehearsalBackend:
         endpoints = process.recorded_endpoints(lab.paths.sim_dir)
         exports = {"AWS_ENDPOINT_URL": str(endpoints.get("aws_endpoint_url", ""))}
         return exports | {key.upper(): str(endpoints.get(key, "")) for key in CREDENTIAL_KEYS}
+
+
+def _refuse_a_second_world(lab: Lab) -> None:
+    """One backend per lab: a process of the lab's that does not answer (frozen, wrong ports
+    in its endpoints file) keeps its world, so a second one would orphan it."""
+    why = process.why_silent(lab.paths.sim_dir)
+    pids = process.processes(lab.paths.sim_dir) if why else []
+    if pids:
+        raise LabError(
+            f"refusing lab.up: the rehearsal backend of lab {lab.name!r} runs as pid "
+            f"{', '.join(map(str, pids))} but does not answer ({why}); a second one would "
+            f"orphan its world. Stop it with `invoke lab.down --lab {lab.name}` (or resume a "
+            f"stopped one with `kill -CONT {pids[0]}`), then run lab.up again. Nothing was started."
+        )
 
 
 def _forget_old_world(lab: Lab, console: Console) -> None:

@@ -73,11 +73,8 @@ CHECKS = (
 def examine(lab: Lab, focus: Focus = None) -> Report:
     """Walk the flowchart on `lab` (a lab, or an existing cluster); raises CannotCheck."""
     started = time.monotonic()
-    if not lab.backend.reachable(lab):
-        raise CannotCheck(
-            f"lab {lab.name!r} ({lab.backend.describe(lab)}) is not running; "
-            f"`invoke lab.up --lab {lab.name}` starts it again"
-        )
+    if why := lab.backend.unreachable(lab):
+        raise CannotCheck(f"{why}; `invoke lab.up --lab {lab.name}` starts it again")
     facts = read_facts(lab)
     if focus is not None and facts.find("pods", focus[1], focus[0]) is None:
         raise CannotCheck(

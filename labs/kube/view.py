@@ -23,6 +23,7 @@ from labs.errors import LabError
 T = TypeVar("T")
 # Where the lab's own workloads (the probe, scenario pods) run.
 WORKLOAD_NAMESPACE = "default"
+ACCESS_TIMEOUT_SECONDS = 10.0
 
 
 class WaitTimeout(LabError, TimeoutError):
@@ -38,6 +39,59 @@ def api_client(kubeconfig: Path | str, context: str | None = None) -> Any:
             f"kubeconfig {kubeconfig} does not exist; run `invoke lab.up` for this lab first"
         )
     return config.new_client_from_config(config_file=str(kubeconfig), context=context or None)
+
+
+class KubeconfigRefused(LabError):
+    """The lab's own kubeconfig is missing, or its cluster refused it (401, or 403 for who it
+    is): no read of that cluster can be trusted, and lab.up writes a new one."""
+
+
+def check_lab_kubeconfig(kubeconfig: Path, lab: str) -> None:
+    """KubeconfigRefused naming the file when the lab's kubeconfig is missing."""
+    if not kubeconfig.is_file():
+        raise KubeconfigRefused(
+            f"the lab's kubeconfig ({kubeconfig}) is missing; `invoke lab.up --lab {lab}` "
+            "rewrites it"
+        )
+
+
+def lab_api_client(kubeconfig: Path, lab: str) -> Any:
+    """An ApiClient for a lab's own cluster, on which a 401 (or a 403 naming the user) means
+    the kubeconfig is wrong: every call then raises KubeconfigRefused, not a 401 blob."""
+    check_lab_kubeconfig(kubeconfig, lab)
+    client = api_client(kubeconfig)
+    call_api = client.call_api
+
+    @functools.wraps(call_api)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        response = call_api(*args, **kwargs)
+        if response.status in (401, 403):
+            body = response.read().decode(errors="replace")
+            if response.status == 401 or "forbidden: User" in body:
+                raise KubeconfigRefused(
+                    f"the lab's kubeconfig ({kubeconfig}) was refused: {response.status} "
+                    f"{response.reason}: {_message_of(body)}; `invoke lab.up --lab {lab}` "
+                    "rewrites it"
+                )
+        return response
+
+    client.call_api = checked
+    return client
+
+
+def _message_of(body: str) -> str:
+    """A Status body's message (or the start of whatever else came back)."""
+    try:
+        return str(json.loads(body).get("message"))
+    except (ValueError, AttributeError):
+        return body.strip()[:200]
+
+
+def check_access(client: Any) -> None:
+    """One authenticated read (a namespace), so refused credentials show before a change."""
+    from kubernetes import client as k8s
+
+    k8s.CoreV1Api(client).list_namespace(limit=1, _request_timeout=ACCESS_TIMEOUT_SECONDS)
 
 
 def api_server_url(client: Any) -> str:

@@ -30,7 +30,7 @@ from labs.lock import lab_lock
 from labs.run.contract import ByHand, CheckResult, Context, Finding, Needs, Scenario
 from labs.run.report import RunRecord, write_report
 from labs.run.timeline import Timeline
-from labs.run.watch import watch_checks
+from labs.run.watch import MIN_TIMEOUT, watch_checks
 from labs.state import StateWriteError, utc_now
 
 if TYPE_CHECKING:
@@ -42,6 +42,8 @@ EXIT_OK = 0
 EXIT_CHECK_FAILED = 1
 EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
+# Real-cluster seconds a reverted fault has to leave the cluster (pods terminating).
+REVERT_GONE_SECONDS = 120.0
 
 
 class ScenarioError(LabError):
@@ -236,11 +238,30 @@ def _revert_or_explain(lab: Lab, scenario: Scenario, entry: str, out: Out) -> st
             f"the revert failed too ({type(error).__name__}: {error}); the fault may still be in "
             f"the lab: run `invoke scenario.revert --name {scenario.name} --lab {lab.name}`"
         )
-    return _record_reverted(lab, entry)
+    return _record_reverted(lab, scenario, entry)
 
 
-def _record_reverted(lab: Lab, entry: str) -> str | None:
-    """Mark the entry reverted; a journal that cannot be written is reported, not fatal."""
+def _wait_gone(lab: Lab, scenario: Scenario) -> None:
+    """A revert counts once the scenario's own detection no longer sees the fault (pods take
+    a moment to go); WaitTimeout when it still does."""
+    timeout = max(REVERT_GONE_SECONDS / lab.speed, MIN_TIMEOUT)
+    with _open_view(lab, scenario) as view:
+        view.wait_for(
+            lambda seen: not scenario.detect(lab, seen), timeout,
+            f"{scenario.name}'s fault gone after its revert (read by its detection)",
+        )  # fmt: skip
+
+
+def _record_reverted(lab: Lab, scenario: Scenario, entry: str) -> str | None:
+    """Mark the entry reverted once the fault is gone; a journal that cannot be written is
+    reported, not fatal."""
+    try:
+        _wait_gone(lab, scenario)
+    except LabError as error:
+        return (
+            f"the revert ran, but the fault is still there ({error}); the journal still lists "
+            f"it: run `invoke scenario.revert --name {scenario.name} --lab {lab.name}`"
+        )
     try:
         lab.journal.mark(entry, REVERTED)
     except StateWriteError as error:
@@ -437,7 +458,7 @@ def _inject_observe_revert(
     with shielded(reraise=True):  # a signal now waits until the revert is recorded
         scenario.revert(lab)
         run.reverted_at = reverted_at - injected_at  # from here on no second revert
-        problem = _record_reverted(lab, entry)
+        problem = _record_reverted(lab, scenario, entry)
     if problem:
         raise ScenarioError(problem)
     report = story.check_reporter(reverted_at)
@@ -647,6 +668,7 @@ def _revert(
             scenario = _lookup(catalogue, target)
             out(f"revert {target}: {_first_line(scenario.revert)}")
             scenario.revert(lab)
+            _wait_gone(lab, scenario)  # marked reverted only once the fault is gone
             _clean_up(lab, scenario, out)
         except Exception as error:  # try every fault, then report all failures
             failures.append(f"{target}: {type(error).__name__}: {error}")

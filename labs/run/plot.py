@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from labs.state import StateWriteError
+
 ABSENT_LEVEL = -1
 # The curve of a scenario that declares no gauge (its symptoms are outside the cluster view,
 # as nccl-sg-block's SG rules and workload logs): how many checks had held by then.
@@ -107,7 +109,11 @@ def plot_timeline(timeline: dict[str, Any], path: Path, title: str, speed: float
     axes[-1, 0].set_xlabel(f"real-cluster seconds since injection{scale}")
     figure.suptitle(f"{title}: timeline", fontsize=11)
     figure.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        figure.savefig(path, dpi=110)
+    except OSError as error:  # a full disk: the report names the file, not PIL's traceback
+        raise StateWriteError(f"could not write {path}: {error.strerror or error}") from error
+    finally:
+        plt.close(figure)
     return True

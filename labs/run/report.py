@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from labs.run.contract import CheckResult, Finding, Trap
-from labs.state import atomic_write_json, atomic_write_text
+from labs.state import StateWriteError, atomic_write_json, atomic_write_text
 
 STATE_COLUMNS = ("baseline", "fault", "recovered")
 
@@ -231,7 +231,10 @@ def write_report(run: RunRecord, run_dir: Path) -> Path:
     """Write report.md, report.json and timeline.png into `run_dir`; return report.md's path."""
     from labs.run.plot import plot_timeline
 
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise StateWriteError(f"could not create {run_dir}: {error.strerror or error}") from error
     plotted = plot_timeline(run.timeline, run_dir / "timeline.png", run.scenario, run.speed)
     atomic_write_json(run_dir / "report.json", run.to_dict())
     report = run_dir / "report.md"

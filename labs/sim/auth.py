@@ -16,6 +16,7 @@ import secrets
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -29,6 +30,9 @@ CREDENTIAL_KEYS = ("aws_access_key_id", "aws_secret_access_key")
 EKS_TOKEN_PREFIX = "k8s-aws-v1."
 EKS_CLUSTER_HEADER = "x-k8s-aws-id"
 _KEY_ALPHABET = string.ascii_uppercase + string.digits
+SIGV4_TIME = "%Y%m%dT%H%M%SZ"
+MAX_SKEW = timedelta(minutes=5)  # AWS refuses requests signed further from its clock
+EKS_TOKEN_LIFETIME = timedelta(minutes=15)  # EKS refuses older tokens
 
 
 @dataclass(frozen=True)
@@ -84,8 +88,29 @@ def signed_request_ok(
     return _same(auth, request, _field(authorization, "Signature"))
 
 
+def request_time_problem(amz_date: str, now: datetime | None = None) -> str | None:
+    """AWS's refusal of a request signed more than 5 minutes from now (a replay, or a clock
+    that is off); None when its time is fine."""
+    now = now or datetime.now(UTC)
+    signed = _signed_at(amz_date)
+    if signed is None:
+        return f"Signature expired: {amz_date!r} is not a request time (X-Amz-Date)"
+    if signed < now - MAX_SKEW:
+        return (
+            f"Signature expired: {amz_date} is now earlier than {(now - MAX_SKEW):{SIGV4_TIME}} "
+            f"({now:{SIGV4_TIME}} - 5 min.)"
+        )
+    if signed > now + MAX_SKEW:
+        return (
+            f"Signature not yet current: {amz_date} is still later than "
+            f"{(now + MAX_SKEW):{SIGV4_TIME}} ({now:{SIGV4_TIME}} + 5 min.)"
+        )
+    return None
+
+
 def eks_token_ok(keys: Keys, cluster: str, token: str) -> bool:
-    """An EKS bearer token presigned with `keys` for `cluster` (expiry is not enforced)."""
+    """An EKS bearer token presigned with `keys` for `cluster`, at most 15 minutes old (as EKS
+    takes them, whatever X-Amz-Expires says)."""
     from botocore.auth import SigV4QueryAuth
     from botocore.awsrequest import AWSRequest
 
@@ -102,7 +127,7 @@ def eks_token_ok(keys: Keys, cluster: str, token: str) -> bool:
     scope = query.get("X-Amz-Credential", "").split("/")
     if len(scope) != 5 or scope[0] != keys.access_key_id or scope[3] != "sts":
         return False
-    if not query.get("X-Amz-Expires", "").isdigit():
+    if not query.get("X-Amz-Expires", "").isdigit() or _token_expired(query.get("X-Amz-Date", "")):
         return False
     headers = {"host": parts.netloc, EKS_CLUSTER_HEADER: cluster}
     unsigned = parts._replace(query=urlencode(sorted(query.items()))).geturl()
@@ -110,6 +135,18 @@ def eks_token_ok(keys: Keys, cluster: str, token: str) -> bool:
     request.context["timestamp"] = query.get("X-Amz-Date", "")
     auth = SigV4QueryAuth(keys.credentials, "sts", scope[2], expires=int(query["X-Amz-Expires"]))
     return _same(auth, request, signature)
+
+
+def _signed_at(amz_date: str) -> datetime | None:
+    try:
+        return datetime.strptime(amz_date, SIGV4_TIME).replace(tzinfo=UTC)
+    except ValueError:
+        return None
+
+
+def _token_expired(amz_date: str) -> bool:
+    now, signed = datetime.now(UTC), _signed_at(amz_date)
+    return signed is None or not now - EKS_TOKEN_LIFETIME <= signed <= now + MAX_SKEW
 
 
 def _same(auth: SigV4Auth, request: AWSRequest, signature: str) -> bool:

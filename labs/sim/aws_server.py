@@ -27,7 +27,7 @@ from moto.moto_server.werkzeug_app import (
 )
 from werkzeug.serving import BaseWSGIServer, make_server
 
-from labs.sim.auth import Keys, signed_request_ok
+from labs.sim.auth import Keys, request_time_problem, signed_request_ok
 
 REFUSED = (
     "The security token included in the request is invalid: this rehearsal endpoint takes "
@@ -84,11 +84,15 @@ class AwsServer:
         path = environ.get("PATH_INFO", "")
         if path.startswith("/moto-api"):
             return _refuse(start_response, "403 Forbidden", "AccessDenied", CLOSED_API, True)
+        json_protocol = path != "/" or "HTTP_X_AMZ_TARGET" in environ
         if not signed_request_ok(self.keys, environ["REQUEST_METHOD"], _url(environ),
                                  _headers(environ), body):  # fmt: skip
-            json_protocol = path != "/" or "HTTP_X_AMZ_TARGET" in environ
             return _refuse(
                 start_response, "403 Forbidden", "InvalidClientTokenId", REFUSED, json_protocol
+            )
+        if stale := request_time_problem(environ.get("HTTP_X_AMZ_DATE", "")):
+            return _refuse(
+                start_response, "403 Forbidden", "InvalidSignatureException", stale, json_protocol
             )
         response = list(self._moto(environ, start_response))
         if environ["REQUEST_METHOD"] in _WRITES:

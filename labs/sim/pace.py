@@ -11,12 +11,14 @@ it is no Kubernetes resource, so discovery never lists it, but
 from __future__ import annotations
 
 import json
+import math
 import ssl
 import urllib.request
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from labs.settings import range_problem
 from labs.sim.store import BadRequest, MethodNotAllowed
 from labs.sim.timings import Timings, WorldClock
 
@@ -34,12 +36,13 @@ def control(timings: Timings, clock: WorldClock, on_change: Callable[[], None]) 
         if method == "PUT":
             wanted: Any = body.get("speed") if isinstance(body, dict) else None
             try:
-                timings.set_speed(float(wanted))
-                clock.set_speed(float(wanted))
+                speed = float(wanted)
             except (TypeError, ValueError):
-                raise BadRequest(
-                    f"speed must be a positive number (1 = real time), got {wanted!r}"
-                ) from None
+                speed = math.nan
+            if problem := range_problem("speed", speed):
+                raise BadRequest(f"speed {wanted!r} {problem} (1 = real time)")
+            timings.set_speed(speed)
+            clock.set_speed(speed)
             on_change()
         elif method != "GET":
             raise MethodNotAllowed(f"{method} is not allowed on /{PACE_PATH}: use GET or PUT")

@@ -14,6 +14,7 @@ import ssl
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from labs.state import DamagedFile, load_json
 ENDPOINTS = "endpoints.json"
 
 START_TIMEOUT = 60.0
+ANSWER_SECONDS = 2.0
 STOP_TIMEOUT = 15.0
 
 
@@ -46,15 +48,47 @@ def _alive(pid: int) -> bool:
 
 
 def _answers(endpoints: dict[str, Any]) -> bool:
+    return _silence(endpoints) is None
+
+
+def _silence(endpoints: dict[str, Any]) -> str | None:
+    """Why the process's two servers do not both answer within ANSWER_SECONDS; None if they do."""
     url, ca = endpoints.get("kube_url"), endpoints.get("kube_ca")
-    if not url or not ca:
-        return False
+    aws = endpoints.get("aws_endpoint_url")
+    if not url or not ca or not aws:
+        return "it names no kube_url, kube_ca or aws_endpoint_url"
     try:
         context = ssl.create_default_context(cadata=ca)
-        with urllib.request.urlopen(f"{url}/version", timeout=2, context=context) as response:
-            return response.status == 200
-    except (OSError, ssl.SSLError, ValueError):
-        return False
+        with urllib.request.urlopen(f"{url}/version", timeout=ANSWER_SECONDS, context=context):
+            pass
+    except (OSError, ssl.SSLError, ValueError) as error:
+        return f"its Kubernetes API {url} did not answer within {ANSWER_SECONDS:g} s ({error})"
+    try:
+        with urllib.request.urlopen(aws, timeout=ANSWER_SECONDS):
+            pass
+    except urllib.error.HTTPError:
+        pass  # an answer, even a refusal
+    except (OSError, ValueError) as error:
+        return f"its AWS endpoint {aws} did not answer within {ANSWER_SECONDS:g} s ({error})"
+    return None
+
+
+def why_silent(sim_dir: Path) -> str | None:
+    """Why this lab's rehearsal process cannot be read now, naming the file or endpoint and
+    the process; None when it answers."""
+    path = sim_dir / ENDPOINTS
+    try:
+        endpoints = load_json(path, _endpoints_problem)
+    except DamagedFile as error:
+        return f"its endpoints file {error}"
+    if not endpoints:
+        return f"its endpoints file {path} is missing"
+    pid = int(endpoints.get("pid", 0))
+    if not _alive(pid):
+        return f"its process (pid {pid}, from {path}) is not running"
+    if silence := _silence(endpoints):
+        return f"{silence}; endpoints from {path}, process {pid}"
+    return None
 
 
 def _endpoints_problem(endpoints: Any) -> str | None:
@@ -142,6 +176,7 @@ def stop(sim_dir: Path) -> list[int]:
     pids = processes(sim_dir)
     for pid in pids:
         os.kill(pid, signal.SIGTERM)
+        os.kill(pid, signal.SIGCONT)  # a stopped (SIGSTOP) process handles SIGTERM only now
     deadline = time.monotonic() + STOP_TIMEOUT
     while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
