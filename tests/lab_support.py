@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -83,6 +84,22 @@ def until(check, timeout: float = 60.0, what: str = "condition"):
             return value
         time.sleep(0.1)
     raise AssertionError(f"gave up waiting for {what}")
+
+
+def kill_when(args: list[str], env: dict[str, str], ready, what: str) -> int:
+    """Start `invoke ARGS` in a session of its own, SIGKILL the whole session once `ready()`
+    holds (a crash at that moment), and return its exit status."""
+    started = subprocess.Popen(
+        [INVOKE, *args], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        until(ready, what=what)
+        os.killpg(started.pid, signal.SIGKILL)
+        return started.wait(timeout=30)
+    finally:
+        if started.poll() is None:
+            os.killpg(started.pid, signal.SIGKILL)
 
 
 def healthy_status(env: dict[str, str], lab: str) -> list[str] | None:

@@ -26,7 +26,7 @@ from tool_support import require_tool, require_venv_tool
 from labs.sim.auth import Keys, eks_token_ok
 from labs.sim.controlplane import build
 from labs.sim.controlplane.run import ControlPlane
-from labs.sim.kubeconfig import write_kubeconfig
+from labs.sim.kubeconfig import kubeconfig_document, write_kubeconfig
 
 MANIFESTS = sorted(Path(__file__).resolve().parents[1].glob("scenarios/manifests/*.yaml"))
 EVENT_TIMEOUT = 30.0
@@ -106,9 +106,8 @@ def test_an_eks_token_for_the_lab_is_its_admin_and_any_other_token_is_refused(
     ca_data = base64.b64encode(plane.ca_pem.encode()).decode()
     answers = {}
     for cluster in (CLUSTER, "another-cluster"):
-        config = write_kubeconfig(
-            tmp_path / f"{cluster}.kubeconfig", plane.api_url, cluster, _eks_token(cluster), ca_data
-        )
+        document = kubeconfig_document(plane.api_url, cluster, _eks_token(cluster), ca_data)
+        config = write_kubeconfig(tmp_path / f"{cluster}.kubeconfig", document)
         answers[cluster] = kubectl_on(config, tmp_path / "cache", "auth", "whoami", "-o", "json")
     user = json.loads(answers[CLUSTER].stdout)["status"]["userInfo"]
     assert user["username"] == "lab-admin" and "system:masters" in user["groups"]

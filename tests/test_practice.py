@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 from pathlib import Path
 
 import pytest
-from lab_support import INVOKE, ROOT, cli_lab, healthy_status, run_invoke, until
+from lab_support import INVOKE, ROOT, cli_lab, healthy_status, kill_when, run_invoke, until
 from tool_support import require_tool, require_venv_tool
 
 import scenarios
@@ -192,22 +191,13 @@ def test_kill_9_during_a_start_is_undone_by_revert_all_and_recorded_abandoned(la
     state_dir, env = lab
     wait_healthy(env)
     before = len(hidden_in_journal(state_dir))
-    start = subprocess.Popen(
-        [INVOKE, "practice.start", "--lab", LAB, "--scenario", "gpu-node-foreign-taint",
+    kill_when(
+        ["practice.start", "--lab", LAB, "--scenario", "gpu-node-foreign-taint",
          "--who", "killed", "--speed", SPEED],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True,
+        env,
+        lambda: [e["state"] for e in hidden_in_journal(state_dir)[before:]] == ["kept"],
+        what="the fault to be in",
     )  # fmt: skip
-    try:
-        until(
-            lambda: [e["state"] for e in hidden_in_journal(state_dir)[before:]] == ["kept"],
-            what="the fault to be in",
-        )
-        os.killpg(start.pid, signal.SIGKILL)
-        start.wait(timeout=30)
-    finally:
-        if start.poll() is None:
-            os.killpg(start.pid, signal.SIGKILL)
     revert = run_invoke("scenario.revert", "--all", "--lab", LAB, env=env)
     assert revert.returncode == 0, revert.stdout + revert.stderr
     assert "reverted: gpu-node-foreign-taint" in revert.stdout

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest
 from kubernetes import client as k8s
 from kubernetes import config
-from lab_support import INVOKE, ROOT, cli_lab, healthy_status, invoke_env, run_invoke, until
+from lab_support import (
+    cli_lab,
+    healthy_status,
+    invoke_env,
+    kill_when,
+    run_invoke,
+    until,
+)
 
 import scenarios
 
@@ -122,22 +127,13 @@ def test_inject_shows_in_status_blocks_a_second_fault_and_revert_undoes_it(sim_l
 def test_a_killed_run_is_reverted_from_the_journal(sim_lab):
     state_dir, env = sim_lab
     before = len(_journal(state_dir, LAB))
-    run = subprocess.Popen(
-        [INVOKE, "scenario.run", "device-plugin-off", "--lab", LAB],
-        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )  # fmt: skip
-    try:
-        until(
-            lambda: any(e["state"] == "injected" for e in _journal(state_dir, LAB)[before:]),
-            what="the run to record its injection",
-        )
-        os.killpg(run.pid, signal.SIGKILL)
-        run.wait(timeout=10)
-    finally:
-        if run.poll() is None:
-            os.killpg(run.pid, signal.SIGKILL)
-    assert run.returncode == -signal.SIGKILL
+    status = kill_when(
+        ["scenario.run", "device-plugin-off", "--lab", LAB],
+        env,
+        lambda: any(e["state"] == "injected" for e in _journal(state_dir, LAB)[before:]),
+        what="the run to record its injection",
+    )
+    assert status == -signal.SIGKILL
     until(lambda: not _device_plugin_enabled(state_dir), what="the fault to be in place")
     revert = run_invoke("scenario.revert", "--all", "--lab", LAB, env=env)
     assert revert.returncode == 0, revert.stdout + revert.stderr

@@ -48,7 +48,7 @@ from labs.sim import (
     openapi,
 )
 from labs.sim.auth import new_token
-from labs.sim.kubeconfig import write_kubeconfig
+from labs.sim.kubeconfig import kubeconfig_document, write_kubeconfig
 from labs.sim.store import (
     BUILTIN_TYPES,
     PODS,
@@ -215,7 +215,8 @@ class ApiServer:
 
     def write_kubeconfig(self, path: Path | str, cluster_name: str = "sim") -> Path:
         """A kubeconfig pointing at this server, with its token (see `labs.sim.kubeconfig`)."""
-        return write_kubeconfig(path, self.url, cluster_name, self.token, self.tls.ca_data)
+        document = kubeconfig_document(self.url, cluster_name, self.token, self.tls.ca_data)
+        return write_kubeconfig(path, document)
 
     def authenticated(self, authorization: str) -> bool:
         """The `Authorization` header carries this server's token, or one `also_accept` takes."""

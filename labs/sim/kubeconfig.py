@@ -40,18 +40,9 @@ def kubeconfig_document(
     }
 
 
-def write_kubeconfig(
-    path: Path | str,
-    server_url: str,
-    cluster_name: str,
-    token: str,
-    ca_data: str,
-    user: str = "lab-admin",
-    credentials: dict[str, str] | None = None,
-) -> Path:
-    """Write the kubeconfig atomically (mode 0600, as kubectl expects) and return its path."""
+def write_kubeconfig(path: Path | str, document: dict) -> Path:
+    """Write a `kubeconfig_document` atomically (mode 0600, as kubectl expects); its path."""
     target = Path(path)
-    document = kubeconfig_document(server_url, cluster_name, token, ca_data, user, credentials)
     atomic_write_text(target, yaml.safe_dump(document, sort_keys=False))
     target.chmod(0o600)
     return target

@@ -25,7 +25,7 @@ from pathlib import Path
 from labs.errors import LabError
 from labs.sim.controlplane import build, pki
 from labs.sim.controlplane.webhook import TokenWebhook, write_webhook_config
-from labs.sim.kubeconfig import write_kubeconfig
+from labs.sim.kubeconfig import kubeconfig_document, write_kubeconfig
 
 LOOPBACK = "127.0.0.1"
 READY_TIMEOUT = 120.0
@@ -108,7 +108,8 @@ class ControlPlane:
         }
         ca_data = base64.b64encode(self.ca_pem.encode()).decode()
         path = self.home / f"{user}.kubeconfig"
-        return write_kubeconfig(path, self.api_url, "lab", "", ca_data, user, certificate)
+        document = kubeconfig_document(self.api_url, "lab", "", ca_data, user, certificate)
+        return write_kubeconfig(path, document)
 
     def _spawn(self, bin_dir: Path, name: str, args: list[str]) -> None:
         log = (self.home / "logs" / f"{name}.log").open("ab")

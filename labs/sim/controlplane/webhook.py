@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from labs.sim.controlplane import pki
-from labs.sim.kubeconfig import write_kubeconfig
+from labs.sim.kubeconfig import kubeconfig_document, write_kubeconfig
 
 # Who an accepted token is: the lab's administrator, in the group EKS's cluster creator had
 # under aws-auth (RBAC then grants everything, as on a fresh EKS cluster).
@@ -98,4 +98,5 @@ class TokenWebhook:
 
 def write_webhook_config(path: Path, url: str, ca_data: str) -> Path:
     """The kubeconfig-shaped file `--authentication-token-webhook-config-file` reads."""
-    return write_kubeconfig(path, url, "token-webhook", "", ca_data, "kube-apiserver", {})
+    document = kubeconfig_document(url, "token-webhook", "", ca_data, "kube-apiserver", {})
+    return write_kubeconfig(path, document)
