@@ -52,6 +52,8 @@ def free_port() -> int:
 
 
 def _die_with_parent() -> None:
+    """The kernel kills the child when the *thread* that started it ends: start a plane from a
+    thread that lives as long as it should."""
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
@@ -70,8 +72,16 @@ class ControlPlane:
     _webhook: TokenWebhook | None = None
 
     def start(self, say: Callable[[str], None] = print) -> None:
-        """Start etcd, then the API server, then both controllers; wait until /readyz says ok."""
+        """Start etcd, then the API server, then both controllers; wait until /readyz says ok.
+        A failure stops what already started before it is raised."""
         bin_dir = build.binaries(say)
+        try:
+            self._start(bin_dir)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, bin_dir: Path) -> None:
         pki_dir = self.home / "pki"
         ca, files = _write_pki(pki_dir)
         self.ca_pem = ca.cert_pem
