@@ -8,11 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from controlplane_support import rehearsals_under
 from scenario_support import SimLab, another_lab_record, ready_sim_lab, wait_ready
 from tool_support import require_tool
 
 from labs.sim.apiserver import ApiServer
-from labs.sim.controlplane.build import PROGRAMS
 from labs.sim.store import CLUSTER_POLICY, ObjectStore
 from labs.sim.tls import ServerTls
 
@@ -35,27 +35,11 @@ class Emulator:
         return self.server.tls
 
 
-def _rehearsals_under(root: Path) -> list[str]:
-    """`labs.sim serve` and control-plane processes whose files lie under `root`, as their
-    command lines."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        serves = "labs.sim" in argv and "serve" in argv
-        component = Path(argv[0]).name in PROGRAMS
-        if (serves or component) and any(str(root) in arg for arg in argv):
-            found.append(f"pid {entry.name}: {' '.join(argv)}")
-    return found
-
-
 @pytest.fixture(scope="session", autouse=True)
 def no_rehearsal_left_behind(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """After the whole session, no test may have left a rehearsal backend running."""
     yield
-    left = _rehearsals_under(tmp_path_factory.getbasetemp())
+    left = rehearsals_under(tmp_path_factory.getbasetemp())
     if left:
         pytest.fail("rehearsal backends left running by the tests:\n" + "\n".join(left))
 

@@ -20,7 +20,25 @@ from kubernetes import config
 from kubernetes.client import CoordinationV1Api
 from tool_support import require_tool
 
+from labs.sim.controlplane.build import PROGRAMS
 from labs.sim.controlplane.run import ControlPlane
+
+
+def rehearsals_under(root: Path) -> list[str]:
+    """`labs.sim serve` and control-plane processes whose files lie under `root`, as their
+    command lines."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        serves = "labs.sim" in argv and "serve" in argv
+        component = Path(argv[0]).name in PROGRAMS
+        if (serves or component) and any(str(root) in arg for arg in argv):
+            found.append(f"pid {entry.name}: {' '.join(argv)}")
+    return found
+
 
 # How often the copied nodes renew their Leases: well inside the controller manager's grace.
 HEARTBEAT_SECONDS = 3.0

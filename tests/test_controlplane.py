@@ -18,7 +18,13 @@ from typing import Any
 
 import pytest
 import yaml
-from controlplane_support import Heartbeats, kubectl_on, node_copy, running_control_plane
+from controlplane_support import (
+    Heartbeats,
+    kubectl_on,
+    node_copy,
+    rehearsals_under,
+    running_control_plane,
+)
 from scenario_support import SimLab
 from stack_spec import stack
 from tool_support import require_tool, require_venv_tool
@@ -155,13 +161,13 @@ def test_no_component_outlives_a_killed_starter(tmp_path: Path) -> None:
     )
     assert child.stdout is not None
     assert child.stdout.readline().strip() == "ready"
-    assert _components_under(home), "the control plane did not start"
+    assert rehearsals_under(home), "the control plane did not start"
     child.send_signal(signal.SIGKILL)
     child.wait()
     deadline = time.monotonic() + 10
-    while _components_under(home) and time.monotonic() < deadline:
+    while rehearsals_under(home) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert _components_under(home) == []
+    assert rehearsals_under(home) == []
 
 
 _START_AND_WAIT = """
@@ -172,18 +178,6 @@ ControlPlane(Path(sys.argv[1])).start(lambda line: None)
 print("ready", flush=True)
 time.sleep(600)
 """
-
-
-def _components_under(home: Path) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            argv = (entry / "cmdline").read_bytes().decode(errors="replace")
-        except OSError:
-            continue
-        if str(home) in argv and "python" not in argv.split("\0")[0]:
-            found.append(int(entry.name))
-    return found
 
 
 # --- side by side with the rehearsal ---------------------------------------------------------

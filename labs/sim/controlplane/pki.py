@@ -76,6 +76,20 @@ class Authority:
             _builder(name, name, key.public_key())
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .add_extension(
+                x509.KeyUsage(
+                    digital_signature=True,
+                    key_cert_sign=True,
+                    crl_sign=True,
+                    content_commitment=False,
+                    key_encipherment=False,
+                    data_encipherment=False,
+                    key_agreement=False,
+                    encipher_only=False,
+                    decipher_only=False,
+                ),
+                critical=True,
+            )  # fmt: skip
+            .add_extension(
                 x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False
             )
             .sign(key, hashes.SHA256())

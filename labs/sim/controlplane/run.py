@@ -26,8 +26,8 @@ from labs.errors import LabError
 from labs.sim.controlplane import build, pki
 from labs.sim.controlplane.webhook import TokenWebhook, write_webhook_config
 from labs.sim.kubeconfig import kubeconfig_document, write_kubeconfig
+from labs.sim.tls import LOOPBACK
 
-LOOPBACK = "127.0.0.1"
 READY_TIMEOUT = 120.0
 STOP_TIMEOUT = 10.0
 # The admission plugins EKS enables beyond the API server's defaults: it adds the

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import ssl
-import tempfile
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,6 +18,7 @@ from typing import Any
 
 from labs.sim.controlplane import pki
 from labs.sim.kubeconfig import kubeconfig_document, write_kubeconfig
+from labs.sim.tls import ServerTls
 
 # Who an accepted token is: the lab's administrator, in the group EKS's cluster creator had
 # under aws-auth (RBAC then grants everything, as on a fresh EKS cluster).
@@ -81,13 +81,7 @@ class TokenWebhook:
 
     def _tls(self, host: str) -> ssl.SSLContext:
         issued = self._ca.issue("token-webhook", server=True, addresses=(host,))
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        with tempfile.TemporaryDirectory() as scratch:  # load_cert_chain reads only files
-            chain, key = Path(scratch, "chain.pem"), Path(scratch, "key.pem")
-            chain.write_text(issued.cert_pem + self._ca.cert_pem)
-            key.write_text(issued.key_pem)
-            context.load_cert_chain(chain, key)
-        return context
+        return ServerTls(self._ca.cert_pem, issued.cert_pem, issued.key_pem).server_context()
 
     def stop(self) -> None:
         if self._server is not None:
