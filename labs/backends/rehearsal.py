@@ -112,8 +112,9 @@ class RehearsalBackend:
     def start(self, lab: Lab, console: Console) -> None:
         """Start the world unless it runs; a new one is left at a person's pace (real time):
         programs speed it up only for their own runs (`program_pace`)."""
-        _refuse_a_second_world(lab)
-        new = process.running_endpoints(lab.paths.sim_dir) is None
+        silent = process.why_silent(lab.paths.sim_dir)
+        _refuse_a_second_world(lab, silent)
+        new = silent is not None
         endpoints = process.start(lab.paths.sim_dir, lab.settings.speed, lab.name, lab.region)
         if new:
             pace.write_speed(endpoints, self.person_speed(lab, None))
@@ -232,10 +233,9 @@ class RehearsalBackend:
         return exports | {key.upper(): str(endpoints.get(key, "")) for key in CREDENTIAL_KEYS}
 
 
-def _refuse_a_second_world(lab: Lab) -> None:
-    """One backend per lab: a process of the lab's that does not answer (frozen, wrong ports
-    in its endpoints file) keeps its world, so a second one would orphan it."""
-    why = process.why_silent(lab.paths.sim_dir)
+def _refuse_a_second_world(lab: Lab, why: str | None) -> None:
+    """One backend per lab: a process of the lab's that does not answer (`why`: frozen, wrong
+    ports in its endpoints file) keeps its world, so a second one would orphan it."""
     pids = process.processes(lab.paths.sim_dir) if why else []
     if pids:
         raise LabError(

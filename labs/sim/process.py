@@ -107,10 +107,7 @@ def recorded_endpoints(sim_dir: Path) -> dict[str, Any]:
 
 def running_endpoints(sim_dir: Path) -> dict[str, Any] | None:
     """The endpoints of this lab's rehearsal process if it is alive and answering, else None."""
-    endpoints = recorded_endpoints(sim_dir)
-    if not endpoints or not _alive(int(endpoints.get("pid", 0))) or not _answers(endpoints):
-        return None
-    return endpoints
+    return recorded_endpoints(sim_dir) if why_silent(sim_dir) is None else None
 
 
 def start(sim_dir: Path, speed: float, cluster_name: str, region: str) -> dict[str, Any]:
