@@ -9,11 +9,13 @@ checks every request's SigV4 signature against the world's keys and refuses `/mo
 outright; the world resets moto in-process instead.
 
 It also says when a write went through (`on_write`), so the controllers that play AWS
-(the node groups, the schedules) wait for one instead of polling moto.
+(the node groups, the schedules) wait for one instead of polling moto; and it serves the
+world's own controls (`controls`, such as its pace) to holders of the world's token.
 """
 
 from __future__ import annotations
 
+import hmac
 import io
 import json
 import threading
@@ -28,6 +30,7 @@ from moto.moto_server.werkzeug_app import (
 from werkzeug.serving import BaseWSGIServer, make_server
 
 from labs.sim.auth import Keys, request_time_problem, signed_request_ok
+from labs.sim.resources import StoreError
 
 REFUSED = (
     "The security token included in the request is invalid: this rehearsal endpoint takes "
@@ -51,6 +54,9 @@ class AwsServer:
     def __init__(self, keys: Keys, host: str = "127.0.0.1") -> None:
         self.keys = keys
         self._on_write: list[tuple[str, Callable[[], None]]] = []
+        # "/path" -> handler(method, JSON body) -> JSON answer; only with `control_token`.
+        self.controls: dict[str, Callable[[str, Any], dict]] = {}
+        self.control_token = ""
         self._moto = DomainDispatcherApplication(create_backend_app)
         self._server: BaseWSGIServer = make_server(
             host, 0, self._app, threaded=True, request_handler=MotoRequestHandler
@@ -82,6 +88,8 @@ class AwsServer:
         body = environ["wsgi.input"].read(length) if length else b""
         environ["wsgi.input"] = io.BytesIO(body)
         path = environ.get("PATH_INFO", "")
+        if path in self.controls:
+            return self._control(environ, start_response, path, body)
         if path.startswith("/moto-api"):
             return _refuse(start_response, "403 Forbidden", "AccessDenied", CLOSED_API, True)
         json_protocol = path != "/" or "HTTP_X_AMZ_TARGET" in environ
@@ -100,6 +108,32 @@ class AwsServer:
                 if path.startswith(prefix):
                     callback()
         return response
+
+    def _control(
+        self, environ: dict[str, Any], start_response: StartResponse, path: str, body: bytes
+    ) -> list[bytes]:
+        given = environ.get("HTTP_AUTHORIZATION", "").removeprefix("Bearer ").strip()
+        if not self.control_token or not hmac.compare_digest(given, self.control_token):
+            return _answer(
+                start_response, "401 Unauthorized", {"message": "not this world's token"}
+            )
+        try:
+            request = json.loads(body) if body else None
+            answer = self.controls[path](environ["REQUEST_METHOD"], request)
+        except StoreError as error:
+            return _answer(
+                start_response, f"{error.code} {error.reason}", {"message": error.message}
+            )
+        except ValueError as error:
+            return _answer(start_response, "400 BadRequest", {"message": f"not JSON: {error}"})
+        return _answer(start_response, "200 OK", answer)
+
+
+def _answer(start_response: StartResponse, status: str, document: dict) -> list[bytes]:
+    body = json.dumps(document).encode()
+    start_response(status, [("Content-Type", "application/json"),
+                            ("Content-Length", str(len(body)))])  # fmt: skip
+    return [body]
 
 
 def _url(environ: dict[str, Any]) -> str:

@@ -1,8 +1,8 @@
 """kubelet's streaming side: `exec` and `attach` into the world's containers.
 
-The API emulator hands a pod's exec/attach stream here (as the API server proxies it to
-the pod's kubelet). Checks happen before the stream opens, with the messages a real
-cluster gives: the pod must exist and be bound to a node, the container must exist and run.
+The node endpoint (the kubelet API the API server proxies `kubectl exec`/`attach` to) runs
+`python -m labs.sim.node_exec` for each stream, which lands here. Checks come first, with the
+messages a real cluster gives: the pod must be bound to a node, the container must run.
 
 `exec` runs the command through `labs.sim.programs`. `attach` joins the container's own
 process: a container started with `stdin` (what `kubectl debug -i`/`kubectl run -i` create)
@@ -14,13 +14,15 @@ shows nothing and lasts until the pod stops running or the client leaves.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
+from labs.sim.container_logs import ContainerLogs
 from labs.sim.controllers.kubelet import finish_container
+from labs.sim.kube_api import KubeApi
 from labs.sim.programs import Process, Terminal, container_command, exec_argv, run_default
-from labs.sim.store import NODES, PODS, BadRequest, NotFound, ObjectStore
+from labs.sim.resources import NODES, PODS, BadRequest, NotFound
 
 POLL_SECONDS = 0.25
 
@@ -50,12 +52,11 @@ class Recorded:
 
 
 class ContainerRuntime:
-    """exec/attach for the pods of one world's store."""
+    """exec/attach for the pods of one world, read through its API server."""
 
-    def __init__(self, store: ObjectStore) -> None:
+    def __init__(self, store: KubeApi, logs: ContainerLogs) -> None:
         self.store = store
-        self._attached: set[str] = set()  # interactive containers whose process has run
-        self._lock = threading.Lock()
+        self._logs = logs
 
     def check(self, namespace: str, name: str, container: str | None) -> Process:
         """The process context of a running container; BadRequest/NotFound otherwise."""
@@ -88,21 +89,20 @@ class ContainerRuntime:
 
     def attach(self, process: Process, term: Terminal, gone: Callable[[], bool]) -> None:
         pod = process.pod
-        key = f"{pod['metadata']['uid']}/{process.container['name']}"
-        with self._lock:
-            first = process.container.get("stdin") and key not in self._attached
-            self._attached.add(key)
+        marker = self._logs.path(
+            pod["metadata"]["namespace"], pod["metadata"]["name"], process.container["name"]
+        ).with_suffix(".attached")
+        first = bool(process.container.get("stdin")) and _claim(marker)
         if not first:
             self._wait_while_running(process, gone)
             return
         recorded = Recorded(term)
         command = container_command(process.container)
         code = exec_argv(command, process, recorded) if command else run_default(process, recorded)
-        namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
-        self.store.append_pod_log(namespace, name, recorded.text)
+        self._logs.append(pod, recorded.text, process.container["name"])
         end = finish_container(process.container["name"], code)
         try:
-            self.store.update(PODS, name, end, namespace)
+            self.store.update(PODS, pod["metadata"]["name"], end, pod["metadata"]["namespace"])
         except NotFound:
             pass
 
@@ -116,3 +116,13 @@ class ContainerRuntime:
             if pod["metadata"]["uid"] != meta["uid"] or pod["status"].get("phase") != "Running":
                 return
             time.sleep(POLL_SECONDS)
+
+
+def _claim(marker: Path) -> bool:
+    """True for the first caller only, across processes: the container's process runs once."""
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        marker.touch(exist_ok=False)
+    except FileExistsError:
+        return False
+    return True

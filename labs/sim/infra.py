@@ -42,7 +42,7 @@ from labs.sim.aws_seed import (
     rule_ids,
 )
 from labs.sim.controllers.gpu_operator import DEFAULT_TOLERATIONS, daemonset_manifest
-from labs.sim.controllers.workloads import STARTUP_ANNOTATION
+from labs.sim.controllers.placement import STARTUP_ANNOTATION
 from labs.sim.kubeconfig import kubeconfig_document
 from labs.sim.timings import REAL_WORLD_SECONDS
 

@@ -2,20 +2,27 @@
 
 Nodes come from the node lifecycle controller (one per EC2 instance of each node group);
 this adds what EKS add-ons put in kube-system (coredns Deployment, aws-node and
-kube-proxy DaemonSets) and serves the ClusterPolicy resource type, as if its CRD were
-installed, so `kubectl get clusterpolicies` answers "No resources found" before helm runs.
+kube-proxy DaemonSets; their pods come from the real controllers) and installs the GPU
+Operator's ClusterPolicy CRD (its v26.3.1 schema), so `kubectl get clusterpolicies` answers
+"No resources found" before helm runs.
 """
 
 from __future__ import annotations
 
-from labs.sim.store import CLUSTER_POLICY, DAEMONSETS, DEPLOYMENTS, ObjectStore
+import json
+import time
+from pathlib import Path
 
+from labs.sim.kube_api import KubeApi
+from labs.sim.resources import CLUSTER_POLICY, CRDS, DAEMONSETS, DEPLOYMENTS, ResourceType
+
+DATA = Path(__file__).parent / "data"
 ADDON_REGISTRY = "602401143452.dkr.ecr.ap-northeast-2.amazonaws.com/eks"
 
 
-def seed_cluster(store: ObjectStore) -> None:
-    """Create the add-on workloads (their pods follow from the workload controller)."""
-    store.register(CLUSTER_POLICY)
+def seed_cluster(store: KubeApi) -> None:
+    """Install the ClusterPolicy CRD and create the add-on workloads."""
+    install_crd(store, CLUSTER_POLICY)
     store.create(
         DEPLOYMENTS,
         {
@@ -61,3 +68,45 @@ def _template(labels: dict, name: str, image: str, requests: dict, tolerations: 
             "containers": [{"name": name, "image": image, "resources": {"requests": requests}}],
         },
     }
+
+
+def install_crd(store: KubeApi, rtype: ResourceType, timeout: float = 30.0) -> None:
+    """Create the CustomResourceDefinition of `rtype` and wait until the API serves it."""
+    schema = json.loads((DATA / rtype.schema).read_text())
+    columns = [
+        {"name": column, "type": "string", "jsonPath": f".{path}"}
+        for column, path in rtype.printer_columns
+    ]
+    columns.append({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"})
+    version = {
+        "name": rtype.version,
+        "served": True,
+        "storage": True,
+        "schema": {"openAPIV3Schema": schema},
+        "subresources": {"status": {}} if "status" in rtype.subresources else {},
+        "additionalPrinterColumns": columns,
+    }
+    store.create(
+        CRDS,
+        {
+            "metadata": {"name": rtype.ref},
+            "spec": {
+                "group": rtype.group,
+                "names": {
+                    "kind": rtype.kind,
+                    "listKind": f"{rtype.kind}List",
+                    "plural": rtype.plural,
+                    "singular": rtype.singular,
+                },
+                "scope": "Namespaced" if rtype.namespaced else "Cluster",
+                "versions": [version],
+            },
+        },
+    )
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        conditions = (store.get(CRDS, rtype.ref).get("status") or {}).get("conditions") or []
+        if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"the API server did not establish the CRD {rtype.ref} in {timeout:.0f} s")

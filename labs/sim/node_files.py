@@ -22,7 +22,8 @@ from datetime import UTC, datetime
 from labs.sim.controllers.device_plugin import DEVICE_PLUGIN_APP
 from labs.sim.controllers.gpu_operator import OPERANDS
 from labs.sim.controllers.placement import pod_ready
-from labs.sim.store import PODS, ObjectStore
+from labs.sim.kube_api import KubeApi
+from labs.sim.resources import PODS
 
 DEVICE_PLUGINS_DIR = "/var/lib/kubelet/device-plugins"
 VALIDATIONS_DIR = "/run/nvidia/validations"
@@ -59,7 +60,7 @@ def _when(timestamp: str | None) -> datetime:
     return datetime.strptime(timestamp[:19], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
 
 
-def _serving_since(store: ObjectStore, node: dict, app: str) -> datetime | None:
+def _serving_since(store: KubeApi, node: dict, app: str) -> datetime | None:
     """When the Ready pod of `app` on the node started, None when there is none."""
     name = node["metadata"]["name"]
     pods = store.list(PODS, label_selector=f"app={app}", field_selector=f"spec.nodeName={name}")[0]
@@ -67,7 +68,7 @@ def _serving_since(store: ObjectStore, node: dict, app: str) -> datetime | None:
     return _when(ready[0]["status"].get("startTime")) if ready else None
 
 
-def _device_plugins(store: ObjectStore, node: dict) -> list[Entry]:
+def _device_plugins(store: KubeApi, node: dict) -> list[Entry]:
     booted = _when(node["metadata"].get("creationTimestamp"))
     files = [
         Entry("kubelet.sock", "srwxr-xr-x.", 1, 0, 0, booted),
@@ -85,7 +86,7 @@ def _device_plugins(store: ObjectStore, node: dict) -> list[Entry]:
     ]
 
 
-def _validations(store: ObjectStore, node: dict) -> list[Entry]:
+def _validations(store: KubeApi, node: dict) -> list[Entry]:
     booted = _when(node["metadata"].get("creationTimestamp"))
     validator = _serving_since(store, node, VALIDATOR_APP)
     files: list[Entry] = []
@@ -109,7 +110,7 @@ def _validations(store: ObjectStore, node: dict) -> list[Entry]:
 DIRECTORIES = {DEVICE_PLUGINS_DIR: _device_plugins, VALIDATIONS_DIR: _validations}
 
 
-def listing(store: ObjectStore, node: dict, path: str) -> list[Entry] | None:
+def listing(store: KubeApi, node: dict, path: str) -> list[Entry] | None:
     """The entries of a host directory the world knows (`.` and `..` first), else None."""
     make = DIRECTORIES.get(path.rstrip("/") or "/")
     return make(store, node) if make is not None else None

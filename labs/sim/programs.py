@@ -42,8 +42,8 @@ from labs.sim.hardware import (
     TOOLKIT_VERSION,
     gpu_uuid,
 )
+from labs.sim.kube_api import KubeApi
 from labs.sim.nvidia_runtime import container_env, injected_gpus
-from labs.sim.store import ObjectStore
 
 NOT_MODELLED = "the rehearsal world does not model"
 _VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\?|\w+))")
@@ -90,7 +90,7 @@ class Captured:
 class Process:
     """A process in a container: its pod and node, the root `chroot` gave it, its cwd."""
 
-    store: ObjectStore
+    store: KubeApi
     pod: dict
     container: dict
     node: dict
@@ -187,7 +187,7 @@ def container_command(container: dict) -> list[str]:
     return [str(x) for x in (container.get("command") or []) + (container.get("args") or [])]
 
 
-def run_container(store: ObjectStore, pod: dict, container: dict, node: dict) -> tuple[str, int]:
+def run_container(store: KubeApi, pod: dict, container: dict, node: dict) -> tuple[str, int]:
     """What a non-interactive container prints and its exit code (kubelet's run to completion)."""
     term = Captured()
     argv = container_command(container)

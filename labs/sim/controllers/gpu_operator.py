@@ -30,11 +30,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from labs.sim.container_logs import ContainerLogs
 from labs.sim.controllers.base import Controller
-from labs.sim.controllers.placement import pod_ready
-from labs.sim.controllers.workloads import STARTUP_FROM_ANNOTATION, owner_reference
+from labs.sim.controllers.placement import STARTUP_FROM_ANNOTATION, owner_reference, pod_ready
 from labs.sim.hardware import GPU_MEMORY_MIB, GPU_PRODUCT_LABEL, NVIDIA_PCI_LABEL
-from labs.sim.store import (
+from labs.sim.kube_api import KubeApi
+from labs.sim.resources import (
     CLUSTER_POLICY,
     DAEMONSETS,
     DEPLOYMENTS,
@@ -43,7 +44,6 @@ from labs.sim.store import (
     RUNTIMECLASSES,
     SERVICES,
     NotFound,
-    ObjectStore,
     now_rfc3339,
 )
 from labs.sim.timings import Timings
@@ -217,8 +217,9 @@ def is_enabled(policy: dict, item: Operand) -> bool:
 class GpuOperator(Controller):
     watched = (DEPLOYMENTS, DAEMONSETS, NODES, CLUSTER_POLICY)
 
-    def __init__(self, store: ObjectStore, timings: Timings) -> None:
+    def __init__(self, store: KubeApi, timings: Timings, logs: ContainerLogs) -> None:
         super().__init__(store, timings)
+        self._logs = logs
         self._seen: object = None
         self._act_at = 0.0
         self._changed_at = 0.0  # wall-clock time the current inputs were first seen
@@ -376,7 +377,6 @@ class GpuOperator(Controller):
 
     def _log(self, operator_pod: dict, statuses: dict[str, str], gpu_node_count: int) -> None:
         pod = operator_pod["metadata"]
-        namespace = pod["namespace"]
         story = (pod["uid"], gpu_node_count, tuple(statuses[s] for s in STEP_ORDER))
         if story == self._logged:
             return
@@ -385,7 +385,7 @@ class GpuOperator(Controller):
             _log_line("ClusterPolicy step completed", **{"state:": step, "status": statuses[step]})
             for step in STEP_ORDER
         ]
-        self.store.append_pod_log(namespace, pod["name"], "".join(lines))
+        self._logs.append(operator_pod, "".join(lines))
         self._logged = story
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from kubernetes.utils import parse_quantity as quantity
+
 from labs.kube.scheduling import (
     daemon_pod_tolerations,
     selector_matches,
@@ -16,8 +18,7 @@ from labs.kube.scheduling import (
     tolerates_taint,
     untolerated_taints,
 )
-from labs.sim.api_defaults import quantity
-from labs.sim.store import now_rfc3339
+from labs.sim.resources import now_rfc3339
 
 
 def pod_requests(pod: dict) -> dict[str, Decimal]:
@@ -83,3 +84,21 @@ __all__ = [
     "tolerates_taint",
     "untolerated_taints",
 ]
+
+
+# Real-world seconds from container start to Ready, on a pod (or its template); and when a
+# rollout began (wall-clock seconds), on an operand DaemonSet, so its pods count from then.
+STARTUP_ANNOTATION = "sim.eks-gpu-lab/startup-seconds"
+STARTUP_FROM_ANNOTATION = "sim.eks-gpu-lab/startup-from"
+
+
+def owner_reference(owner: dict) -> dict:
+    """The controller reference an object's owner puts on it (garbage collection follows it)."""
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": owner["metadata"]["name"],
+        "uid": owner["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }

@@ -57,6 +57,16 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+@dataclass(frozen=True)
+class Credentials:
+    """Where the API server is and a client certificate to use there."""
+
+    url: str
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+
+
 @dataclass
 class ControlPlane:
     """The four processes of one lab and where they keep their files."""
@@ -173,6 +183,13 @@ class ControlPlane:
         self._processes.clear()
         if self._webhook is not None:
             self._webhook.stop()
+
+    def credentials(self, user: str) -> Credentials:
+        """The client certificate of `user` ("admin", a component) on this plane."""
+        pki_dir = self.home / "pki"
+        return Credentials(
+            self.api_url, pki_dir / "ca.crt", pki_dir / f"{user}.crt", pki_dir / f"{user}.key"
+        )
 
     @property
     def pids(self) -> dict[str, int]:

@@ -1,0 +1,50 @@
+"""What the world's containers print, kept where a kubelet keeps it: one file per container.
+
+The files use the CRI log format the kubelet reads (`<RFC3339Nano> stdout F <line>`), so the
+node endpoint serves `kubectl logs` (with `--timestamps`, `--since`, `--tail`, `-f`) from them
+as a kubelet serves /var/log/pods. Layout: `<root>/<namespace>_<pod>/<container>.log`.
+"""
+
+from __future__ import annotations
+
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+
+
+class ContainerLogs:
+    """Appends container output to its log file; removes a pod's logs when it is gone."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+
+    def path(self, namespace: str, pod: str, container: str) -> Path:
+        return self.root / f"{namespace}_{pod}" / f"{container}.log"
+
+    def append(
+        self, pod: dict, text: str, container: str | None = None, stream: str = "stdout"
+    ) -> None:
+        """Add `text` (whole lines) to `container`'s log, the pod's first container by default."""
+        if not text:
+            return
+        meta = pod["metadata"]
+        name = container or (pod["spec"].get("containers") or [{"name": "main"}])[0]["name"]
+        target = self.path(meta["namespace"], meta["name"], name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        lines = text.splitlines()
+        with target.open("a", encoding="utf-8") as log:
+            log.writelines(f"{stamp} {stream} F {line}\n" for line in lines)
+
+    def text(self, namespace: str, pod: str, container: str) -> str:
+        """The log as `kubectl logs` prints it (for the world's own readers and tests)."""
+        target = self.path(namespace, pod, container)
+        if not target.exists():
+            return ""
+        lines = target.read_text(encoding="utf-8").splitlines()
+        return "".join(line.split(" ", 3)[3] + "\n" for line in lines if line.count(" ") >= 3)
+
+    def forget(self, namespace: str, pod: str) -> None:
+        """A deleted pod's logs go with it, as the kubelet removes them."""
+        shutil.rmtree(self.root / f"{namespace}_{pod}", ignore_errors=True)
