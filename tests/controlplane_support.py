@@ -20,13 +20,13 @@ from kubernetes import config
 from kubernetes.client import CoordinationV1Api
 from tool_support import require_tool
 
-from labs.sim.controlplane.build import PROGRAMS
+from labs.sim.controlplane.build import NODE_ENDPOINT, PROGRAMS
 from labs.sim.controlplane.run import ControlPlane
 
 
 def rehearsals_under(root: Path) -> list[str]:
-    """`labs.sim serve` and control-plane processes whose files lie under `root`, as their
-    command lines."""
+    """`labs.sim serve`, control-plane and node-endpoint processes whose files lie under `root`,
+    as their command lines."""
     found = []
     for entry in Path("/proc").iterdir():
         try:
@@ -34,7 +34,7 @@ def rehearsals_under(root: Path) -> list[str]:
         except OSError:
             continue
         serves = "labs.sim" in argv and "serve" in argv
-        component = Path(argv[0]).name in PROGRAMS
+        component = Path(argv[0]).name in (*PROGRAMS, NODE_ENDPOINT)
         if (serves or component) and any(str(root) in arg for arg in argv):
             found.append(f"pid {entry.name}: {' '.join(argv)}")
     return found

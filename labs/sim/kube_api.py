@@ -31,6 +31,7 @@ from labs.sim.resources import (
     NotFound,
     ResourceType,
     StoreError,
+    resolve,
 )
 
 log = logging.getLogger(__name__)
@@ -68,17 +69,19 @@ class KubeApi:
 
     # ---- reads -----------------------------------------------------------------------
 
-    def get(self, rtype: ResourceType, name: str, namespace: str | None = None) -> dict:
+    def get(self, ref: ResourceType | str, name: str, namespace: str | None = None) -> dict:
+        rtype = resolve(ref)
         return self._typed(rtype, self._call("GET", _path(rtype, namespace, name)))
 
     def list(
         self,
-        rtype: ResourceType,
+        ref: ResourceType | str,
         namespace: str | None = None,
         label_selector: str = "",
         field_selector: str = "",
     ) -> tuple[list[dict], str]:
         """Matching objects sorted by namespace and name, and the list's resourceVersion."""
+        rtype = resolve(ref)
         query = {"labelSelector": label_selector, "fieldSelector": field_selector}
         answer = self._call("GET", _path(rtype, namespace or None), query=query)
         items = [self._typed(rtype, item) for item in answer.get("items") or []]
@@ -87,25 +90,28 @@ class KubeApi:
 
     # ---- writes ----------------------------------------------------------------------
 
-    def create(self, rtype: ResourceType, obj: dict, namespace: str | None = None) -> dict:
+    def create(self, ref: ResourceType | str, obj: dict, namespace: str | None = None) -> dict:
+        rtype = resolve(ref)
         namespace = namespace or obj.get("metadata", {}).get("namespace")
         body = {"apiVersion": rtype.api_version, "kind": rtype.kind, **obj}
         return self._typed(rtype, self._call("POST", _path(rtype, namespace), body))
 
-    def replace(self, rtype: ResourceType, obj: dict, subresource: str | None = None) -> dict:
+    def replace(self, ref: ResourceType | str, obj: dict, subresource: str | None = None) -> dict:
+        rtype = resolve(ref)
         metadata = obj["metadata"]
         path = _path(rtype, metadata.get("namespace"), metadata["name"], subresource)
         return self._typed(rtype, self._call("PUT", path, obj))
 
     def update(
         self,
-        rtype: ResourceType,
+        ref: ResourceType | str,
         name: str,
         mutate: Callable[[dict], None],
         namespace: str | None = None,
     ) -> dict:
         """Read, let `mutate` edit a copy, write back (status through its subresource);
         on Conflict read again and repeat, as a controller's retry loop does."""
+        rtype = resolve(ref)
         for attempt in range(UPDATE_ATTEMPTS):
             current = self.get(rtype, name, namespace)
             working = json.loads(json.dumps(current))
@@ -130,20 +136,21 @@ class KubeApi:
 
     def patch(
         self,
-        rtype: ResourceType,
+        ref: ResourceType | str,
         name: str,
         patch: Any,
         namespace: str | None = None,
         subresource: str | None = None,
     ) -> dict:
         """A JSON merge patch."""
+        rtype = resolve(ref)
         path = _path(rtype, namespace, name, subresource)
         content = "application/merge-patch+json"
         return self._typed(rtype, self._call("PATCH", path, patch, content_type=content))
 
     def delete(
         self,
-        rtype: ResourceType,
+        ref: ResourceType | str,
         name: str,
         namespace: str | None = None,
         preconditions: dict | None = None,
@@ -151,6 +158,7 @@ class KubeApi:
     ) -> dict:
         """Delete as kubectl does (dependents in the background); `grace_seconds=0` is how a
         kubelet removes a pod it has stopped."""
+        rtype = resolve(ref)
         body: dict[str, Any] = {
             "kind": "DeleteOptions",
             "apiVersion": "v1",
@@ -164,8 +172,9 @@ class KubeApi:
 
     # ---- watches ---------------------------------------------------------------------
 
-    def watch(self, rtype: ResourceType, namespace: str | None = None) -> KubeWatch:
+    def watch(self, ref: ResourceType | str, namespace: str | None = None) -> KubeWatch:
         """Events for one type from now on, the current objects first as ADDED."""
+        rtype = resolve(ref)
         return KubeWatch(self, rtype, namespace)
 
     def open_stream(self, path: str, query: dict[str, str]) -> urllib3.BaseHTTPResponse:

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from labs.sim.kube_api import KubeApi
-from labs.sim.resources import CLUSTER_POLICY, CRDS, DAEMONSETS, DEPLOYMENTS, ResourceType
+from labs.sim.resources import CLUSTER_POLICY, CRDS, DAEMONSETS, DEPLOYMENTS, ResourceType, StoreError
 
 DATA = Path(__file__).parent / "data"
 ADDON_REGISTRY = "602401143452.dkr.ecr.ap-northeast-2.amazonaws.com/eks"
@@ -107,6 +107,10 @@ def install_crd(store: KubeApi, rtype: ResourceType, timeout: float = 30.0) -> N
     while time.monotonic() < deadline:
         conditions = (store.get(CRDS, rtype.ref).get("status") or {}).get("conditions") or []
         if any(c["type"] == "Established" and c["status"] == "True" for c in conditions):
-            return
+            try:  # established, and its storage answers (it says "(re)initializing" at first)
+                store.list(rtype)
+                return
+            except StoreError:
+                pass
         time.sleep(0.1)
     raise RuntimeError(f"the API server did not establish the CRD {rtype.ref} in {timeout:.0f} s")

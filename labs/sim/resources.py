@@ -154,3 +154,16 @@ LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True)
 CRDS = ResourceType(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
 )
+
+
+_KNOWN = {t.ref: t for t in (*BUILTIN_TYPES, CLUSTER_POLICY, LEASES, CRDS)}
+
+
+def resolve(ref: str | ResourceType) -> ResourceType:
+    """A type by its constant or its `plural.group` name ("pods", "clusterpolicies.nvidia.com")."""
+    if isinstance(ref, ResourceType):
+        return ref
+    try:
+        return _KNOWN[ref]
+    except KeyError:
+        raise NotFound(f'the world knows no resource type "{ref}"') from None

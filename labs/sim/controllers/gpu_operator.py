@@ -484,7 +484,7 @@ def daemonset_manifest(
         "metadata": {"name": name, "labels": dict(labels)},
         "spec": {
             "selector": {"matchLabels": dict(labels)},
-            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "1"}},
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
             "template": {
                 "metadata": {"labels": dict(labels)},
                 "spec": {

@@ -1,4 +1,5 @@
-"""`python -m labs.sim.controlplane`: build (or find) the control plane's programs ahead of use.
+"""`python -m labs.sim.controlplane`: build (or find) the control plane's programs and the node
+endpoint ahead of use.
 
 The README's set-up runs it so the first build's 20-35 minutes show as progress there, not as
 a silent wait inside the first rehearsal or test.
@@ -8,12 +9,17 @@ from __future__ import annotations
 
 import sys
 
-from labs.sim.controlplane.build import ControlPlaneUnavailable, binaries
+from labs.sim.controlplane.build import ControlPlaneUnavailable, binaries, node_endpoint_binary
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
 
 
 def main() -> int:
     try:
-        print(f"control plane programs: {binaries(lambda line: print(line, flush=True))}")
+        print(f"control plane programs: {binaries(say)}", flush=True)
+        print(f"node endpoint: {node_endpoint_binary(say)}")
     except ControlPlaneUnavailable as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -5,10 +5,16 @@ them). Prebuilt binaries win when the user has them (a directory named by
 `EKS_GPU_LAB_CONTROL_PLANE_BIN`, or the envtest convention `KUBEBUILDER_ASSETS` when it holds
 all four); otherwise the first use builds them from their Go modules into a per-version cache
 outside the repository, printing what it builds and for how long, and later uses reuse them.
+
+The same module also builds the project's own node endpoint (`cmd/node-endpoint`, the kubelet
+API every simulated node points at). It is our code, so its cache entry is named by a hash of
+the module's Go sources, go.mod and go.sum: an edit builds it afresh, and prebuilt directories
+never supply it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -34,6 +40,8 @@ PROGRAMS = {
     "kube-controller-manager": f"{KUBERNETES_MODULE}/cmd/kube-controller-manager",
     "kube-apiserver": f"{KUBERNETES_MODULE}/cmd/kube-apiserver",
 }
+NODE_ENDPOINT = "node-endpoint"
+NODE_ENDPOINT_PACKAGE = "./cmd/node-endpoint"
 PROGRESS_EVERY = 30.0
 
 Say = Callable[[str], None]
@@ -162,11 +170,15 @@ def build(versions: Versions, target: Path, say: Say = print) -> None:
 
 
 def _build_one(go: str, name: str, versions: Versions, target: Path, label: str, say: Say) -> None:
-    partial = target / f".{name}.partial"
-    command = [go, "build", "-trimpath", "-ldflags", version_ldflags(versions.kubernetes)]
-    command += ["-o", str(partial), PROGRAMS[name]]
+    _go_build(go, PROGRAMS[name], target / name, version_ldflags(versions.kubernetes), label, say)
+
+
+def _go_build(go: str, package: str, output: Path, ldflags: str, label: str, say: Say) -> None:
+    """`go build` one package into `output`, ticking while it runs; a failure says why."""
+    partial = output.with_name(f".{output.name}.partial")
+    command = [go, "build", "-trimpath", "-ldflags", ldflags, "-o", str(partial), package]
     started = time.monotonic()
-    say(f"  {label}: go build {PROGRAMS[name]}")
+    say(f"  {label}: go build {package}")
     done = threading.Event()
     ticker = threading.Thread(target=_tick, args=(done, label, started, say), daemon=True)
     ticker.start()
@@ -179,13 +191,38 @@ def _build_one(go: str, name: str, versions: Versions, target: Path, label: str,
         ticker.join()
     if result.returncode != 0:
         raise ControlPlaneUnavailable(
-            f"building {name} failed ({' '.join(command)} in {GO_MODULE}, exit "
+            f"building {output.name} failed ({' '.join(command)} in {GO_MODULE}, exit "
             f"{result.returncode}):\n{result.stderr.strip()[-3000:]}"
         )
-    partial.rename(target / name)
+    partial.rename(output)
     say(f"  {label}: built in {time.monotonic() - started:.0f} s")
 
 
 def _tick(done: threading.Event, label: str, started: float, say: Say) -> None:
     while not done.wait(PROGRESS_EVERY):
         say(f"  {label}: still building, {time.monotonic() - started:.0f} s so far")
+
+
+def source_digest(module: Path = GO_MODULE) -> str:
+    """A hash of what the node endpoint is built from: every Go file of the module (names and
+    contents), go.mod and go.sum."""
+    digest = hashlib.sha256()
+    files = sorted([*module.rglob("*.go"), module / "go.mod", module / "go.sum"])
+    for path in files:
+        content = path.read_bytes()
+        digest.update(f"{path.relative_to(module)}\0{len(content)}\0".encode())
+        digest.update(content)
+    return digest.hexdigest()[:16]
+
+
+def node_endpoint_binary(say: Say = print) -> Path:
+    """The node endpoint built from this checkout's sources: cached, or built now (about a
+    minute on 2 cores from an empty Go build cache, seconds after the control plane's build)."""
+    binary = cache_root() / NODE_ENDPOINT / source_digest() / NODE_ENDPOINT
+    if os.access(binary, os.X_OK):
+        return binary
+    go = _go()
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    say(f"building the rehearsal's node endpoint ({NODE_ENDPOINT_PACKAGE}) into {binary.parent}")
+    _go_build(go, NODE_ENDPOINT_PACKAGE, binary, "-s -w", NODE_ENDPOINT, say)
+    return binary

@@ -67,6 +67,19 @@ class Credentials:
     key_file: Path
 
 
+def spawn(command: list[str], log: Path) -> subprocess.Popen[bytes]:
+    """Start one of the lab's programs, its output appended to `log`; it dies with its starter."""
+    with log.open("ab") as output:
+        return subprocess.Popen(
+            command,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
+            close_fds=True,
+        )
+
+
 @dataclass
 class ControlPlane:
     """The four processes of one lab and where they keep their files."""
@@ -77,6 +90,8 @@ class ControlPlane:
     accepts: Callable[[str], bool] | None = None
     api_url: str = ""
     ca_pem: str = ""
+    # The lab's CA once started: it also issues the node endpoint's serving certificate.
+    ca: pki.Authority | None = None
     admin_kubeconfig: Path = field(default_factory=Path)
     _processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _webhook: TokenWebhook | None = None
@@ -94,7 +109,7 @@ class ControlPlane:
     def _start(self, bin_dir: Path) -> None:
         pki_dir = self.home / "pki"
         ca, files = _write_pki(pki_dir)
-        self.ca_pem = ca.cert_pem
+        self.ca, self.ca_pem = ca, ca.cert_pem
         etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
         self.api_url = f"https://{LOOPBACK}:{api_port}"
         self._spawn(bin_dir, "etcd", _etcd_args(self.home, etcd_port, peer_port))
@@ -132,16 +147,8 @@ class ControlPlane:
         return write_kubeconfig(path, document)
 
     def _spawn(self, bin_dir: Path, name: str, args: list[str]) -> None:
-        log = (self.home / "logs" / f"{name}.log").open("ab")
-        self._processes[name] = subprocess.Popen(
-            [str(bin_dir / name), *args],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
-            close_fds=True,
-        )
-        log.close()
+        log = self.home / "logs" / f"{name}.log"
+        self._processes[name] = spawn([str(bin_dir / name), *args], log)
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + READY_TIMEOUT
