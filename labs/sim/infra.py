@@ -368,6 +368,8 @@ class SimInfra:
             container="worker",
         )
         nfd["metadata"]["labels"] |= labels
+        account = {"metadata": {"name": OPERATOR, "labels": labels}}
+        core.create_namespaced_service_account(namespace, account)  # type: ignore[arg-type]
         apps.create_namespaced_daemon_set(namespace, nfd)  # type: ignore[arg-type]
         deployment = _operator_deployment(version, labels)
         apps.create_namespaced_deployment(namespace, deployment)  # type: ignore[arg-type]
@@ -389,6 +391,7 @@ class SimInfra:
 
         namespace, _ = release
         apps = client.AppsV1Api(self._api())
+        core = client.CoreV1Api(self._api())
         custom = client.CustomObjectsApi(self._api())
         for delete in (
             lambda: custom.delete_cluster_custom_object(
@@ -396,6 +399,7 @@ class SimInfra:
             ),
             lambda: apps.delete_namespaced_deployment(OPERATOR, namespace),
             lambda: apps.delete_namespaced_daemon_set(NFD_WORKER, namespace),
+            lambda: core.delete_namespaced_service_account(OPERATOR, namespace),
         ):
             try:
                 delete()

@@ -14,7 +14,14 @@ import time
 from pathlib import Path
 
 from labs.sim.kube_api import KubeApi
-from labs.sim.resources import CLUSTER_POLICY, CRDS, DAEMONSETS, DEPLOYMENTS, ResourceType, StoreError
+from labs.sim.resources import (
+    CLUSTER_POLICY,
+    CRDS,
+    DAEMONSETS,
+    DEPLOYMENTS,
+    ResourceType,
+    StoreError,
+)
 
 DATA = Path(__file__).parent / "data"
 ADDON_REGISTRY = "602401143452.dkr.ecr.ap-northeast-2.amazonaws.com/eks"

@@ -47,11 +47,11 @@ class ResourceType:
         return f"{self.kind}.{self.group}" if self.group else self.kind
 
 
-NODES = ResourceType("", "v1", "nodes", "Node", False, ("no",))
+NODES = ResourceType("", "v1", "nodes", "Node", False, ("no",), ("status", "proxy"))
 NAMESPACES = ResourceType("", "v1", "namespaces", "Namespace", False, ("ns",))
 PODS = ResourceType("", "v1", "pods", "Pod", True, ("po",), ("status", "log", "exec", "attach"))
 EVENTS = ResourceType("", "v1", "events", "Event", True, ("ev",))
-SERVICES = ResourceType("", "v1", "services", "Service", True, ("svc",))
+SERVICES = ResourceType("", "v1", "services", "Service", True, ("svc",), ("status",))
 CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap", True, ("cm",))
 SECRETS = ResourceType("", "v1", "secrets", "Secret", True)
 SERVICEACCOUNTS = ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True, ("sa",))

@@ -114,7 +114,9 @@ def start_world(
         return hmac.compare_digest(given, token) or eks_token_ok(keys, cluster_name, given)
 
     aws = AwsServer(keys)
-    plane = ControlPlane(state_dir / "controlplane", accepts=lab_token)
+    # An abstract unix socket: no file to leave behind, and no path-length limit to hit.
+    egress = Path(f"@eks-gpu-lab-{new_token()[:16]}")
+    plane = ControlPlane(state_dir / "controlplane", accepts=lab_token, egress_socket=egress)
     world = World({}, state_dir / KUBECONFIG_FILE, plane, aws)
     try:
         reset_moto()  # moto keeps state per process, across servers: start from an empty account
@@ -179,4 +181,6 @@ def _node_endpoint(plane: ControlPlane, state_dir: Path, logs: ContainerLogs) ->
     ]  # fmt: skip
     ports = state_dir / "ports"
     ports.mkdir(parents=True, exist_ok=True)
-    return NodeEndpoint(state_dir / "node-endpoint", plane.ca, exec_command, logs.root, ports)
+    return NodeEndpoint(
+        state_dir / "node-endpoint", plane.ca, exec_command, logs.root, ports, plane.egress_socket
+    )

@@ -200,9 +200,8 @@ class NodeLifecycle(Controller):
     def _register(self, node: dict) -> dict:
         """Create the Node, then its status (the kubelet registers, then reports)."""
         status = node.pop("status")
-        created = self.store.create(NODES, node)
-        created["status"] = status
-        return self.store.replace(NODES, created, "status")
+        self.store.create(NODES, node)
+        return self.store.update(NODES, node["metadata"]["name"], lambda n: n.update(status=status))
 
     def _joined(self, node: dict) -> None:
         name = node["metadata"]["name"]

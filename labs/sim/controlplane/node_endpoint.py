@@ -45,6 +45,9 @@ class NodeEndpoint:
     exec_command: list[str]
     logs_dir: Path
     ports_dir: Path
+    # Serve the API server's egress here too (`ControlPlane.egress_socket`): CONNECT tunnels to
+    # any node's kubelet port end at this endpoint, so nodes keep their VPC addresses.
+    connect_socket: Path | None = None
     port: int = 0
     _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
@@ -86,6 +89,7 @@ class NodeEndpoint:
             *(f"--exec-command={word}" for word in self.exec_command),
             f"--logs-dir={self.logs_dir}",
             f"--ports-dir={self.ports_dir}",
+            *([f"--connect-socket={self.connect_socket}"] if self.connect_socket else []),
         ]
 
     def _wait_healthy(self) -> None:

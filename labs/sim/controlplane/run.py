@@ -93,6 +93,9 @@ class ControlPlane:
     # The lab's CA once started: it also issues the node endpoint's serving certificate.
     ca: pki.Authority | None = None
     admin_kubeconfig: Path = field(default_factory=Path)
+    # The unix socket of the network between the API server and the nodes (the node endpoint's
+    # HTTP CONNECT proxy): the API server's egress to nodes and pods goes through it.
+    egress_socket: Path | None = None
     _processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _webhook: TokenWebhook | None = None
 
@@ -114,6 +117,9 @@ class ControlPlane:
         self.api_url = f"https://{LOOPBACK}:{api_port}"
         self._spawn(bin_dir, "etcd", _etcd_args(self.home, etcd_port, peer_port))
         apiserver = _apiserver_args(self.home, files, etcd_port, api_port)
+        if self.egress_socket is not None:
+            egress = _egress_config(self.home, self.egress_socket)
+            apiserver.append(f"--egress-selector-config-file={egress}")
         if self.accepts is not None:
             apiserver += self._start_webhook(ca, self.accepts)
         self._spawn(bin_dir, "kube-apiserver", apiserver)
@@ -273,6 +279,27 @@ def _audit_policy(home: Path) -> Path:
     policy = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "rules": [{"level": "Metadata"}]}
     path = home / "audit-policy.yaml"
     path.write_text(json.dumps(policy))
+    return path
+
+
+def _egress_config(home: Path, socket: Path) -> Path:
+    """Traffic to the cluster (kubelets, pods, services) through an HTTP CONNECT proxy on a
+    unix socket, as konnectivity carries it on clusters whose nodes the API server can't reach."""
+    config = {
+        "apiVersion": "apiserver.k8s.io/v1beta1",
+        "kind": "EgressSelectorConfiguration",
+        "egressSelections": [
+            {
+                "name": "cluster",
+                "connection": {
+                    "proxyProtocol": "HTTPConnect",
+                    "transport": {"uds": {"udsName": str(socket)}},
+                },
+            }
+        ],
+    }
+    path = home / "egress-selector.yaml"
+    path.write_text(json.dumps(config))
     return path
 
 

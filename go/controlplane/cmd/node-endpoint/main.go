@@ -78,6 +78,8 @@ func main() {
 	flag.Var(&execCommand, "exec-command", "program (then its leading arguments, one per flag) that runs exec and attach")
 	flag.StringVar(&s.logsDir, "logs-dir", "", "directory of <namespace>_<pod>/<container>.log files")
 	flag.StringVar(&s.portsDir, "ports-dir", "", "directory of <namespace>_<pod>/<port> files holding host:port")
+	connectSocket := flag.String("connect-socket", "", "unix socket for the API server's egress (HTTP CONNECT): tunnels to any node's kubelet port reach this endpoint")
+	kubeletPort := flag.String("kubelet-port", "10250", "the nodes' kubelet port that --connect-socket tunnels here")
 	flag.Parse()
 	if *certFile == "" || *keyFile == "" || *caFile == "" || len(execCommand) == 0 || s.logsDir == "" || s.portsDir == "" {
 		log.Fatal("--tls-cert-file, --tls-private-key-file, --client-ca-file, --exec-command, --logs-dir and --ports-dir are required")
@@ -99,9 +101,94 @@ func main() {
 		TLSConfig:         &tls.Config{ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: clientCAs, MinVersion: tls.VersionTLS12},
 		ReadHeaderTimeout: 30 * time.Second,
 	}
+	if *connectSocket != "" {
+		tunnels := newTunnelListener()
+		go func() { log.Fatal(httpServer.ServeTLS(tunnels, *certFile, *keyFile)) }()
+		go func() { log.Fatal(serveConnect(*connectSocket, *kubeletPort, tunnels)) }()
+		log.Printf("node endpoint tunnelling CONNECT *:%s from unix:%s", *kubeletPort, *connectSocket)
+	}
 	log.Printf("node endpoint serving on https://%s", *listen)
 	log.Fatal(httpServer.ListenAndServeTLS(*certFile, *keyFile))
 }
+
+// tunnelListener hands the connections CONNECT tunnelled to the HTTPS server, as if they
+// had been accepted from the nodes' addresses.
+type tunnelListener struct {
+	conns  chan net.Conn
+	closed chan struct{}
+}
+
+func newTunnelListener() *tunnelListener {
+	return &tunnelListener{conns: make(chan net.Conn), closed: make(chan struct{})}
+}
+
+func (l *tunnelListener) Accept() (net.Conn, error) {
+	select {
+	case conn := <-l.conns:
+		return conn, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *tunnelListener) Close() error   { close(l.closed); return nil }
+func (l *tunnelListener) Addr() net.Addr { return &net.UnixAddr{Name: "tunnel", Net: "unix"} }
+
+// serveConnect is the network between the API server and the nodes (its egress selector's
+// "cluster" connection, proxyProtocol HTTPConnect over a unix socket): the nodes' addresses
+// exist only in the world, so a tunnel to any node's kubelet port ends at this endpoint, and
+// one to anything else is dialled as asked.
+func serveConnect(socket, kubeletPort string, tunnels *tunnelListener) error {
+	_ = os.Remove(socket)
+	listener, err := net.Listen("unix", socket)
+	if err != nil {
+		return err
+	}
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodConnect {
+			http.Error(w, "only CONNECT is served here", http.StatusMethodNotAllowed)
+			return
+		}
+		_, port, err := net.SplitHostPort(r.Host)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		var upstream net.Conn
+		if port != kubeletPort {
+			if upstream, err = net.DialTimeout("tcp", r.Host, 10*time.Second); err != nil {
+				http.Error(w, err.Error(), http.StatusBadGateway)
+				return
+			}
+		}
+		conn, buffered, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		if _, err := conn.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
+			conn.Close()
+			return
+		}
+		tunnel := &bufferedConn{Conn: conn, reader: buffered.Reader}
+		log.Printf("CONNECT %s", r.Host)
+		if upstream == nil {
+			tunnels.conns <- tunnel
+			return
+		}
+		go func() { _, _ = io.Copy(upstream, tunnel); upstream.Close() }()
+		_, _ = io.Copy(tunnel, upstream)
+		tunnel.Close()
+	})
+	return http.Serve(listener, handler)
+}
+
+// bufferedConn keeps what the CONNECT request's reader already read past the headers.
+type bufferedConn struct {
+	net.Conn
+	reader *bufio.Reader
+}
+
+func (c *bufferedConn) Read(b []byte) (int, error) { return c.reader.Read(b) }
 
 func (s *server) routes() http.Handler {
 	mux := http.NewServeMux()
