@@ -59,7 +59,7 @@ class KubeApi:
         self._url = credentials.url.rstrip("/")
         self._pool = urllib3.PoolManager(
             num_pools=4,
-            maxsize=16,
+            maxsize=32,
             ca_certs=str(credentials.ca_file),
             cert_file=str(credentials.cert_file),
             key_file=str(credentials.key_file),
