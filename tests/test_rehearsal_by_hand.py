@@ -10,7 +10,6 @@ the 2-second kubectl loop of the last test costs seconds, not the minute of real
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from labs import status as lab_status
 from labs.kube import gpu
 from labs.lab import Lab
 from labs.run.engine import inject_scenario, revert_scenarios
+from labs.sim import pace, process
 
 PERSON_SPEED = 3.0
 DEBUG_IMAGE = "public.ecr.aws/amazonlinux/amazonlinux:2023"
@@ -71,9 +71,9 @@ def test_after_inject_the_world_runs_at_a_persons_pace_until_a_program_speeds_it
     assert practice.speed == PERSON_SPEED
     label = lab_status.gather(practice)["backend_label"]
     assert f"{PERSON_SPEED:g}x speed now" in label and f"{SCENARIO_SPEED:g}x" in label
-    served = json.loads(kubectl("get", "--raw", "/sim/pace").stdout)
-    assert served["speed"] == PERSON_SPEED
-    assert datetime.fromisoformat(served["now"]) > datetime.now(UTC), "the world's clock runs ahead"
+    world = process.recorded_endpoints(practice.paths.sim_dir)
+    assert pace.read_speed(world) == PERSON_SPEED
+    assert pace.read_now(world) > datetime.now(UTC), "the world's clock runs ahead"
     with practice.backend.program_pace(practice):
         assert practice.speed == SCENARIO_SPEED
     assert practice.speed == PERSON_SPEED

@@ -233,7 +233,7 @@ def test_device_plugin_off_reference_scenario(world: World) -> None:
 
     event = wait_for(failed_scheduling, what="FailedScheduling event")[0]
     assert event.type == "Warning"
-    assert event.source.component == "default-scheduler"
+    assert event.reporting_component == "default-scheduler"
     assert event.message.startswith(NOT_AVAILABLE)
     assert core.read_namespaced_pod("gpu-probe", "default").status.phase == "Pending"
 

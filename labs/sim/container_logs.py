@@ -37,13 +37,14 @@ class ContainerLogs:
         with target.open("a", encoding="utf-8") as log:
             log.writelines(f"{stamp} {stream} F {line}\n" for line in lines)
 
-    def text(self, namespace: str, pod: str, container: str) -> str:
-        """The log as `kubectl logs` prints it (for the world's own readers and tests)."""
-        target = self.path(namespace, pod, container)
-        if not target.exists():
-            return ""
-        lines = target.read_text(encoding="utf-8").splitlines()
-        return "".join(line.split(" ", 3)[3] + "\n" for line in lines if line.count(" ") >= 3)
+    def start(self, pod: dict) -> None:
+        """A started container has a log file, empty until it prints (as under a kubelet)."""
+        meta = pod["metadata"]
+        self.forget(meta["namespace"], meta["name"])
+        for container in pod["spec"].get("containers") or []:
+            target = self.path(meta["namespace"], meta["name"], container["name"])
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.touch()
 
     def forget(self, namespace: str, pod: str) -> None:
         """A deleted pod's logs go with it, as the kubelet removes them."""

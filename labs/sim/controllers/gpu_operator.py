@@ -373,7 +373,8 @@ class GpuOperator(Controller):
             deploy["metadata"]["namespace"],
             label_selector=",".join(f"{k}={v}" for k, v in selector.items()),
         )[0]
-        return next((p for p in pods if pod_ready(p)), None)
+        running = (p for p in pods if pod_ready(p) and not p["metadata"].get("deletionTimestamp"))
+        return next(running, None)
 
     def _log(self, operator_pod: dict, statuses: dict[str, str], gpu_node_count: int) -> None:
         pod = operator_pod["metadata"]

@@ -269,8 +269,8 @@ class Kubelet(Controller):
     def _start(self, pod: dict, node: dict) -> None:
         host = node["metadata"]["name"]
         # A new pod may reuse a gone one's name (the apiserver removes finished pods at once,
-        # unseen by a kubelet): its log starts empty, as under a new /var/log/pods/<uid>.
-        self._logs.forget(pod["metadata"]["namespace"], pod["metadata"]["name"])
+        # unseen by a kubelet): its logs start empty, as under a new /var/log/pods/<uid>.
+        self._logs.start(pod)
         for container in pod["spec"].get("containers") or []:
             image = container.get("image", "")
             self._events.record(

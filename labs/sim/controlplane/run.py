@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import ctypes
 import json
+import shutil
 import signal
 import socket
 import ssl
@@ -110,6 +111,9 @@ class ControlPlane:
             raise
 
     def _start(self, bin_dir: Path) -> None:
+        # A plane starts empty, as the world it serves does (moto too): a previous run's data
+        # would hold objects no world controller knows.
+        shutil.rmtree(self.home / "etcd", ignore_errors=True)
         pki_dir = self.home / "pki"
         ca, files = _write_pki(pki_dir)
         self.ca, self.ca_pem = ca, ca.cert_pem
