@@ -38,7 +38,9 @@ class ContainerLogs:
             log.writelines(f"{stamp} {stream} F {line}\n" for line in lines)
 
     def start(self, pod: dict) -> None:
-        """A started container has a log file, empty until it prints (as under a kubelet)."""
+        """An admitted pod's containers have log files, empty until they print. A new pod may
+        reuse a gone one's name (the API server removes finished pods unseen by any kubelet):
+        its logs start empty, as under a new /var/log/pods/<uid>."""
         meta = pod["metadata"]
         self.forget(meta["namespace"], meta["name"])
         for container in pod["spec"].get("containers") or []:

@@ -173,6 +173,7 @@ class Kubelet(Controller):
         if rejection is not None:
             self._reject(pod, node, *rejection)
             return None
+        self._logs.start(pod)  # its containers are being created: their logs exist, empty
         return time.monotonic() + self.timings.container_start, "start"
 
     def _holds_resources(self, pod: dict) -> bool:
@@ -261,16 +262,12 @@ class Kubelet(Controller):
             )
         except NotFound:
             pass
-        self._logs.forget(meta["namespace"], meta["name"])
 
     def _program(self, pod: dict) -> Program:
         return next(p for p in self._programs if p.matches(pod))
 
     def _start(self, pod: dict, node: dict) -> None:
         host = node["metadata"]["name"]
-        # A new pod may reuse a gone one's name (the apiserver removes finished pods at once,
-        # unseen by a kubelet): its logs start empty, as under a new /var/log/pods/<uid>.
-        self._logs.start(pod)
         for container in pod["spec"].get("containers") or []:
             image = container.get("image", "")
             self._events.record(
