@@ -178,7 +178,9 @@ def status_returns_to(lab: Lab, before: dict[str, Any]) -> None:
     deadline = time.monotonic() + READY_TIMEOUT
     while (after := status_facts(lab)) != before:
         if time.monotonic() > deadline:
-            assert after == before
+            changed = {k: (before.get(k), after.get(k)) for k in before | after
+                       if before.get(k) != after.get(k)}  # fmt: skip
+            pytest.fail(f"lab.status did not return to what it was; (before, after): {changed}")
         time.sleep(0.1)
 
 

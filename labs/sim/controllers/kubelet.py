@@ -174,6 +174,7 @@ class Kubelet(Controller):
             self._reject(pod, node, *rejection)
             return None
         self._logs.start(pod)  # its containers are being created: their logs exist, empty
+        self._update(pod, _creating)
         return time.monotonic() + self.timings.container_start, "start"
 
     def _holds_resources(self, pod: dict) -> bool:
@@ -376,6 +377,23 @@ def _run(pod: dict, host_ip: str, pod_ip: str) -> None:
     ]
     _set_conditions(pod, {"PodReadyToStartContainers": "True", "Initialized": "True"})
     _set_ready(pod, False)
+
+
+def _creating(pod: dict) -> None:
+    """Admitted: its containers wait in ContainerCreating (what `kubectl get pods` shows, and
+    why `kubectl logs` answers "waiting to start") until they start."""
+    pod.setdefault("status", {})["containerStatuses"] = [
+        {
+            "name": c["name"],
+            "image": c.get("image", ""),
+            "imageID": "",
+            "ready": False,
+            "restartCount": 0,
+            "started": False,
+            "state": {"waiting": {"reason": "ContainerCreating"}},
+        }
+        for c in pod["spec"].get("containers") or []
+    ]
 
 
 def _ready_if_running(pod: dict) -> None:
