@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from kubernetes import config
 from kubernetes.client import CoordinationV1Api
@@ -73,22 +72,6 @@ def kubectl_on(
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def node_copy(node: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A node as the real API server takes it: the object to create, then its status."""
-    meta = node["metadata"]
-    created = {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": meta["name"], "labels": meta.get("labels", {})},
-        "spec": {"taints": node.get("spec", {}).get("taints", [])},
-    }
-    status = dict(node.get("status", {}))
-    status["conditions"] = [
-        {**c, "lastHeartbeatTime": _now()} for c in status.get("conditions", [])
-    ]
-    return created, {"status": status}
 
 
 class Heartbeats:

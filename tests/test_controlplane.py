@@ -14,18 +14,13 @@ import time
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 from controlplane_support import (
-    Heartbeats,
     kubectl_on,
-    node_copy,
     rehearsals_under,
     running_control_plane,
 )
-from scenario_support import SimLab
 from stack_spec import stack
 from tool_support import require_tool, require_venv_tool
 
@@ -178,123 +173,6 @@ ControlPlane(Path(sys.argv[1])).start(lambda line: None)
 print("ready", flush=True)
 time.sleep(600)
 """
-
-
-# --- side by side with the rehearsal ---------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def side_by_side(
-    world_lab: SimLab, plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Run, Run]]:
-    """The rehearsal world's nodes and RuntimeClasses copied into the real control plane."""
-    cache = tmp_path_factory.mktemp("kubectl-cache")
-    rehearsal = partial(kubectl_on, world_lab.lab.paths.kubeconfig, cache / "rehearsal")
-    real_cp = partial(kubectl_on, plane.admin_kubeconfig, cache / "real")
-    nodes = json.loads(rehearsal("get", "nodes", "-o", "json").stdout)["items"]
-    for node in nodes:
-        created, status = node_copy(node)
-        assert real_cp("create", "-f", "-", stdin=json.dumps(created)).returncode == 0
-        patched = real_cp(
-            "patch",
-            "node",
-            created["metadata"]["name"],
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            json.dumps(status),
-        )
-        assert patched.returncode == 0, patched.stderr
-    classes = json.loads(rehearsal("get", "runtimeclasses", "-o", "json").stdout)["items"]
-    for item in classes:
-        copy = {
-            "apiVersion": "node.k8s.io/v1",
-            "kind": "RuntimeClass",
-            "metadata": {"name": item["metadata"]["name"]},
-            "handler": item["handler"],
-        }
-        assert real_cp("create", "-f", "-", stdin=json.dumps(copy)).returncode == 0
-    with Heartbeats(plane.admin_kubeconfig, [n["metadata"]["name"] for n in nodes]):
-        _wait_schedulable(real_cp, len(nodes))
-        yield rehearsal, real_cp
-
-
-def _wait_schedulable(run: Run, count: int) -> None:
-    """The controller manager lifts node.kubernetes.io/not-ready once it sees the nodes Ready."""
-    deadline = time.monotonic() + EVENT_TIMEOUT
-    while time.monotonic() < deadline:
-        nodes = json.loads(run("get", "nodes", "-o", "json").stdout)["items"]
-        tainted = [
-            n
-            for n in nodes
-            if any(t["key"].startswith("node.kubernetes.io/") for t in n["spec"].get("taints", []))
-        ]
-        if len(nodes) == count and not tainted:
-            return
-        time.sleep(0.5)
-    raise AssertionError("copied nodes still carry node.kubernetes.io taints")
-
-
-def _scheduling_messages(run: Run, namespace: str, pods: list[str]) -> dict[str, str]:
-    """Each pod's FailedScheduling message, or "scheduled" once it has a node."""
-    deadline = time.monotonic() + EVENT_TIMEOUT
-    seen: dict[str, str] = {}
-    while time.monotonic() < deadline and len(seen) < len(pods):
-        events = json.loads(run("get", "events", "-n", namespace, "-o", "json").stdout)["items"]
-        placed = json.loads(run("get", "pods", "-n", namespace, "-o", "json").stdout)["items"]
-        for pod in placed:
-            if pod["spec"].get("nodeName"):
-                seen[pod["metadata"]["name"]] = "scheduled"
-        for event in events:
-            name = event["involvedObject"]["name"]
-            if event["reason"] == "FailedScheduling" and name in pods:
-                seen.setdefault(name, event["message"])
-        time.sleep(0.5)
-    return seen
-
-
-def _refused_creates(run: Run, namespace: str) -> set[str]:
-    """What controllers said when the API refused the pods they create (FailedCreate), with the
-    generated part of pod names (ReplicaSet hash, random suffix) left out."""
-    deadline = time.monotonic() + EVENT_TIMEOUT
-    while time.monotonic() < deadline:
-        events = json.loads(run("get", "events", "-n", namespace, "-o", "json").stdout)["items"]
-        said = {
-            f"{e['involvedObject']['kind']}: {GENERATED.sub('<generated>', e['message'])}"
-            for e in events
-            if e["reason"] == "FailedCreate"
-        }
-        if said:
-            return said
-        time.sleep(0.5)
-    return set()
-
-
-def _pod_names(manifest: Path) -> list[str]:
-    documents = [d for d in yaml.safe_load_all(manifest.read_text()) if d]
-    return [d["metadata"]["name"] for d in documents if d.get("kind") == "Pod"]
-
-
-def _controlled(manifest: Path) -> bool:
-    documents = [d for d in yaml.safe_load_all(manifest.read_text()) if d]
-    return any(d.get("kind") in ("Deployment", "Job", "DaemonSet") for d in documents)
-
-
-@pytest.mark.parametrize("manifest", MANIFESTS, ids=lambda path: path.stem)
-def test_the_real_components_say_what_the_rehearsal_says(
-    side_by_side: tuple[Run, Run], manifest: Path
-) -> None:
-    rehearsal, real_cp = side_by_side
-    namespace = f"side-by-side-{manifest.stem}"
-    said: dict[str, Any] = {}
-    for name, run in (("rehearsal", rehearsal), ("real", real_cp)):
-        run("create", "namespace", namespace)
-        applied = run("apply", "-n", namespace, "-f", str(manifest))
-        refused = re.sub(r"\s+", " ", applied.stderr.strip())
-        pods = _scheduling_messages(run, namespace, _pod_names(manifest))
-        controllers = _refused_creates(run, namespace) if _controlled(manifest) else set()
-        said[name] = {"refused": refused, "pods": pods, "controllers": controllers}
-    assert said["rehearsal"] == said["real"]
 
 
 def _build_command(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:

@@ -47,7 +47,7 @@ class ResourceType:
         return f"{self.kind}.{self.group}" if self.group else self.kind
 
 
-NODES = ResourceType("", "v1", "nodes", "Node", False, ("no",), ("status", "proxy"))
+NODES = ResourceType("", "v1", "nodes", "Node", False, ("no",), ("status",))
 NAMESPACES = ResourceType("", "v1", "namespaces", "Namespace", False, ("ns",))
 PODS = ResourceType("", "v1", "pods", "Pod", True, ("po",), ("status", "log", "exec", "attach"))
 EVENTS = ResourceType("", "v1", "events", "Event", True, ("ev",))
