@@ -1,9 +1,11 @@
-"""CPU use of an idle rehearsal process: a lab brought up with 2 GPU nodes, then left alone.
+"""CPU and memory of an idle rehearsal: a lab brought up with 2 GPU nodes, then left alone.
 
-Run: `.venv/bin/python benchmarks/idle_cpu.py [--seconds 10] [--settle 3]`. It brings a
-rehearsal lab up through `invoke lab.up --sim` in a temporary state directory, waits
-`--settle` seconds, reads the process's user+system CPU time from /proc over `--seconds`,
-prints it as a percentage of one core (target: under 2 %), and destroys the lab.
+Run: `.venv/bin/python benchmarks/idle_cpu.py [--seconds 30] [--settle 3]`. It brings a
+rehearsal lab up through `invoke lab.up --sim` in a temporary state directory (timing it),
+waits `--settle` seconds, reads the user+system CPU time of the rehearsal process and every
+process under it (etcd, the API server, the controllers, the node endpoint) from /proc over
+`--seconds`, prints it as a percentage of one core (target: under 10 %) with their resident
+memory, and destroys the lab.
 """
 
 from __future__ import annotations
@@ -22,10 +24,36 @@ INVOKE = str(Path(sys.executable).parent / "invoke")
 LAB = "idle"
 
 
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU seconds the process has used so far (all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def _stat(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def tree(root: int) -> list[int]:
+    """`root` and every process under it."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parents[int(entry.name)] = int(_stat(int(entry.name))[1])
+            except (OSError, IndexError):
+                continue
+    found, frontier = [root], [root]
+    while frontier:
+        children = [pid for pid, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User plus system CPU seconds these processes have used so far (all their threads)."""
+    ticks = sum(int(_stat(pid)[11]) + int(_stat(pid)[12]) for pid in pids)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def resident_mib(pids: list[int]) -> float:
+    pages = sum(int(Path(f"/proc/{pid}/statm").read_text().split()[1]) for pid in pids)
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def invoke(env: dict[str, str], *args: str) -> None:
@@ -38,24 +66,29 @@ def invoke(env: dict[str, str], *args: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--settle", type=float, default=3.0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as state_dir:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("INVOKE_", "AWS_"))}
         env |= {"INVOKE_LAB_STATE_DIR": state_dir, "INVOKE_LAB_SPEED": "60"}
+        up_started = time.monotonic()
         invoke(env, "lab.up", "--sim", "--lab", LAB)
+        up = time.monotonic() - up_started
         try:
             endpoints = Path(state_dir, LAB, "sim", "endpoints.json").read_text()
-            pid = int(json.loads(endpoints)["pid"])
+            pids = tree(int(json.loads(endpoints)["pid"]))
             time.sleep(args.settle)
-            before, started = cpu_seconds(pid), time.monotonic()
+            before, started = cpu_seconds(pids), time.monotonic()
             time.sleep(args.seconds)
-            used, elapsed = cpu_seconds(pid) - before, time.monotonic() - started
+            used, elapsed = cpu_seconds(pids) - before, time.monotonic() - started
+            memory = resident_mib(pids)
         finally:
             invoke(env, "lab.down", "--lab", LAB, "--destroy", "--yes")
-    print(f"idle rehearsal process (2 GPU nodes, operator ready, speed 60), {elapsed:.1f} s:")
-    print(f"  CPU {used:.2f} s = {100 * used / elapsed:.1f} % of one core (target < 2 %)")
+    print(f"lab.up --sim (2 GPU nodes, operator ready, speed 60): {up:.1f} s")
+    print(f"idle rehearsal, {len(pids)} processes, {elapsed:.1f} s:")
+    print(f"  CPU {used:.2f} s = {100 * used / elapsed:.1f} % of one core (target < 10 %)")
+    print(f"  resident memory {memory:.0f} MiB")
 
 
 if __name__ == "__main__":
