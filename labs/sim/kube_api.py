@@ -36,14 +36,8 @@ from labs.sim.resources import (
 
 log = logging.getLogger(__name__)
 
-_ERRORS: dict[int, type[StoreError]] = {
-    400: BadRequest,
-    403: Forbidden,
-    404: NotFound,
-    405: MethodNotAllowed,
-    410: Gone,
-    422: Invalid,
-}
+_KINDS = (BadRequest, Forbidden, NotFound, MethodNotAllowed, Gone, Invalid)
+_ERRORS: dict[int, type[StoreError]] = {error.code: error for error in _KINDS}
 # Read-modify-write attempts before a Conflict is the caller's (each re-reads the object).
 UPDATE_ATTEMPTS = 8
 # A watch the server ends after this long is reopened from where it stopped.
