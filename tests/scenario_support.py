@@ -39,7 +39,9 @@ from labs.kube.gpu import (
     GFD_DAEMONSET,
     daemonset,
     daemonset_counts,
+    daemonset_rolled_out,
     operand_counts,
+    operand_daemonsets,
     operator_available,
     operator_deployment,
     policy_state,
@@ -80,7 +82,7 @@ class SimLab:
 
 def lab_ready(view) -> bool:
     """GPU nodes advertise a GPU each, the device plugin runs on each, every operand is fully
-    ready, the operator controller runs and the policy is ready."""
+    ready and rolled out, the operator controller runs and the policy is ready."""
     plugin = daemonset(view)
     policies = view.objects("clusterpolicies")
     return (
@@ -89,6 +91,8 @@ def lab_ready(view) -> bool:
         and daemonset_counts(plugin) == (GPU_NODES,) * 3
         and LAB_OPERANDS <= set(operand_counts(view))
         and all(counts[2] == counts[0] for counts in operand_counts(view).values())
+        # the DaemonSet controller has seen each spec and rolled it out (its status lags)
+        and all(daemonset_rolled_out(d) for d in operand_daemonsets(view))
         and operator_available(operator_deployment(view))
         and bool(policies)
         and policy_state(policies[0]) == "ready"
