@@ -83,13 +83,17 @@ def _rendered(view: ClusterView) -> bool:
 def inject(lab: Lab) -> None:
     """Add GFD_SLEEP_INTERVAL=60s (GFD's default, so harmless) to ClusterPolicy spec.gfd.env,
     wait until the operator has rolled it out and reports ready, then scale Deployment
-    gpu-operator to 0 replicas (kubectl scale). Once it is down, the run takes the edit back
+    gpu-operator to 0 replicas (kubectl scale) and wait until its pod is gone (its graceful
+    deletion takes a moment). Once it is down, the run takes the edit back
     and deletes nvidia-dcgm-exporter, to show that neither is acted on."""
     set_component_env(lab, COMPONENT, ENV, VALUE)
     with lab.view() as view:
         view.wait_for(_rendered, lab.settings.operator_ready_timeout,
                       f"the operator to roll {ENV} out in {gpu.GFD_DAEMONSET}")  # fmt: skip
     scale_deployment(lab, lab.operator_namespace, gpu.OPERATOR_DEPLOYMENT, 0)
+    with lab.view() as view:  # down means its pod is gone, not only its replicas at 0
+        view.wait_for(lambda v: not gpu.operator_pods(v), lab.settings.operator_ready_timeout,
+                      "the operator's pod to stop")  # fmt: skip
 
 
 def revert(lab: Lab) -> None:

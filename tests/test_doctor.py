@@ -97,9 +97,15 @@ def test_the_probable_cause_is_each_scenarios_declared_finding(
     scenario = scenarios.get(name)
     inject_scenario(lab, scenario, out=quiet, speed=lab.speed, confirm=lambda _question: True)
     try:
-        on_lab = doctor(lambda: Lab.open(lab.settings))
         since = audit_log.stat().st_size
-        from_kubeconfig = as_document(attached(sim_lab, tmp_path / "no-lab"))
+        # the real controllers settle the fault over a few seconds: compare two readings of
+        # one settled state (the same findings through the lab and through the kubeconfig)
+        for _attempt in range(10):
+            on_lab = doctor(lambda: Lab.open(lab.settings))
+            from_kubeconfig = as_document(attached(sim_lab, tmp_path / "no-lab"))
+            if kubernetes_findings(from_kubeconfig) == kubernetes_findings(as_document(on_lab)):
+                break
+            time.sleep(1.0)
         verbs = audited_verbs(audit_log, since)
     finally:
         revert_scenarios(lab, scenarios.all_scenarios(), None, out=quiet)
