@@ -20,18 +20,19 @@ from __future__ import annotations
 
 import ssl
 import subprocess
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from labs.sim.controlplane import build, pki
-from labs.sim.controlplane.run import STOP_TIMEOUT, ControlPlaneError, free_port, spawn
+from labs.sim.controlplane.run import (
+    STOP_TIMEOUT,
+    ControlPlaneError,
+    free_port,
+    spawn,
+    wait_answering,
+)
 from labs.sim.tls import LOOPBACK
-
-READY_TIMEOUT = 30.0
 
 
 @dataclass
@@ -93,24 +94,16 @@ class NodeEndpoint:
         ]
 
     def _wait_healthy(self) -> None:
-        context = ssl.create_default_context(cadata=self.ca.cert_pem)
-        deadline = time.monotonic() + READY_TIMEOUT
-        while time.monotonic() < deadline:
+        def alive() -> None:
             assert self._process is not None
             if self._process.poll() is not None:
                 raise ControlPlaneError(
                     f"{build.NODE_ENDPOINT} exited with {self._process.returncode}; its log is "
                     f"{self.log}"
                 )
-            try:
-                with urllib.request.urlopen(f"{self.url}/healthz", context=context, timeout=2):
-                    return
-            except (urllib.error.URLError, OSError):
-                time.sleep(0.1)
-        raise ControlPlaneError(
-            f"{build.NODE_ENDPOINT} did not answer /healthz in {READY_TIMEOUT:.0f} s; its log is "
-            f"{self.log}"
-        )
+
+        context = ssl.create_default_context(cadata=self.ca.cert_pem)
+        wait_answering(f"{self.url}/healthz", context, alive, build.NODE_ENDPOINT, self.log)
 
     def stop(self) -> None:
         """Stop the process (its exec children die with it); kill it if it does not stop."""

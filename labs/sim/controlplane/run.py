@@ -81,6 +81,23 @@ def spawn(command: list[str], log: Path) -> subprocess.Popen[bytes]:
         )
 
 
+def wait_answering(
+    url: str, context: ssl.SSLContext, alive: Callable[[], None], what: str, log: Path
+) -> None:
+    """Poll `url` until it answers; `alive()` raises as soon as the program behind it exited."""
+    deadline = time.monotonic() + READY_TIMEOUT
+    while time.monotonic() < deadline:
+        alive()
+        try:
+            with urllib.request.urlopen(url, context=context, timeout=2):
+                return
+        except (urllib.error.URLError, OSError):
+            time.sleep(0.2)
+    raise ControlPlaneError(
+        f"{what} did not answer {url} in {READY_TIMEOUT:.0f} s; its log is {log}"
+    )
+
+
 @dataclass
 class ControlPlane:
     """The four processes of one lab and where they keep their files."""
@@ -161,21 +178,11 @@ class ControlPlane:
         self._processes[name] = spawn([str(bin_dir / name), *args], log)
 
     def _wait_ready(self) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT
         context = ssl.create_default_context(cadata=self.ca_pem)
         admin = self.home / "pki"
         context.load_cert_chain(admin / "admin.crt", admin / "admin.key")
-        while time.monotonic() < deadline:
-            self._check_alive()
-            try:
-                with urllib.request.urlopen(f"{self.api_url}/readyz", context=context, timeout=2):
-                    return
-            except (urllib.error.URLError, OSError):
-                time.sleep(0.3)
-        raise ControlPlaneError(
-            f"kube-apiserver did not become ready in {READY_TIMEOUT:.0f} s; its log is "
-            f"{self.home / 'logs' / 'kube-apiserver.log'}"
-        )
+        log = self.home / "logs" / "kube-apiserver.log"
+        wait_answering(f"{self.api_url}/readyz", context, self._check_alive, "kube-apiserver", log)
 
     def _check_alive(self) -> None:
         for name, process in self._processes.items():
