@@ -70,6 +70,15 @@ def spawn(command: list[str], log: Path) -> subprocess.Popen[bytes]:
         )
 
 
+def reap(process: subprocess.Popen[bytes], timeout: float) -> None:
+    """Wait for a process told to stop; kill it once `timeout` has passed."""
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def wait_answering(
     url: str, context: ssl.SSLContext, alive: Callable[[], None], what: str, log: Path
 ) -> None:
@@ -179,11 +188,7 @@ class ControlPlane:
                 process.terminate()
         deadline = time.monotonic() + STOP_TIMEOUT
         for process in self._processes.values():
-            try:
-                process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            reap(process, max(0.1, deadline - time.monotonic()))
         self._processes.clear()
         if self._webhook is not None:
             self._webhook.stop()
