@@ -23,20 +23,29 @@ from labs.sim.controlplane.build import NODE_ENDPOINT, PROGRAMS
 from labs.sim.controlplane.run import ControlPlane
 
 
-def rehearsals_under(root: Path) -> list[str]:
-    """`labs.sim serve`, control-plane and node-endpoint processes whose files lie under `root`,
-    as their command lines."""
+def processes(matching: Callable[[list[str]], bool]) -> list[str]:
+    """The processes whose argv `matching` accepts, as `pid N: <command line>`."""
     found = []
     for entry in Path("/proc").iterdir():
         try:
             argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
         except OSError:
             continue
-        serves = "labs.sim" in argv and "serve" in argv
-        component = Path(argv[0]).name in (*PROGRAMS, NODE_ENDPOINT)
-        if (serves or component) and any(str(root) in arg for arg in argv):
+        if matching(argv):
             found.append(f"pid {entry.name}: {' '.join(argv)}")
     return found
+
+
+def rehearsals_under(root: Path) -> list[str]:
+    """`labs.sim serve`, control-plane and node-endpoint processes whose files lie under `root`,
+    as their command lines."""
+
+    def rehearsal(argv: list[str]) -> bool:
+        serves = "labs.sim" in argv and "serve" in argv
+        component = Path(argv[0]).name in (*PROGRAMS, NODE_ENDPOINT)
+        return (serves or component) and any(str(root) in arg for arg in argv)
+
+    return processes(rehearsal)
 
 
 # How often the copied nodes renew their Leases: well inside the controller manager's grace.

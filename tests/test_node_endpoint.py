@@ -23,7 +23,7 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-from controlplane_support import Heartbeats, kubectl_on, running_control_plane
+from controlplane_support import Heartbeats, kubectl_on, processes, running_control_plane
 from tool_support import require_tool
 
 from labs.sim.controlplane import build, pki
@@ -265,13 +265,18 @@ def test_kubectl_attach_runs_the_attach_command(lab: Lab) -> None:
 # --- port-forward ----------------------------------------------------------------------------
 
 
+def _connect_through(forwarding: subprocess.Popen[str], port: int) -> socket.socket:
+    """A connection to the local port `kubectl port-forward` says it forwards to `port`."""
+    first = _lines_of(forwarding).get(timeout=READY_TIMEOUT)
+    found = re.match(rf"Forwarding from 127\.0\.0\.1:(\d+) -> {port}", first)
+    assert found, first
+    return socket.create_connection(("127.0.0.1", int(found.group(1))), timeout=10)
+
+
 def test_kubectl_port_forward_reaches_the_address_in_the_ports_dir(lab: Lab) -> None:
     forwarding = lab.kubectl_background("port-forward", f"pod/{POD}", ":8080")
     try:
-        first = _lines_of(forwarding).get(timeout=READY_TIMEOUT)
-        found = re.match(r"Forwarding from 127\.0\.0\.1:(\d+) -> 8080", first)
-        assert found, first
-        with socket.create_connection(("127.0.0.1", int(found.group(1))), timeout=10) as conn:
+        with _connect_through(forwarding, 8080) as conn:
             conn.sendall(b"ping through the kubelet\n")
             received = b""
             while not received.endswith(b"\n"):
@@ -285,10 +290,7 @@ def test_kubectl_port_forward_reaches_the_address_in_the_ports_dir(lab: Lab) -> 
 def test_a_port_the_pod_does_not_listen_on_is_the_kubelets_stream_error(lab: Lab) -> None:
     forwarding = lab.kubectl_background("port-forward", f"pod/{POD}", ":9090")
     try:
-        first = _lines_of(forwarding).get(timeout=READY_TIMEOUT)
-        found = re.match(r"Forwarding from 127\.0\.0\.1:(\d+) -> 9090", first)
-        assert found, first
-        with socket.create_connection(("127.0.0.1", int(found.group(1))), timeout=10) as conn:
+        with _connect_through(forwarding, 9090) as conn:
             conn.sendall(b"anyone there?\n")
             assert conn.recv(4096) == b""  # closed, nothing answered
     finally:
@@ -344,15 +346,7 @@ def test_each_request_is_one_line_of_the_endpoints_log(lab: Lab) -> None:
 
 
 def _processes_naming(marker: str) -> list[str]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        if any(marker in arg for arg in argv):
-            found.append(f"pid {entry.name}: {' '.join(argv)}")
-    return found
+    return processes(lambda argv: any(marker in arg for arg in argv))
 
 
 def test_no_process_is_left_after_stop_not_even_a_running_exec(lab: Lab, tmp_path: Path) -> None:

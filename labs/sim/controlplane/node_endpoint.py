@@ -29,6 +29,7 @@ from labs.sim.controlplane.run import (
     STOP_TIMEOUT,
     ControlPlaneError,
     free_port,
+    reap,
     spawn,
     wait_answering,
 )
@@ -111,11 +112,7 @@ class NodeEndpoint:
         if process is None or process.poll() is not None:
             return
         process.terminate()
-        try:
-            process.wait(timeout=STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        reap(process, STOP_TIMEOUT)
 
     @property
     def pid(self) -> int | None:

@@ -81,6 +81,15 @@ def spawn(command: list[str], log: Path) -> subprocess.Popen[bytes]:
         )
 
 
+def reap(process: subprocess.Popen[bytes], timeout: float) -> None:
+    """Wait for a process told to stop; kill it once `timeout` has passed."""
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def wait_answering(
     url: str, context: ssl.SSLContext, alive: Callable[[], None], what: str, log: Path
 ) -> None:
@@ -199,11 +208,7 @@ class ControlPlane:
         for process in reversed(list(self._processes.values())):
             if process.poll() is None:
                 process.terminate()
-            try:
-                process.wait(timeout=STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            reap(process, STOP_TIMEOUT)
         self._processes.clear()
         if self._webhook is not None:
             self._webhook.stop()
