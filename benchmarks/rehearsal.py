@@ -1,11 +1,12 @@
-"""CPU and memory of an idle rehearsal: a lab brought up with 2 GPU nodes, then left alone.
+"""A rehearsal lab's figures: lab.up time, idle CPU and memory, and the whole `invoke demo`.
 
-Run: `.venv/bin/python benchmarks/idle_cpu.py [--seconds 30] [--settle 3]`. It brings a
+Run: `.venv/bin/python benchmarks/rehearsal.py [--seconds 30] [--settle 3]`. It brings a
 rehearsal lab up through `invoke lab.up --sim` in a temporary state directory (timing it),
 waits `--settle` seconds, reads the user+system CPU time of the rehearsal process and every
 process under it (etcd, the API server, the controllers, the node endpoint) from /proc over
 `--seconds`, prints it as a percentage of one core (target: under 10 %) with their resident
-memory, and destroys the lab.
+memory, and destroys the lab. Then it times `invoke demo` (target: under 60 s warm), which
+brings its own lab up, runs device-plugin-off and takes the lab down.
 """
 
 from __future__ import annotations
@@ -56,12 +57,15 @@ def resident_mib(pids: list[int]) -> float:
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def invoke(env: dict[str, str], *args: str) -> None:
+def invoke(env: dict[str, str], *args: str) -> float:
+    """Run one invoke command; its wall seconds."""
+    started = time.monotonic()
     result = subprocess.run(
-        [INVOKE, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+        [INVOKE, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
     )
     if result.returncode:
         raise SystemExit(f"invoke {' '.join(args)} failed:\n{result.stdout}{result.stderr}")
+    return time.monotonic() - started
 
 
 def main() -> None:
@@ -72,9 +76,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as state_dir:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("INVOKE_", "AWS_"))}
         env |= {"INVOKE_LAB_STATE_DIR": state_dir, "INVOKE_LAB_SPEED": "60"}
-        up_started = time.monotonic()
-        invoke(env, "lab.up", "--sim", "--lab", LAB)
-        up = time.monotonic() - up_started
+        up = invoke(env, "lab.up", "--sim", "--lab", LAB)
         try:
             endpoints = Path(state_dir, LAB, "sim", "endpoints.json").read_text()
             pids = tree(int(json.loads(endpoints)["pid"]))
@@ -85,10 +87,12 @@ def main() -> None:
             memory = resident_mib(pids)
         finally:
             invoke(env, "lab.down", "--lab", LAB, "--destroy", "--yes")
+        demo = invoke(env, "demo")
     print(f"lab.up --sim (2 GPU nodes, operator ready, speed 60): {up:.1f} s")
     print(f"idle rehearsal, {len(pids)} processes, {elapsed:.1f} s:")
     print(f"  CPU {used:.2f} s = {100 * used / elapsed:.1f} % of one core (target < 10 %)")
     print(f"  resident memory {memory:.0f} MiB")
+    print(f"invoke demo (up, device-plugin-off run, down): {demo:.1f} s (target < 60 s)")
 
 
 if __name__ == "__main__":
