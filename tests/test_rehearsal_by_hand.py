@@ -183,6 +183,26 @@ def test_the_labs_manifests_apply_with_strict_validation(kubectl, tmp_path: Path
         kubectl("delete", "namespace", "manifests", "--wait=false")
 
 
+def test_kubectl_cp_copies_into_a_container_and_back_out(kubectl, tmp_path: Path):
+    run = "run", "toolbox", "-n", "practice", f"--image={DEBUG_IMAGE}", "--", "sleep", "infinity"
+    assert kubectl(*run).returncode == 0
+    ready = kubectl("wait", "-n", "practice", "--for=condition=Ready", "pod/toolbox")
+    assert ready.returncode == 0, ready.stderr
+    notes = tmp_path / "notes.txt"
+    notes.write_text("nvidia-smi -L said: GPU 0: NVIDIA A10G\n")
+    copied = kubectl("cp", str(notes), "practice/toolbox:/tmp")
+    assert copied.returncode == 0, copied.stderr
+    shown = kubectl("exec", "-n", "practice", "toolbox", "--", "cat", "/tmp/notes.txt")
+    assert shown.stdout == notes.read_text(), shown.stderr
+    back = kubectl("cp", "practice/toolbox:/tmp/notes.txt", str(tmp_path / "back.txt"))
+    assert back.returncode == 0, back.stderr
+    assert (tmp_path / "back.txt").read_text() == notes.read_text()
+    selector = "-l", "app=nvidia-dcgm-exporter", "-o", "jsonpath={.items[0].metadata.name}"
+    exporter = kubectl("get", "pods", "-n", "gpu-operator", *selector).stdout
+    distroless = kubectl("cp", str(notes), f"gpu-operator/{exporter}:/tmp/notes.txt")
+    assert 'exec: "tar": executable file not found in $PATH' in distroless.stderr
+
+
 def ds_counts(kubectl) -> str:
     line = kubectl("get", "ds", "-n", "gpu-operator", DEVICE_PLUGIN_DS, "--no-headers").stdout
     return "/".join(line.split()[1:4]) if line else "NotFound"
