@@ -14,12 +14,20 @@ import json
 import re
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from scenario_support import SCENARIO_SPEED, SimLab, another_lab_record, quiet, wait_ready
+from scenario_support import (
+    SCENARIO_SPEED,
+    SimLab,
+    another_lab_record,
+    quiet,
+    read_until,
+    wait_ready,
+)
 from tool_support import require_tool
 
 import scenarios
@@ -31,6 +39,7 @@ from labs.lab import Lab
 from labs.run.engine import inject_scenario, revert_scenarios
 from labs.sim import pace, process
 from labs.sim.controlplane.webhook import ADMIN_USER
+from labs.sim.hardware import gpu_uuid
 
 PERSON_SPEED = 3.0
 DEBUG_IMAGE = "public.ecr.aws/amazonlinux/amazonlinux:2023"
@@ -201,6 +210,29 @@ def test_kubectl_cp_copies_into_a_container_and_back_out(kubectl, tmp_path: Path
     exporter = kubectl("get", "pods", "-n", "gpu-operator", *selector).stdout
     distroless = kubectl("cp", str(notes), f"gpu-operator/{exporter}:/tmp/notes.txt")
     assert 'exec: "tar": executable file not found in $PATH' in distroless.stderr
+
+
+def test_port_forward_to_a_dcgm_exporter_shows_its_gpus_metrics(practice: Lab, kubectl):
+    selector = "-l", "app=nvidia-dcgm-exporter", "-o", "jsonpath={.items[0].metadata.name}"
+    pod = kubectl("get", "pods", "-n", "gpu-operator", *selector).stdout
+    node = kubectl("get", "pod", "-n", "gpu-operator", pod, "-o", "jsonpath={.spec.nodeName}")
+    config = "--kubeconfig", str(practice.paths.kubeconfig)
+    forward = [require_tool("kubectl"), *config, "port-forward", "-n", "gpu-operator", pod, ":9400"]
+    forwarding = subprocess.Popen(forward, stdout=subprocess.PIPE, text=True)
+    try:
+        said = read_until(forwarding.stdout, "-> 9400", timeout=30)[-1]
+        local = re.search(r"127\.0\.0\.1:(\d+) -> 9400", said)
+        assert local, said
+        with urllib.request.urlopen(f"http://127.0.0.1:{local.group(1)}/metrics") as answer:
+            page = answer.read().decode()
+    finally:
+        forwarding.terminate()
+        forwarding.wait(timeout=30)
+    series = [line for line in page.splitlines() if line.startswith("DCGM_FI_DEV_GPU_UTIL{")]
+    assert len(series) == 1, page
+    assert f'UUID="{gpu_uuid(node.stdout)}"' in series[0], series
+    assert f'Hostname="{node.stdout}"' in series[0], series
+    assert "# TYPE DCGM_FI_DEV_XID_ERRORS gauge" in page
 
 
 def ds_counts(kubectl) -> str:

@@ -13,8 +13,8 @@ Per-program behaviour is the table `PROGRAMS`; a name not in it, or not installe
 the command runs, answers as a minimal shell (`sh: 1: foo: not found`, 127) or, run
 without a shell, as containerd (`executable file not found in $PATH`, 126). Files outside
 `hostPath` mounts are the container's own (`labs.sim.container_files`: what `kubectl cp`
-moves with `tar`). Shell
-scripts (`sh -c`) support `;`, `&&`, `||`, `cd` and globs; not pipes or redirections.
+moves with `tar`). Shell scripts (`sh -c`) support `;`, `&&`, `||`, `cd` and globs; not
+pipes or redirections.
 Output that nvidia-smi prints follows the driver 580 layout recorded on real hardware.
 """
 
