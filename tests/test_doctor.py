@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from lab_support import invoke_env, run_invoke
-from scenario_support import LAB_NAME, SimLab, quiet, wait_ready
+from lab_support import ROOT, invoke_env, run_invoke
+from scenario_support import LAB_NAME, SimLab, by_hand_env, quiet, wait_ready
 
 import scenarios
 from labs import lifecycle
@@ -33,15 +34,21 @@ from labs.sim.controlplane.webhook import ADMIN_USER
 
 CONTEXT = f"lab-admin@{LAB_NAME}"  # the context the world's kubeconfig names
 READS = {"get", "list", "watch"}  # pods/log is a get of the log subresource
+READ_ONLY = "**Read-only, proved by Kubernetes.**"  # the README's paragraph with its lines
+DOCTOR_ACCOUNT = "system:serviceaccount:kube-system:gpu-doctor"
+UNDO_READ_ONLY = (
+    "kubectl delete clusterrolebinding/gpu-doctor-read clusterrole/gpu-doctor-read; "
+    "kubectl delete serviceaccount gpu-doctor -n kube-system"
+)
 
 
-def audited_verbs(audit_log: Path, since: int) -> set[str]:
-    """The verbs the API server's audit log records for the lab's kubeconfig user after byte
-    `since` (the world's own controllers use certificates of other names)."""
+def audited_verbs(audit_log: Path, since: int, user: str = ADMIN_USER) -> set[str]:
+    """The verbs the API server's audit log records for `user` (the lab's kubeconfig user by
+    default) after byte `since` (the world's own controllers use certificates of other names)."""
     with audit_log.open() as log:
         log.seek(since)
         entries = [json.loads(line) for line in log if line.strip()]
-    return {e["verb"] for e in entries if e["user"]["username"] == ADMIN_USER}
+    return {e["verb"] for e in entries if e["user"]["username"] == user}
 
 
 def attached(sim_lab: SimLab, state_dir: Path) -> Report:
@@ -55,6 +62,13 @@ def attached(sim_lab: SimLab, state_dir: Path) -> Report:
         },
     )
     return doctor(lambda: Lab.open(settings))
+
+
+def readme_block(after: str) -> str:
+    """The first ```bash block of the README after the line starting with `after`."""
+    text = (ROOT / "README.md").read_text()
+    rest = text[text.index(after) :]
+    return rest.split("```bash\n", 1)[1].split("```", 1)[0]
 
 
 def lab_doctor(lab: Lab, *args: str) -> tuple[int, dict]:
@@ -86,6 +100,23 @@ def test_a_healthy_lab_exits_0_says_so_and_lists_what_it_checked(sim_lab: SimLab
     for stage in ("pods", "nodes", "operands", "operator", "logs", "node-internals", "network"):
         assert f"\n  {stage:<14} " in out, stage
     assert "NOT CHECKED: validation files, nvidia-smi" in out
+
+
+def test_a_read_only_service_account_is_all_the_doctor_needs(sim_lab: SimLab, tmp_path: Path):
+    """The README's lines: a ServiceAccount with get/list/watch only, a token, the doctor as it."""
+    audit_log = sim_lab.world.control_plane.home / "logs" / "audit.log"
+    env = by_hand_env(sim_lab.lab, tmp_path / "cache") | {"TMPDIR": str(tmp_path)}
+    since = audit_log.stat().st_size
+    try:
+        run = subprocess.run(["bash", "-ec", readme_block(READ_ONLY)], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+        verbs = audited_verbs(audit_log, since, DOCTOR_ACCOUNT)
+    finally:
+        subprocess.run(["bash", "-c", UNDO_READ_ONLY], env=env, capture_output=True, timeout=60)
+
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "no problem found" in run.stdout and "gpu-doctor (existing cluster" in run.stdout
+    assert "list" in verbs and verbs <= READS, verbs
 
 
 @pytest.mark.parametrize("name", sorted(scenarios.all_scenarios()))

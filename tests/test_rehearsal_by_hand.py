@@ -10,22 +10,36 @@ the 2-second kubectl loop of the last test costs seconds, not the minute of real
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from scenario_support import SCENARIO_SPEED, SimLab, another_lab_record, quiet, wait_ready
+from scenario_support import (
+    SCENARIO_SPEED,
+    SimLab,
+    another_lab_record,
+    quiet,
+    read_until,
+    wait_ready,
+)
 from tool_support import require_tool
 
 import scenarios
 from labs import status as lab_status
 from labs.kube import gpu
+from labs.kube.probes import PROBE_MANIFEST
+from labs.kube.workloads import ALLREDUCE, CUDA_CHECK, MANIFESTS, TCP_CHECK, Workload
 from labs.lab import Lab
 from labs.run.engine import inject_scenario, revert_scenarios
 from labs.sim import pace, process
+from labs.sim.controlplane.webhook import ADMIN_USER
+from labs.sim.hardware import gpu_uuid
 
 PERSON_SPEED = 3.0
 DEBUG_IMAGE = "public.ecr.aws/amazonlinux/amazonlinux:2023"
@@ -111,12 +125,114 @@ def test_the_api_pieces_a_person_reaches_for(kubectl):
     explain = kubectl("explain", "clusterpolicy.spec.devicePlugin.enabled").stdout
     assert "KIND:       ClusterPolicy" in explain and "FIELD: enabled <boolean>" in explain
     assert kubectl("auth", "can-i", "patch", "clusterpolicies").stdout == "yes\n"
+    patch = "-p", '{"data":{"a":"c"}}'
+    patched = kubectl("patch", "configmap", "notes", "-n", "practice", "--type=merge", *patch)
+    assert patched.stdout == "configmap/notes patched\n", patched.stderr
+    assert kubectl("get", "cm", "notes", "-n", "practice", "-o", "jsonpath={.data.a}").stdout == "c"
     everything = kubectl("get", "all", "-n", "gpu-operator").stdout
     assert "replicaset.apps/gpu-operator-" in everything
     assert "service/nvidia-dcgm-exporter" in everything and "9400/TCP" in everything
     events = kubectl("get", "events", "-A").stdout
     for reason in ("SuccessfulCreate", "ScalingReplicaSet", "RegisteredNode", "NodeReady"):
         assert reason in events
+
+
+def test_the_real_api_server_answers_who_am_i_what_kinds_and_its_metrics(kubectl):
+    whoami = json.loads(kubectl("auth", "whoami", "-o", "json").stdout)["status"]["userInfo"]
+    assert whoami["username"] == ADMIN_USER and "system:masters" in whoami["groups"]
+    kinds = kubectl("api-resources", "-o", "name").stdout.split()
+    for kind in (
+        "leases.coordination.k8s.io",
+        "clusterroles.rbac.authorization.k8s.io",
+        "customresourcedefinitions.apiextensions.k8s.io",
+        "clusterpolicies.nvidia.com",
+    ):
+        assert kind in kinds, kinds
+    assert "apiserver_request_total{" in kubectl("get", "--raw", "/metrics").stdout
+
+
+def test_describe_shows_the_scheduler_and_the_kubelet_in_a_pods_events(kubectl):
+    selector = "-l", "app=nvidia-dcgm-exporter", "-o", "jsonpath={.items[0].metadata.name}"
+    pod = kubectl("get", "pods", "-n", "gpu-operator", *selector).stdout
+    described = kubectl("describe", "pod", "-n", "gpu-operator", pod).stdout
+    assert re.search(r"^Status: +Running$", described, re.M), described
+    assert f"Successfully assigned gpu-operator/{pod} to ip-" in described
+    assert re.search(r"Normal +Started .* kubelet +Container started", described), described
+
+
+def test_a_job_runs_its_pod_and_logs_job_shows_what_it_printed(kubectl):
+    job = "create", "job", "hello", "-n", "practice", "--image=busybox"
+    assert kubectl(*job, "--", "echo", "hello", "from", "a", "job").returncode == 0
+    done = kubectl(
+        "wait", "-n", "practice", "--for=condition=complete", "job/hello", "--timeout=60s"
+    )
+    assert done.stdout == "job.batch/hello condition met\n", done.stderr
+    assert kubectl("logs", "-n", "practice", "job/hello").stdout == "hello from a job\n"
+
+
+def test_the_labs_manifests_apply_with_strict_validation(kubectl, tmp_path: Path):
+    """README's by-hand use of labs/kube/manifests: each ConfigMap, then the whole folder."""
+    workloads = (Workload(PROBE_MANIFEST.name), CUDA_CHECK, ALLREDUCE, TCP_CHECK)
+    kubectl("create", "namespace", "manifests")
+    try:
+        for workload in [w for w in workloads if w.script and w.config_map]:
+            script = f"--from-file={MANIFESTS / str(workload.script)}"
+            kubectl("create", "configmap", str(workload.config_map), "-n", "manifests", script)
+        applied = kubectl("apply", "--validate=strict", "-n", "manifests", "-f", str(MANIFESTS))
+        assert applied.returncode == 0, applied.stderr
+        created = {f"{i['kind'].lower()}/{i['metadata']['name']} created" for w in workloads
+                   for i in w.items()}  # fmt: skip
+        assert set(applied.stdout.splitlines()) == created, applied.stdout
+        typo = tmp_path / "typo.yaml"
+        probe = PROBE_MANIFEST.read_text()
+        typo.write_text(probe.replace("restartPolicy", "restartPolicyy"))
+        refused = kubectl("apply", "--validate=strict", "-n", "manifests", "-f", str(typo))
+        assert 'unknown field "spec.restartPolicyy"' in refused.stderr, refused.stderr
+    finally:
+        kubectl("delete", "namespace", "manifests", "--wait=false")
+
+
+def test_kubectl_cp_copies_into_a_container_and_back_out(kubectl, tmp_path: Path):
+    run = "run", "toolbox", "-n", "practice", f"--image={DEBUG_IMAGE}", "--", "sleep", "infinity"
+    assert kubectl(*run).returncode == 0
+    ready = kubectl("wait", "-n", "practice", "--for=condition=Ready", "pod/toolbox")
+    assert ready.returncode == 0, ready.stderr
+    notes = tmp_path / "notes.txt"
+    notes.write_text("nvidia-smi -L said: GPU 0: NVIDIA A10G\n")
+    copied = kubectl("cp", str(notes), "practice/toolbox:/tmp")
+    assert copied.returncode == 0, copied.stderr
+    shown = kubectl("exec", "-n", "practice", "toolbox", "--", "cat", "/tmp/notes.txt")
+    assert shown.stdout == notes.read_text(), shown.stderr
+    back = kubectl("cp", "practice/toolbox:/tmp/notes.txt", str(tmp_path / "back.txt"))
+    assert back.returncode == 0, back.stderr
+    assert (tmp_path / "back.txt").read_text() == notes.read_text()
+    selector = "-l", "app=nvidia-dcgm-exporter", "-o", "jsonpath={.items[0].metadata.name}"
+    exporter = kubectl("get", "pods", "-n", "gpu-operator", *selector).stdout
+    distroless = kubectl("cp", str(notes), f"gpu-operator/{exporter}:/tmp/notes.txt")
+    assert 'exec: "tar": executable file not found in $PATH' in distroless.stderr
+
+
+def test_port_forward_to_a_dcgm_exporter_shows_its_gpus_metrics(practice: Lab, kubectl):
+    selector = "-l", "app=nvidia-dcgm-exporter", "-o", "jsonpath={.items[0].metadata.name}"
+    pod = kubectl("get", "pods", "-n", "gpu-operator", *selector).stdout
+    node = kubectl("get", "pod", "-n", "gpu-operator", pod, "-o", "jsonpath={.spec.nodeName}")
+    config = "--kubeconfig", str(practice.paths.kubeconfig)
+    forward = [require_tool("kubectl"), *config, "port-forward", "-n", "gpu-operator", pod, ":9400"]
+    forwarding = subprocess.Popen(forward, stdout=subprocess.PIPE, text=True)
+    try:
+        said = read_until(forwarding.stdout, "-> 9400", timeout=30)[-1]
+        local = re.search(r"127\.0\.0\.1:(\d+) -> 9400", said)
+        assert local, said
+        with urllib.request.urlopen(f"http://127.0.0.1:{local.group(1)}/metrics") as answer:
+            page = answer.read().decode()
+    finally:
+        forwarding.terminate()
+        forwarding.wait(timeout=30)
+    series = [line for line in page.splitlines() if line.startswith("DCGM_FI_DEV_GPU_UTIL{")]
+    assert len(series) == 1, page
+    assert f'UUID="{gpu_uuid(node.stdout)}"' in series[0], series
+    assert f'Hostname="{node.stdout}"' in series[0], series
+    assert "# TYPE DCGM_FI_DEV_XID_ERRORS gauge" in page
 
 
 def ds_counts(kubectl) -> str:

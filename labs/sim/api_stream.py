@@ -88,6 +88,10 @@ class Session:
         if self._options["stdout"]:
             self.send(STDOUT, self._terminal_text(text))
 
+    def out_bytes(self, data: bytes) -> None:
+        if self._options["stdout"]:
+            self.send(STDOUT, data)
+
     def err(self, text: str) -> None:
         if self._options["stderr"] and not self.tty:
             self.send(STDERR, text.encode())
@@ -135,6 +139,13 @@ class Session:
 
     def gone(self) -> bool:
         return self.closed.is_set()
+
+    def read_bytes(self) -> bytes:
+        data, self._pending = self._pending, b""
+        while (chunk := self._input.get()) is not None:
+            data += chunk
+        self._input.put(None)  # end of input stays the end
+        return data
 
     def read_line(self, prompt: str) -> str | None:
         """A line of input; on a terminal, echoed as typed (the remote end echoes in raw mode)."""

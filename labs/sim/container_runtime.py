@@ -42,9 +42,16 @@ class Recorded:
             self.text += line + "\n"
         return line
 
+    def read_bytes(self) -> bytes:
+        return self._term.read_bytes()
+
     def out(self, text: str) -> None:
         self.text += text
         self._term.out(text)
+
+    def out_bytes(self, data: bytes) -> None:
+        self.text += data.decode(errors="replace")
+        self._term.out_bytes(data)
 
     def err(self, text: str) -> None:
         self.text += text
@@ -82,7 +89,8 @@ class ContainerRuntime:
             node = self.store.get(NODES, node_name)
         except NotFound:
             raise BadRequest(f"pod {name} is on node {node_name}, which is gone") from None
-        return Process(self.store, pod, containers[container], node)
+        rootfs = self._logs.rootfs(namespace, name, container)
+        return Process(self.store, pod, containers[container], node, rootfs=rootfs)
 
     def exec(self, process: Process, command: list[str], term: Terminal) -> int:
         return exec_argv(command, process, term)

@@ -40,6 +40,18 @@ class StdioTerminal:
         data = (text.replace("\n", "\r\n") if self.tty else text).encode()
         os.write(1, data)
 
+    def out_bytes(self, data: bytes) -> None:
+        while data:
+            data = data[os.write(1, data) :]
+
+    def read_bytes(self) -> bytes:
+        data = self._pending
+        self._pending = b""
+        while not self._ended and (chunk := os.read(0, 65536)):
+            data += chunk
+        self._ended = True
+        return data
+
     def err(self, text: str) -> None:
         if self.tty:
             self.out(text)

@@ -11,8 +11,10 @@ as on EKS.
 
 Per-program behaviour is the table `PROGRAMS`; a name not in it, or not installed where
 the command runs, answers as a minimal shell (`sh: 1: foo: not found`, 127) or, run
-without a shell, as containerd (`executable file not found in $PATH`, 126). Shell
-scripts (`sh -c`) support `;`, `&&`, `||`, `cd` and globs; not pipes or redirections.
+without a shell, as containerd (`executable file not found in $PATH`, 126). Files outside
+`hostPath` mounts are the container's own (`labs.sim.container_files`: what `kubectl cp`
+moves with `tar`). Shell scripts (`sh -c`) support `;`, `&&`, `||`, `cd` and globs; not
+pipes or redirections.
 Output that nvidia-smi prints follows the driver 580 layout recorded on real hardware.
 """
 
@@ -25,9 +27,11 @@ import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Protocol
 
-from labs.sim import node_files
+from labs.sim import container_files, node_files
+from labs.sim.container_files import layer_path, tar
 from labs.sim.hardware import (
     AMI_GLIBC,
     AMI_GLIBC_YEAR,
@@ -50,7 +54,8 @@ _VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\?|\w+))")
 NVML_FAILURE = "Failed to initialize NVML: Unknown Error\n"
 SHELLS = ("sh", "bash")
 BASE_TOOLS = frozenset(
-    {*SHELLS, "cat", "chroot", "echo", "env", "false", "hostname", "ldd", "ls", "sleep", "true"}
+    {*SHELLS, "cat", "chroot", "echo", "env", "false", "hostname", "ldd", "ls", "sleep", "tar"}
+    | {"test", "true"}
 )
 NVIDIA_HOST_TOOLS = frozenset({"nvidia-smi", "nvidia-ctk"})
 
@@ -64,7 +69,13 @@ class Terminal(Protocol):
         """The next input line (no newline), None at end of input."""
         ...
 
+    def read_bytes(self) -> bytes:
+        """All the input left, as sent (an archive for `tar`)."""
+        ...
+
     def out(self, text: str) -> None: ...
+
+    def out_bytes(self, data: bytes) -> None: ...
 
     def err(self, text: str) -> None: ...
 
@@ -79,8 +90,14 @@ class Captured:
     def read_line(self, prompt: str) -> str | None:
         return None
 
+    def read_bytes(self) -> bytes:
+        return b""
+
     def out(self, text: str) -> None:
         self.text += text
+
+    def out_bytes(self, data: bytes) -> None:
+        self.text += data.decode(errors="replace")
 
     def err(self, text: str) -> None:
         self.text += text
@@ -88,7 +105,8 @@ class Captured:
 
 @dataclass
 class Process:
-    """A process in a container: its pod and node, the root `chroot` gave it, its cwd."""
+    """A process in a container: its pod and node, the root `chroot` gave it, its cwd, and the
+    directory holding the container's own files (`labs.sim.container_files`), if kept."""
 
     store: KubeApi
     pod: dict
@@ -96,6 +114,7 @@ class Process:
     node: dict
     root: str = "/"
     cwd: str = "/"
+    rootfs: Path | None = None
 
     def container_path(self, path: str) -> str:
         """`path` as the container sees it (the chroot applied)."""
@@ -427,10 +446,12 @@ def ldd(args: list[str], process: Process, term: Terminal) -> int:
 
 
 def _lookup(path: str, process: Process) -> tuple[str | None, list[node_files.Entry] | None]:
-    """(host path, its listing when it is a known directory) for a path the process names."""
+    """(host path, its listing when it is a known directory) for a path the process names;
+    (None, its listing) for a directory of the container's own layer."""
     host = process.host_path(path)
     if host is None:
-        return None, None
+        local = layer_path(process, path)
+        return None, container_files.listing(local) if local and local.is_dir() else None
     return host, node_files.listing(process.store, process.node, host)
 
 
@@ -447,7 +468,14 @@ def cat(args: list[str], process: Process, term: Terminal) -> int:
     code = 0
     for path in args:
         host, entries = _lookup(path, process)
-        if entries is not None:
+        local = layer_path(process, path)
+        if local is not None and local.is_file():
+            term.out_bytes(local.read_bytes())
+        elif local is not None:
+            reason = "Is a directory" if local.is_dir() else "No such file or directory"
+            term.err(f"cat: {path}: {reason}\n")
+            code = 1
+        elif entries is not None:
             term.err(f"cat: {path}: Is a directory\n")
             code = 1
         elif host is not None and node_files.known_parent(host):
@@ -502,6 +530,25 @@ def ls(args: list[str], process: Process, term: Terminal) -> int:
     return code
 
 
+def test(args: list[str], process: Process, term: Terminal) -> int:
+    """`test -d|-f|-e PATH`: what `kubectl cp` asks before copying into a directory."""
+    kinds = {"-d": {"dir"}, "-f": {"file"}, "-e": {"dir", "file"}}
+    if len(args) != 2 or args[0] not in kinds:
+        term.err(f"test: {NOT_MODELLED} this expression; only -d, -f or -e PATH\n")
+        return 2
+    return 0 if _file_kind(args[1], process) in kinds[args[0]] else 1
+
+
+def _file_kind(path: str, process: Process) -> str | None:
+    local = layer_path(process, path)
+    if local is not None:
+        return "dir" if local.is_dir() else "file" if local.exists() else None
+    host, entries = _lookup(path, process)
+    if entries is not None:
+        return "dir"
+    return "file" if host is not None and _entry(host, process) is not None else None
+
+
 def echo(args: list[str], process: Process, term: Terminal) -> int:
     newline = args[:1] != ["-n"]
     term.out(" ".join(args if newline else args[1:]) + ("\n" if newline else ""))
@@ -545,4 +592,6 @@ PROGRAMS: dict[str, Program] = {
     "true": _exit_with(0),
     "false": _exit_with(1),
     "sleep": _exit_with(0),
+    "tar": tar,
+    "test": test,
 }

@@ -29,6 +29,7 @@ from labs.sim.aws_seed import ACCOUNT_ID, moto_clients, seed_stack
 from labs.sim.aws_server import AwsServer, reset_moto
 from labs.sim.container_logs import ContainerLogs
 from labs.sim.controllers.base import Controller
+from labs.sim.controllers.dcgm_exporter import DcgmExporter
 from labs.sim.controllers.device_plugin import DevicePlugin
 from labs.sim.controllers.gpu_operator import GpuOperator
 from labs.sim.controllers.heartbeats import NodeLeases
@@ -124,8 +125,8 @@ def start_world(
         aws.control_token = token
         plane.start()
         store = world.store = KubeApi(plane.credentials("admin"))
-        logs = ContainerLogs(state_dir / "pods")
-        world._node_endpoint = _node_endpoint(plane, state_dir, logs)
+        logs, ports = ContainerLogs(state_dir / "pods"), state_dir / "ports"
+        world._node_endpoint = _node_endpoint(plane, state_dir, logs, ports)
         world._node_endpoint.start()
         endpoints: dict[str, Any] = {
             "aws_endpoint_url": aws.start(),
@@ -153,6 +154,7 @@ def start_world(
             Kubelet(store, timings, logs, programs=[TcpCheck(network), AllReduce(network)]),
             DevicePlugin(store, timings),
             GpuOperator(store, timings, logs),
+            DcgmExporter(store, timings, ports),
             schedules,
         ]
         aws.on_write("/clusters", nodes.wake)
@@ -169,9 +171,12 @@ def start_world(
     return world
 
 
-def _node_endpoint(plane: ControlPlane, state_dir: Path, logs: ContainerLogs) -> NodeEndpoint:
+def _node_endpoint(
+    plane: ControlPlane, state_dir: Path, logs: ContainerLogs, ports: Path
+) -> NodeEndpoint:
     """The nodes' kubelet API: logs from the containers' files, exec and attach played by
-    `labs.sim.node_exec` with the world's credentials."""
+    `labs.sim.node_exec` with the world's credentials, port-forward to the addresses written
+    under `ports` (the dcgm-exporter's, `labs.sim.controllers.dcgm_exporter`)."""
     assert plane.ca is not None, "the control plane starts first"
     exec_command = [
         sys.executable, "-m", "labs.sim.node_exec",
@@ -179,7 +184,6 @@ def _node_endpoint(plane: ControlPlane, state_dir: Path, logs: ContainerLogs) ->
         "--pki", str(plane.home / "pki"),
         "--logs", str(logs.root),
     ]  # fmt: skip
-    ports = state_dir / "ports"
     ports.mkdir(parents=True, exist_ok=True)
     return NodeEndpoint(
         state_dir / "node-endpoint", plane.ca, exec_command, logs.root, ports, plane.egress_socket

@@ -63,6 +63,7 @@ class MetricsPort:
 
 
 OPERATOR_METRICS = MetricsPort("gpu-operator-metrics", 8080)
+DCGM_EXPORTER_METRICS = MetricsPort("gpu-metrics", 9400)  # the port its pods serve on
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,7 @@ OPERANDS = (
         "dcgm-exporter",
         True,
         "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.1-4.8.0-distroless",
-        metrics=MetricsPort("gpu-metrics", 9400),
+        metrics=DCGM_EXPORTER_METRICS,
     ),
     Operand(
         "gpu-feature-discovery",
