@@ -70,6 +70,7 @@ GPU_NODES = 2
 # A fast world; the engine never gives a check under labs.run.watch.MIN_TIMEOUT seconds.
 SCENARIO_SPEED = 600.0
 READY_TIMEOUT = 60.0
+SETTLE = 2.0  # wall seconds a ready lab must stay ready before a test starts from it
 # Operands the lab's values enable and scenarios take away (a ready lab has them all).
 LAB_OPERANDS = {DEVICE_PLUGIN_DAEMONSET, DCGM_EXPORTER_DAEMONSET, GFD_DAEMONSET}
 
@@ -127,8 +128,10 @@ def quiet(_line: str) -> None:
 
 
 def wait_ready(lab: Lab) -> None:
+    """Ready and staying so for a moment: the operator acts on a revert after its own delay,
+    and a rollout it starts then would show in the next test's baseline."""
     with lab.view() as view:
-        view.wait_for(lab_ready, READY_TIMEOUT, "rehearsal lab ready with 2 GPUs")
+        view.wait_for(lab_ready, READY_TIMEOUT, "rehearsal lab ready with 2 GPUs", steady=SETTLE)
 
 
 def another_lab_record(ready: SimLab, state_dir: Path) -> SimLab:

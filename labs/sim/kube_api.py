@@ -8,6 +8,7 @@ turns API errors into the `labs.sim.resources` errors the controllers already te
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import queue
@@ -253,7 +254,9 @@ class KubeWatch:
         with self._lock:
             response = self._response
         if response is not None:
-            response.shutdown()
+            # The stream may have ended on its own a moment ago: its socket is then closed.
+            with contextlib.suppress(OSError):
+                response.shutdown()
         self._queue.put(_CLOSED)
 
     def __iter__(self) -> Iterator[tuple[str, dict]]:

@@ -14,6 +14,7 @@ so a process holds at most one world at a time.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hmac
 import logging
 import os
@@ -70,19 +71,19 @@ class World:
             controller.wake()
 
     def stop(self) -> None:
-        """Join every controller thread, then stop the programs and moto; safe to call twice."""
+        """Join every controller thread, then stop the programs and moto; safe to call twice.
+        Each step runs even when one before it failed: no process outlives a failed stop."""
         if self._stopped:
             return
         self._stopped = True
-        try:
-            for controller in self._controllers:
-                controller.stop()
+        with contextlib.ExitStack() as steps:  # run last-pushed first
+            steps.callback(_one_world.release)
+            steps.callback(self._aws.stop)
+            steps.callback(self.control_plane.stop)
             if self._node_endpoint is not None:
-                self._node_endpoint.stop()
-            self.control_plane.stop()
-            self._aws.stop()
-        finally:
-            _one_world.release()
+                steps.callback(self._node_endpoint.stop)
+            for controller in reversed(self._controllers):
+                steps.callback(controller.stop)
 
     def __enter__(self) -> World:
         return self

@@ -256,13 +256,28 @@ class GpuOperator(Controller):
             self._changed_at = time.time()
         if now < self._act_at:
             return self._act_at - now
-        for node in gpu_nodes:
-            self._label(node)
-        self._runtime_classes(policy)
-        statuses = self._operands(policy, namespace)
-        self._write_status(policy, statuses, bool(gpu_nodes), namespace)
+        try:
+            for node in gpu_nodes:
+                self._label(node)
+            self._runtime_classes(policy)
+            statuses = self._operands(policy, namespace, operator_pod)
+            self._still_running(operator_pod)
+            self._write_status(policy, statuses, bool(gpu_nodes), namespace)
+        except _OperatorStopped:
+            return None
         self._log(operator_pod, statuses, len(gpu_nodes))
         return None
+
+    def _still_running(self, operator_pod: dict) -> None:
+        """A pass is the operator process's work: once its pod is deleted mid-pass (scaled
+        down), the rest of the pass never happens, as when the real process is killed."""
+        meta = operator_pod["metadata"]
+        try:
+            pod = self.store.get(PODS, meta["name"], meta["namespace"])
+        except NotFound:
+            raise _OperatorStopped from None
+        if pod["metadata"]["uid"] != meta["uid"] or pod["metadata"].get("deletionTimestamp"):
+            raise _OperatorStopped
 
     def _label(self, node: dict) -> None:
         wanted = dict(GFD_LABELS)
@@ -291,12 +306,13 @@ class GpuOperator(Controller):
         for name in sorted(present & ({DEFAULT_RUNTIME_CLASS, *CDI_RUNTIME_CLASSES} - set(wanted))):
             self.store.delete(RUNTIMECLASSES, name)
 
-    def _operands(self, policy: dict, namespace: str) -> dict[str, str]:
+    def _operands(self, policy: dict, namespace: str, operator_pod: dict) -> dict[str, str]:
         statuses = {step: "ready" for step in STEP_ORDER}
         spec = policy.get("spec") or {}
         tolerations = (spec.get("daemonsets") or {}).get("tolerations") or DEFAULT_TOLERATIONS
         self._keep_service(OPERATOR_DEPLOYMENT, OPERATOR_METRICS, policy, namespace)
         for item in OPERANDS:
+            self._still_running(operator_pod)
             if item.metrics is not None:
                 wanted = is_enabled(policy, item)
                 self._keep_service(item.daemonset, item.metrics if wanted else None, policy,
@@ -389,6 +405,10 @@ class GpuOperator(Controller):
         ]
         self._logs.append(operator_pod, "".join(lines))
         self._logged = story
+
+
+class _OperatorStopped(Exception):
+    """The operator's pod went away in the middle of a pass."""
 
 
 def _log_line(message: str, **fields: object) -> str:
