@@ -197,4 +197,7 @@ def test_prebuilt_binaries_are_used_as_they_are(tmp_path: Path) -> None:
     assert lines[0] == f"control plane programs: {prebuilt}"
     # Our own node endpoint never comes from a prebuilt directory: built into the (empty) cache.
     endpoint = tmp_path / "empty-cache" / build.NODE_ENDPOINT / build.source_digest()
-    assert lines[-1] == f"node endpoint: {endpoint / build.NODE_ENDPOINT}"
+    assert f"node endpoint: {endpoint / build.NODE_ENDPOINT}" in lines
+    # Nor does metrics-server when the directory lacks it: built per version into the cache.
+    server = tmp_path / "empty-cache" / build.METRICS_SERVER / build.metrics_server_version()
+    assert lines[-1] == f"metrics-server: {server / build.METRICS_SERVER}"

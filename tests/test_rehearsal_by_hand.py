@@ -1,7 +1,8 @@
 """A person at the keyboard of an injected rehearsal lab, with plain kubectl and the write-up's
 commands: `kubectl debug node` and `exec` reach the world's programs, the API pieces a person
-reaches for are there, and after `scenario.inject` the world runs at a person's pace, so the
-recovery after the revert can be watched as on EKS.
+reaches for are there (`kubectl top` too, from the real metrics-server), and after
+`scenario.inject` the world runs at a person's pace, so the recovery after the revert can be
+watched as on EKS.
 
 One world for the module, with device-plugin-off injected at the start; the tests run in
 order (the revert comes last). The pace is a person's, compressed 3x (`--speed 3`) so that
@@ -233,6 +234,57 @@ def test_port_forward_to_a_dcgm_exporter_shows_its_gpus_metrics(practice: Lab, k
     assert f'UUID="{gpu_uuid(node.stdout)}"' in series[0], series
     assert f'Hostname="{node.stdout}"' in series[0], series
     assert "# TYPE DCGM_FI_DEV_XID_ERRORS gauge" in page
+
+
+def until_answered(kubectl, *args: str, timeout: float = 90) -> subprocess.CompletedProcess:
+    """`kubectl *args` until it succeeds: metrics-server has CPU figures only from its second
+    scrape (10 s after the first), the aggregator sees it once its pods are Ready."""
+    deadline = time.monotonic() + timeout
+    while True:
+        run = kubectl(*args)
+        if run.returncode == 0 or time.monotonic() > deadline:
+            return run
+        time.sleep(2)
+
+
+def top_rows(run: subprocess.CompletedProcess) -> dict[str, list[str]]:
+    assert run.returncode == 0, run.stderr
+    header, *lines = run.stdout.splitlines()
+    return {line.split()[0]: line.split()[1:] for line in lines}
+
+
+def test_the_metrics_api_is_served_by_metrics_server_through_the_aggregator(kubectl):
+    available = '{.status.conditions[?(@.type=="Available")].status}'
+    name = "apiservice/v1beta1.metrics.k8s.io"
+    run = until_answered(kubectl, "wait", "--for=condition=Available", name, "--timeout=5s")
+    assert run.returncode == 0, kubectl("get", name, "-o", "yaml").stdout
+    assert kubectl("get", name, "-o", f"jsonpath={available}").stdout == "True"
+    table = kubectl("get", name).stdout.splitlines()
+    assert table[0].split() == ["NAME", "SERVICE", "AVAILABLE", "AGE"]
+    assert table[1].split()[:3] == ["v1beta1.metrics.k8s.io", "kube-system/metrics-server", "True"]
+
+
+def test_kubectl_top_node_lists_every_node_with_plausible_figures(practice: Lab, kubectl):
+    rows = top_rows(until_answered(kubectl, "top", "node"))
+    nodes = practice.snapshot("nodes")
+    assert set(rows) == {gpu.name_of(node) for node in nodes.objects("nodes")}
+    memory = {}
+    for name, (cpu, cpu_share, used, used_share) in rows.items():
+        assert cpu.endswith("m") and 0 < int(cpu[:-1]) < 1000, rows
+        assert used.endswith("Mi") and cpu_share.endswith("%") and used_share.endswith("%"), rows
+        memory[name] = int(used[:-2])
+    gpu_nodes = {gpu.name_of(node) for node in gpu.gpu_nodes(nodes)}
+    system = [memory[name] for name in rows if name not in gpu_nodes]
+    # A g5.xlarge (16 GiB) holds more than a t3.medium (4 GiB), each well inside its machine.
+    assert max(system) < 4096 and min(memory[name] for name in gpu_nodes) > max(system), rows
+
+
+def test_kubectl_top_pod_lists_the_running_operator_pods(kubectl):
+    phase = "--field-selector=status.phase=Running"
+    running = kubectl("get", "pods", "-n", "gpu-operator", phase, "-o", "name").stdout.split()
+    rows = top_rows(until_answered(kubectl, "top", "pod", "-n", "gpu-operator"))
+    assert set(rows) == {name.removeprefix("pod/") for name in running}
+    assert all(cpu.endswith("m") and used.endswith("Mi") for cpu, used in rows.values()), rows
 
 
 def ds_counts(kubectl) -> str:

@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+import yaml
+
+from labs.sim.controlplane.build import metrics_server_version
 from labs.sim.kube_api import KubeApi
 from labs.sim.resources import (
     CLUSTER_POLICY,
@@ -64,6 +68,28 @@ def seed_cluster(store: KubeApi) -> None:
             },
             "kube-system",
         )
+
+
+def seed_metrics_server(store: KubeApi, route: Callable[[dict], None]) -> None:
+    """The metrics-server addon's objects (`data/metrics-server.yaml`: RBAC, Service,
+    Deployment, APIService). `route(service)` gets the created Service (its cluster IP) before
+    the APIService sends the aggregator there: a tunnel to an unrouted address would leave the
+    world."""
+    for obj in yaml.safe_load((DATA / "metrics-server.yaml").read_text()):
+        if obj["kind"] == "Deployment":
+            image = f"{ADDON_REGISTRY}/metrics-server:{metrics_server_version()}-eksbuild.1"
+            obj["spec"]["template"]["spec"]["containers"][0]["image"] = image
+        created = store.call("POST", _collection(obj), obj)
+        if obj["kind"] == "Service":
+            route(created)
+
+
+def _collection(obj: dict) -> str:
+    """The path objects of this kind are created at (their plural is the kind's, plus "s")."""
+    api_version, namespace = obj["apiVersion"], obj["metadata"].get("namespace")
+    root = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    scope = f"/namespaces/{namespace}" if namespace else ""
+    return f"{root}{scope}/{obj['kind'].lower()}s"
 
 
 def _template(labels: dict, name: str, image: str, requests: dict, tolerations: list[dict]) -> dict:

@@ -37,17 +37,23 @@ from labs.sim.controllers.heartbeats import NodeLeases
 from labs.sim.controllers.kubelet import Kubelet
 from labs.sim.controllers.network import AllReduce, Network, SecurityGroups, TcpCheck
 from labs.sim.controllers.node_lifecycle import NodeLifecycle
+from labs.sim.controllers.resource_metrics import ResourceMetrics
 from labs.sim.controllers.schedules import EventBridgeScheduler
+from labs.sim.controlplane.metrics_server import MetricsServer
 from labs.sim.controlplane.node_endpoint import NodeEndpoint
 from labs.sim.controlplane.run import ControlPlane
 from labs.sim.kube_api import KubeApi
-from labs.sim.kube_seed import seed_cluster
+from labs.sim.kube_seed import seed_cluster, seed_metrics_server
 from labs.sim.kubeconfig import kubeconfig_document, write_kubeconfig
 from labs.sim.process import ENDPOINTS
 from labs.sim.timings import DEFAULT_SPEED, WorldClock, scaled
-from labs.state import atomic_write_json
+from labs.state import atomic_write_json, atomic_write_text
 
 KUBECONFIG_FILE = "kubeconfig"
+# What the node endpoint serves beside the files of `labs.sim.container_logs`: each node's
+# resource metrics (`<node IP>.prom`) and each Service's route (`<cluster IP>_<port>`).
+METRICS_DIR = "resource-metrics"
+ROUTES_DIR = "routes"
 _one_world = threading.Lock()
 
 
@@ -61,6 +67,7 @@ class World:
     _aws: AwsServer
     store: KubeApi | None = None
     _node_endpoint: NodeEndpoint | None = None
+    _metrics_server: MetricsServer | None = None
     _controllers: list[Controller] = field(default_factory=list)
     _stopped: bool = False
 
@@ -82,6 +89,8 @@ class World:
             steps.callback(self.control_plane.stop)
             if self._node_endpoint is not None:
                 steps.callback(self._node_endpoint.stop)
+            if self._metrics_server is not None:
+                steps.callback(self._metrics_server.stop)
             for controller in reversed(self._controllers):
                 steps.callback(controller.stop)
 
@@ -145,6 +154,7 @@ def start_world(
         ca_data = base64.b64encode(plane.ca_pem.encode()).decode()
         seed_stack(clients, cluster_name, region, plane.api_url, ca_data)
         seed_cluster(store)
+        world._metrics_server = _metrics_server(plane, world._node_endpoint, store, state_dir)
         nodes = NodeLifecycle(store, timings, clients, cluster_name, region, updates)
         nodes.converge_instantly()
         network = Network(store, SecurityGroups(clients, cluster_name))
@@ -156,6 +166,7 @@ def start_world(
             DevicePlugin(store, timings),
             GpuOperator(store, timings, logs),
             DcgmExporter(store, timings, ports),
+            ResourceMetrics(store, timings, state_dir / METRICS_DIR),
             schedules,
         ]
         aws.on_write("/clusters", nodes.wake)
@@ -185,7 +196,34 @@ def _node_endpoint(
         "--pki", str(plane.home / "pki"),
         "--logs", str(logs.root),
     ]  # fmt: skip
-    ports.mkdir(parents=True, exist_ok=True)
+    routes = state_dir / ROUTES_DIR
+    for directory in (ports, routes):
+        directory.mkdir(parents=True, exist_ok=True)
     return NodeEndpoint(
-        state_dir / "node-endpoint", plane.ca, exec_command, logs.root, ports, plane.egress_socket
+        state_dir / "node-endpoint",
+        plane.ca,
+        exec_command,
+        logs.root,
+        ports,
+        plane.egress_socket,
+        metrics_dir=state_dir / METRICS_DIR,
+        routes_dir=routes,
+        connect_tcp=True,
     )
+
+
+def _metrics_server(
+    plane: ControlPlane, endpoint: NodeEndpoint, store: KubeApi, state_dir: Path
+) -> MetricsServer:
+    """The metrics-server addon: its objects, the route from its Service's cluster IP to the
+    real program (what the aggregator's tunnel to the Service reaches), then the program."""
+    server = MetricsServer(state_dir / "metrics-server", plane, endpoint.proxy_url)
+
+    def route(service: dict) -> None:
+        for port in service["spec"]["ports"]:
+            path = state_dir / ROUTES_DIR / f"{service['spec']['clusterIP']}_{port['port']}"
+            atomic_write_text(path, server.address)
+
+    seed_metrics_server(store, route)
+    server.start()
+    return server

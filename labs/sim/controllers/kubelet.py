@@ -276,7 +276,7 @@ class Kubelet(Controller):
             )
             self._events.record(pod, "Created", "Container created", host=host)
             self._events.record(pod, "Started", "Container started", host=host)
-        host_ip = _internal_ip(node)
+        host_ip = internal_ip(node)
         self._update(pod, lambda p: _run(p, host_ip, pod_ip_on(node, p)))
 
     def _update(self, pod: dict, mutate: Callable[[dict], None]) -> None:
@@ -336,7 +336,7 @@ def _arrival(pod: dict) -> tuple[str, str]:
     return pod["metadata"].get("creationTimestamp", ""), pod["metadata"]["name"]
 
 
-def _internal_ip(node: dict) -> str:
+def internal_ip(node: dict) -> str:
     for address in (node.get("status") or {}).get("addresses") or []:
         if address["type"] == "InternalIP":
             return address["address"]
@@ -346,7 +346,7 @@ def _internal_ip(node: dict) -> str:
 def pod_ip_on(node: dict, pod: dict) -> str:
     """A secondary IP in the node's /22 (the VPC CNI gives pods VPC addresses); the same
     for the same pod and node, so a peer can know it before the pod runs."""
-    network = ipaddress.ip_network(f"{_internal_ip(node)}/22", strict=False)
+    network = ipaddress.ip_network(f"{internal_ip(node)}/22", strict=False)
     uid = pod["metadata"]["uid"]
     offset = 16 + int(uid.replace("-", "")[:8], 16) % (network.num_addresses - 32)
     return str(network.network_address + offset)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import ctypes
 import json
+import os
 import shutil
 import signal
 import socket
@@ -40,6 +41,8 @@ NODE_MONITOR = {"node-monitor-period": "2s", "node-monitor-grace-period": "20s"}
 # How long the API server trusts the webhook's answer: well inside an EKS token's 15 minutes.
 WEBHOOK_CACHE = "10s"
 _PR_SET_PDEATHSIG = 1
+FRONT_PROXY_CLIENT = "front-proxy-client"
+METRICS_SERVER_USER = "metrics-server"
 
 
 class ControlPlaneError(LabError):
@@ -68,8 +71,11 @@ class Credentials:
     key_file: Path
 
 
-def spawn(command: list[str], log: Path) -> subprocess.Popen[bytes]:
-    """Start one of the lab's programs, its output appended to `log`; it dies with its starter."""
+def spawn(
+    command: list[str], log: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start one of the lab's programs, its output appended to `log`; it dies with its starter.
+    `env`: variables added to this process's environment."""
     with log.open("ab") as output:
         return subprocess.Popen(
             command,
@@ -78,6 +84,7 @@ def spawn(command: list[str], log: Path) -> subprocess.Popen[bytes]:
             stdin=subprocess.DEVNULL,
             preexec_fn=_die_with_parent,
             close_fds=True,
+            env={**os.environ, **env} if env else None,
         )
 
 
@@ -105,6 +112,51 @@ def wait_answering(
     raise ControlPlaneError(
         f"{what} did not answer {url} in {READY_TIMEOUT:.0f} s; its log is {log}"
     )
+
+
+@dataclass
+class Served:
+    """One of the lab's own programs beside the plane (the node endpoint, metrics-server): started,
+    waited for until it answers, stopped."""
+
+    name: str
+    log: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(
+        self,
+        command: list[str],
+        url: str,
+        context: ssl.SSLContext,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """Spawn it and wait until `url` answers; a failed start stops it and names its log."""
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        self.process = spawn(command, self.log, env)
+        try:
+            wait_answering(url, context, self._alive, self.name, self.log)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _alive(self) -> None:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise ControlPlaneError(
+                f"{self.name} exited with {self.process.returncode}; its log is {self.log}"
+            )
+
+    def stop(self) -> None:
+        """Stop the process (its children die with it); kill it if it does not stop in time."""
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        reap(process, STOP_TIMEOUT)
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
 
 
 @dataclass
@@ -153,10 +205,10 @@ class ControlPlane:
         if self.accepts is not None:
             apiserver += self._start_webhook(ca, self.accepts)
         self._spawn(bin_dir, "kube-apiserver", apiserver)
-        self.admin_kubeconfig = self._write_kubeconfig(files, "admin")
+        self.admin_kubeconfig = self.write_kubeconfig("admin")
         self._wait_ready()
         for component in ("kube-controller-manager", "kube-scheduler"):
-            config = self._write_kubeconfig(files, component)
+            config = self.write_kubeconfig(component)
             args = _controller_args(files) if component == "kube-controller-manager" else []
             self._spawn(bin_dir, component, [f"--kubeconfig={config}", *args, *_common_args()])
 
@@ -171,11 +223,13 @@ class ControlPlane:
             f"--authentication-token-webhook-cache-ttl={WEBHOOK_CACHE}",
         ]
 
-    def _write_kubeconfig(self, files: dict[str, Path], user: str) -> Path:
-        """A kubeconfig that authenticates as `user` with its client certificate."""
+    def write_kubeconfig(self, user: str) -> Path:
+        """A kubeconfig that authenticates as `user` ("admin", a component, metrics-server)
+        with its client certificate."""
+        credentials = self.credentials(user)
         certificate = {
-            "client-certificate": str(files[f"{user}.crt"]),
-            "client-key": str(files[f"{user}.key"]),
+            "client-certificate": str(credentials.cert_file),
+            "client-key": str(credentials.key_file),
         }
         ca_data = base64.b64encode(self.ca_pem.encode()).decode()
         path = self.home / f"{user}.kubeconfig"
@@ -238,6 +292,11 @@ def _write_pki(pki_dir: Path) -> tuple[pki.Authority, dict[str, Path]]:
         "apiserver-kubelet-client": ca.issue("kube-apiserver-kubelet-client", "system:masters"),
         "kube-controller-manager": ca.issue("system:kube-controller-manager"),
         "kube-scheduler": ca.issue("system:kube-scheduler"),
+        # The aggregator's identity towards extension API servers (metrics-server), which
+        # trust it for the X-Remote-* headers it sends (--requestheader-allowed-names).
+        FRONT_PROXY_CLIENT: ca.issue(FRONT_PROXY_CLIENT),
+        # metrics-server as the addon's ServiceAccount (RBAC binds to that user name).
+        METRICS_SERVER_USER: ca.issue(f"system:serviceaccount:kube-system:{METRICS_SERVER_USER}"),
     }
     for name, issued in leaves.items():
         files[f"{name}.crt"] = pki.write_private(pki_dir / f"{name}.crt", issued.cert_pem)
@@ -283,6 +342,15 @@ def _apiserver_args(home: Path, files: dict[str, Path], etcd_port: int, port: in
         f"--enable-admission-plugins={EXTRA_ADMISSION}",
         "--allow-privileged=true",
         "--endpoint-reconciler-type=none",
+        # The aggregation layer (APIService v1beta1.metrics.k8s.io): who the API server is
+        # towards extension API servers, and how they may believe the user it names.
+        f"--requestheader-client-ca-file={files['ca.crt']}",
+        f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        f"--proxy-client-cert-file={files[f'{FRONT_PROXY_CLIENT}.crt']}",
+        f"--proxy-client-key-file={files[f'{FRONT_PROXY_CLIENT}.key']}",
         f"--audit-policy-file={_audit_policy(home)}",
         f"--audit-log-path={home / 'logs' / 'audit.log'}",
         "--audit-log-maxsize=50",

@@ -12,7 +12,15 @@
 //     or `<exec-command...> attach <namespace> <pod> <container> [--tty]`, with the stream's
 //     stdin/stdout/stderr as its own; its exit code is the command's. No terminal is allocated
 //     and resizes are ignored;
-//   - port-forward: <ports-dir>/<namespace>_<pod>/<port> holds the "host:port" to dial.
+//   - port-forward: <ports-dir>/<namespace>_<pod>/<port> holds the "host:port" to dial;
+//   - /metrics/resource (what metrics-server scrapes): <metrics-dir>/<node IP>.prom, the
+//     Prometheus text the world wrote for the node whose address the request was sent to.
+//
+// It is also the network between the control plane and the nodes: an HTTP CONNECT proxy
+// (--connect-socket for the API server's egress selector, --connect-listen for programs that
+// take HTTPS_PROXY) that ends a tunnel to any node's kubelet port here, one to an address
+// named in --routes-dir (<routes-dir>/<host>_<port> holds the "host:port" behind it, as
+// kube-proxy maps a Service's virtual IP) there, and dials anything else as asked.
 //
 // Like a kubelet with x509 authentication and anonymous access off, every path but /healthz
 // needs a client certificate signed by --client-ca-file (the API server's kubelet client
@@ -66,6 +74,7 @@ type server struct {
 	execCommand []string
 	logsDir     string
 	portsDir    string
+	metricsDir  string
 }
 
 func main() {
@@ -78,7 +87,10 @@ func main() {
 	flag.Var(&execCommand, "exec-command", "program (then its leading arguments, one per flag) that runs exec and attach")
 	flag.StringVar(&s.logsDir, "logs-dir", "", "directory of <namespace>_<pod>/<container>.log files")
 	flag.StringVar(&s.portsDir, "ports-dir", "", "directory of <namespace>_<pod>/<port> files holding host:port")
+	flag.StringVar(&s.metricsDir, "metrics-dir", "", "directory of <node IP>.prom files served as /metrics/resource")
 	connectSocket := flag.String("connect-socket", "", "unix socket for the API server's egress (HTTP CONNECT): tunnels to any node's kubelet port reach this endpoint")
+	connectListen := flag.String("connect-listen", "", "HOST:PORT serving the same CONNECT proxy over TCP (for HTTPS_PROXY)")
+	routesDir := flag.String("routes-dir", "", "directory of <host>_<port> files holding the host:port a CONNECT to that address reaches")
 	kubeletPort := flag.String("kubelet-port", "10250", "the nodes' kubelet port that --connect-socket tunnels here")
 	flag.Parse()
 	if *certFile == "" || *keyFile == "" || *caFile == "" || len(execCommand) == 0 || s.logsDir == "" || s.portsDir == "" {
@@ -101,11 +113,16 @@ func main() {
 		TLSConfig:         &tls.Config{ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: clientCAs, MinVersion: tls.VersionTLS12},
 		ReadHeaderTimeout: 30 * time.Second,
 	}
-	if *connectSocket != "" {
+	if *connectSocket != "" || *connectListen != "" {
 		tunnels := newTunnelListener()
 		go func() { log.Fatal(httpServer.ServeTLS(tunnels, *certFile, *keyFile)) }()
-		go func() { log.Fatal(serveConnect(*connectSocket, *kubeletPort, tunnels)) }()
-		log.Printf("node endpoint tunnelling CONNECT *:%s from unix:%s", *kubeletPort, *connectSocket)
+		proxy := connectProxy(*kubeletPort, *routesDir, tunnels)
+		for network, address := range map[string]string{"unix": *connectSocket, "tcp": *connectListen} {
+			if address != "" {
+				go func() { log.Fatal(serveConnect(network, address, proxy)) }()
+				log.Printf("node endpoint tunnelling CONNECT *:%s from %s:%s", *kubeletPort, network, address)
+			}
+		}
 	}
 	log.Printf("node endpoint serving on https://%s", *listen)
 	log.Fatal(httpServer.ListenAndServeTLS(*certFile, *keyFile))
@@ -134,29 +151,37 @@ func (l *tunnelListener) Accept() (net.Conn, error) {
 func (l *tunnelListener) Close() error   { close(l.closed); return nil }
 func (l *tunnelListener) Addr() net.Addr { return &net.UnixAddr{Name: "tunnel", Net: "unix"} }
 
-// serveConnect is the network between the API server and the nodes (its egress selector's
-// "cluster" connection, proxyProtocol HTTPConnect over a unix socket): the nodes' addresses
-// exist only in the world, so a tunnel to any node's kubelet port ends at this endpoint, and
-// one to anything else is dialled as asked.
-func serveConnect(socket, kubeletPort string, tunnels *tunnelListener) error {
-	_ = os.Remove(socket)
-	listener, err := net.Listen("unix", socket)
+// serveConnect serves the CONNECT proxy on a unix socket (the API server's egress selector's
+// "cluster" connection, proxyProtocol HTTPConnect) or a TCP address (HTTPS_PROXY).
+func serveConnect(network, address string, proxy http.Handler) error {
+	if network == "unix" {
+		_ = os.Remove(address)
+	}
+	listener, err := net.Listen(network, address)
 	if err != nil {
 		return err
 	}
-	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return http.Serve(listener, proxy)
+}
+
+// connectProxy is the network between the control plane and the nodes: the nodes' addresses
+// exist only in the world, so a tunnel to any node's kubelet port ends at this endpoint, one to
+// a routed address (a Service's virtual IP) goes where its file says, and one to anything else
+// is dialled as asked.
+func connectProxy(kubeletPort, routesDir string, tunnels *tunnelListener) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodConnect {
 			http.Error(w, "only CONNECT is served here", http.StatusMethodNotAllowed)
 			return
 		}
-		_, port, err := net.SplitHostPort(r.Host)
+		host, port, err := net.SplitHostPort(r.Host)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
 		var upstream net.Conn
 		if port != kubeletPort {
-			if upstream, err = net.DialTimeout("tcp", r.Host, 10*time.Second); err != nil {
+			if upstream, err = net.DialTimeout("tcp", route(routesDir, host, port), 10*time.Second); err != nil {
 				http.Error(w, err.Error(), http.StatusBadGateway)
 				return
 			}
@@ -179,7 +204,16 @@ func serveConnect(socket, kubeletPort string, tunnels *tunnelListener) error {
 		_, _ = io.Copy(tunnel, upstream)
 		tunnel.Close()
 	})
-	return http.Serve(listener, handler)
+}
+
+// route is where a tunnel to host:port goes: the address its routes file holds, else itself.
+func route(routesDir, host, port string) string {
+	if routesDir != "" {
+		if routed, err := os.ReadFile(filepath.Join(routesDir, host+"_"+port)); err == nil {
+			return strings.TrimSpace(string(routed))
+		}
+	}
+	return net.JoinHostPort(host, port)
 }
 
 // bufferedConn keeps what the CONNECT request's reader already read past the headers.
@@ -201,6 +235,7 @@ func (s *server) routes() http.Handler {
 		mux.HandleFunc(method+" /portForward/{namespace}/{pod}/{uid}", s.portForward)
 	}
 	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", s.containerLogs)
+	mux.HandleFunc("GET /metrics/resource", s.resourceMetrics)
 	authenticated := requireClientCert(mux)
 	outer := http.NewServeMux()
 	outer.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })
@@ -526,6 +561,28 @@ func render(record string, opts logOptions) string {
 		text = stamp.Format(time.RFC3339Nano) + " " + text
 	}
 	return text
+}
+
+// --- resource metrics ------------------------------------------------------------------------
+
+// resourceMetrics serves the file the world keeps for the node the request was addressed to
+// (its InternalIP, through a CONNECT tunnel), as the kubelet serves its resource metrics.
+func (s *server) resourceMetrics(w http.ResponseWriter, r *http.Request) {
+	host, _, err := net.SplitHostPort(r.Host)
+	if err != nil {
+		host = r.Host
+	}
+	if s.metricsDir == "" || strings.ContainsAny(host, "/\\") {
+		http.NotFound(w, r)
+		return
+	}
+	text, err := os.ReadFile(filepath.Join(s.metricsDir, host+".prom"))
+	if err != nil {
+		http.Error(w, fmt.Sprintf("no resource metrics for the node at %s: %v", host, err), http.StatusNotFound)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	w.Write(text)
 }
 
 // --- request log -----------------------------------------------------------------------------
