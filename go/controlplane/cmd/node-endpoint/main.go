@@ -166,8 +166,9 @@ func serveConnect(network, address string, proxy http.Handler) error {
 
 // connectProxy is the network between the control plane and the nodes: the nodes' addresses
 // exist only in the world, so a tunnel to any node's kubelet port ends at this endpoint, one to
-// a routed address (a Service's virtual IP) goes where its file says, and one to anything else
-// is dialled as asked.
+// a routed address (a Service's virtual IP) goes where its file says, one to loopback (the
+// lab's own servers) is dialled as asked, and anything else is refused: the world's addresses
+// must never reach the host's real network.
 func connectProxy(kubeletPort, routesDir string, tunnels *tunnelListener) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodConnect {
@@ -181,7 +182,12 @@ func connectProxy(kubeletPort, routesDir string, tunnels *tunnelListener) http.H
 		}
 		var upstream net.Conn
 		if port != kubeletPort {
-			if upstream, err = net.DialTimeout("tcp", route(routesDir, host, port), 10*time.Second); err != nil {
+			target, known := route(routesDir, host, port)
+			if !known {
+				http.Error(w, "no route to "+r.Host+" in the lab's network", http.StatusBadGateway)
+				return
+			}
+			if upstream, err = net.DialTimeout("tcp", target, 10*time.Second); err != nil {
 				http.Error(w, err.Error(), http.StatusBadGateway)
 				return
 			}
@@ -206,14 +212,16 @@ func connectProxy(kubeletPort, routesDir string, tunnels *tunnelListener) http.H
 	})
 }
 
-// route is where a tunnel to host:port goes: the address its routes file holds, else itself.
-func route(routesDir, host, port string) string {
+// route is where a tunnel to host:port goes: the address its routes file holds, else itself
+// when it is a loopback address; known is false for any other address.
+func route(routesDir, host, port string) (target string, known bool) {
 	if routesDir != "" {
 		if routed, err := os.ReadFile(filepath.Join(routesDir, host+"_"+port)); err == nil {
-			return strings.TrimSpace(string(routed))
+			return strings.TrimSpace(string(routed)), true
 		}
 	}
-	return net.JoinHostPort(host, port)
+	ip := net.ParseIP(host)
+	return net.JoinHostPort(host, port), host == "localhost" || (ip != nil && ip.IsLoopback())
 }
 
 // bufferedConn keeps what the CONNECT request's reader already read past the headers.
