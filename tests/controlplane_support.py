@@ -7,6 +7,7 @@ rehearsal says.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -46,6 +47,20 @@ def rehearsals_under(root: Path) -> list[str]:
         return (serves or component) and any(str(root) in arg for arg in argv)
 
     return processes(rehearsal)
+
+
+# The verbs of a reader (pods/log is a get of the log subresource).
+READS = {"get", "list", "watch"}
+# Who the plane's admin kubeconfig is (its client certificate's common name).
+ADMIN_CERTIFICATE = "kubernetes-admin"
+
+
+def audited_verbs(audit_log: Path, since: int, user: str) -> set[str]:
+    """The verbs the API server's audit log records for `user` after byte `since`."""
+    with audit_log.open() as log:
+        log.seek(since)
+        entries = [json.loads(line) for line in log if line.strip()]
+    return {e["verb"] for e in entries if e["user"]["username"] == user}
 
 
 # How often the copied nodes renew their Leases: well inside the controller manager's grace.

@@ -2,7 +2,7 @@
 
 Each test takes its own lab record on the module's world (`cli_lab`) and drives it through
 `invoke` as a user would; the assertions read the backend itself (moto's node group, the
-emulator's objects), never the tool's own files.
+API server's objects), never the tool's own files.
 """
 
 from __future__ import annotations

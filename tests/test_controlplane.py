@@ -22,12 +22,14 @@ from controlplane_support import (
     running_control_plane,
 )
 from stack_spec import stack
+from still_support import StillPlane
 from tool_support import require_tool, require_venv_tool
 
 from labs.sim.auth import Keys, eks_token_ok
 from labs.sim.controlplane import build
 from labs.sim.controlplane.run import ControlPlane
 from labs.sim.kubeconfig import kubeconfig_document, write_kubeconfig
+from labs.sim.resources import CONFIGMAPS
 
 MANIFESTS = sorted(Path(__file__).resolve().parents[1].glob("scenarios/manifests/*.yaml"))
 EVENT_TIMEOUT = 30.0
@@ -71,6 +73,87 @@ def test_the_admin_kubeconfig_is_a_cluster_admin_and_rbac_is_real(real: Run) -> 
     assert "system:masters" in whoami["groups"]
     asked = real("auth", "can-i", "list", "pods", "--as", "system:serviceaccount:default:nobody")
     assert asked.stdout.strip() == "no"
+
+
+def test_a_plane_held_still_runs_etcd_and_the_api_server_only(still: StillPlane) -> None:
+    assert set(still.plane.pids) == {"etcd", "kube-apiserver"}
+
+
+def test_reset_removes_what_a_test_put_in_and_keeps_what_the_plane_began_with(
+    still_plane: StillPlane, tmp_path: Path
+) -> None:
+    """Whoever wrote it (the API, kubectl); a namespace too, which no controller finalizes."""
+    still_plane.namespace("scratch")
+    still_plane.put(CONFIGMAPS, {"metadata": {"name": "put"}, "data": {"a": "1"}}, "scratch")
+    made = still_plane.kubectl(tmp_path, "create", "configmap", "by-kubectl", "-n", "default")
+    assert made.returncode == 0, made.stderr
+
+    still_plane.reset()
+
+    namespaces = still_plane.kubectl(tmp_path, "get", "namespaces", "-o", "name").stdout.split()
+    assert "namespace/scratch" not in namespaces and "namespace/default" in namespaces
+    left = still_plane.kubectl(tmp_path, "get", "configmap", "by-kubectl", "-n", "default")
+    assert "NotFound" in left.stderr
+    kept = still_plane.kubectl(tmp_path, "get", "serviceaccount", "default", "-n", "default")
+    assert kept.returncode == 0, kept.stderr
+
+
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def _cuda_pod(name: str, limit: bool = True, **spec: object) -> str:
+    container: dict = {"name": "cuda", "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"}
+    if limit:
+        container["resources"] = {"limits": {"nvidia.com/gpu": 1}}
+    body = {"restartPolicy": "Never", "containers": [container], **spec}
+    return json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": body})
+
+
+@pytest.fixture
+def still_kubectl(still: StillPlane, tmp_path: Path) -> Run:
+    """kubectl on the held-still plane: its admission as the full plane's, no controller to race
+    (the default ServiceAccount is there before the first pod)."""
+    return partial(still.kubectl, tmp_path / "still-cache")
+
+
+def test_a_pod_naming_a_missing_runtime_class_is_refused_at_create_time(
+    still_kubectl: Run,
+) -> None:
+    """The refusal the doctor reads back from a controller's FailedCreate Event."""
+    manifest = _cuda_pod("rc-pod", runtimeClassName="nvidia-x")
+    refused = still_kubectl("apply", "-f", "-", stdin=manifest)
+
+    assert refused.returncode == 1
+    assert "Error from server (Forbidden): error when creating" in refused.stderr
+    assert 'pods "rc-pod" is forbidden: pod rejected: RuntimeClass "nvidia-x" not found' in (
+        refused.stderr
+    )
+    assert "NotFound" in still_kubectl("get", "pod", "rc-pod").stderr
+    runtime_class = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                     "metadata": {"name": "nvidia-x"}, "handler": "x"}  # fmt: skip
+    assert still_kubectl("create", "-f", "-", stdin=json.dumps(runtime_class)).returncode == 0
+    assert still_kubectl("apply", "-f", "-", stdin=manifest).returncode == 0
+
+
+def test_a_gpu_pod_gets_the_gpu_toleration_from_the_api_server_and_others_do_not(
+    still_kubectl: Run,
+) -> None:
+    """EKS's ExtendedResourceToleration, enabled on the plane as EKS enables it (the API server's
+    DefaultTolerationSeconds adds its not-ready and unreachable ones to every pod)."""
+    for name, manifest in (
+        ("with-limit", _cuda_pod("with-limit")),
+        ("no-limit", _cuda_pod("no-limit", limit=False)),
+        ("own-toleration", _cuda_pod("own-toleration", tolerations=[GPU_TOLERATION])),
+    ):
+        assert still_kubectl("apply", "-f", "-", stdin=manifest).returncode == 0, name
+
+    def gpu_tolerations(name: str) -> list[dict]:
+        pod = json.loads(still_kubectl("get", "pod", name, "-o", "json").stdout)
+        return [t for t in pod["spec"]["tolerations"] if t.get("key") == "nvidia.com/gpu"]
+
+    assert gpu_tolerations("with-limit") == [GPU_TOLERATION]
+    assert gpu_tolerations("no-limit") == []
+    assert gpu_tolerations("own-toleration") == [GPU_TOLERATION]  # not added twice
 
 
 def _eks_token(cluster: str) -> str:

@@ -3,7 +3,7 @@
 The accuracy matrix: for each scenario in the registry, inject it as `scenario.inject` does,
 run the doctor on the lab, and require that the probable cause is the finding the scenario
 declares; the same doctor through `--kubeconfig/--context` (no lab state) must find the same,
-and the emulator's request log must show it only read. Then the faults reached through AWS:
+and the API server's audit log must show it only read. Then the faults reached through AWS:
 security-group rules removed (through `invoke lab.doctor --json`), and the GPU node group
 scaled to zero.
 """
@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from controlplane_support import READS, audited_verbs
 from lab_support import ROOT, invoke_env, run_invoke
 from scenario_support import LAB_NAME, SimLab, by_hand_env, quiet, wait_ready
 
@@ -33,22 +34,12 @@ from labs.settings import load_settings
 from labs.sim.controlplane.webhook import ADMIN_USER
 
 CONTEXT = f"lab-admin@{LAB_NAME}"  # the context the world's kubeconfig names
-READS = {"get", "list", "watch"}  # pods/log is a get of the log subresource
 READ_ONLY = "**Read-only, proved by Kubernetes.**"  # the README's paragraph with its lines
 DOCTOR_ACCOUNT = "system:serviceaccount:kube-system:gpu-doctor"
 UNDO_READ_ONLY = (
     "kubectl delete clusterrolebinding/gpu-doctor-read clusterrole/gpu-doctor-read; "
     "kubectl delete serviceaccount gpu-doctor -n kube-system"
 )
-
-
-def audited_verbs(audit_log: Path, since: int, user: str = ADMIN_USER) -> set[str]:
-    """The verbs the API server's audit log records for `user` (the lab's kubeconfig user by
-    default) after byte `since` (the world's own controllers use certificates of other names)."""
-    with audit_log.open() as log:
-        log.seek(since)
-        entries = [json.loads(line) for line in log if line.strip()]
-    return {e["verb"] for e in entries if e["user"]["username"] == user}
 
 
 def attached(sim_lab: SimLab, state_dir: Path) -> Report:
@@ -137,7 +128,7 @@ def test_the_probable_cause_is_each_scenarios_declared_finding(
             if kubernetes_findings(from_kubeconfig) == kubernetes_findings(as_document(on_lab)):
                 break
             time.sleep(1.0)
-        verbs = audited_verbs(audit_log, since)
+        verbs = audited_verbs(audit_log, since, ADMIN_USER)
     finally:
         revert_scenarios(lab, scenarios.all_scenarios(), None, out=quiet)
     wait_ready(lab)

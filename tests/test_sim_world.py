@@ -307,8 +307,8 @@ def test_aws_cli_scales_the_world(world: World) -> None:
 
 
 def is_request_handler(thread: threading.Thread) -> bool:
-    """A server's per-connection thread (socketserver.ThreadingMixIn, under moto and the
-    emulator): a daemon that ends by itself once its client's connection is closed."""
+    """A server's per-connection thread (socketserver.ThreadingMixIn, under moto and the token
+    webhook): a daemon that ends by itself once its client's connection is closed."""
     return thread.daemon and thread.name.endswith("(process_request_thread)")
 
 

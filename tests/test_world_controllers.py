@@ -1,16 +1,20 @@
 """The world's controllers as clients of the real API server: what a kubelet, a device plugin and
-an event recorder do there, seen through the official client."""
+an event recorder do there, seen through the official client; and what the NVIDIA runtime and
+the operator decide on a node, as the kubelet and the operator model play them."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
+import pytest
 from kubernetes import client, config
 from sim_support import probe_pod, wait_for
 
 from labs.sim.controllers.events import EventRecorder
+from labs.sim.controllers.gpu_operator import runtime_classes
 from labs.sim.controllers.heartbeats import NODE_LEASES
-from labs.sim.hardware import NVIDIA_PCI_LABEL
+from labs.sim.controllers.kubelet import injected_gpus
+from labs.sim.hardware import DEFAULT_RUNTIME_ANNOTATION, NVIDIA_PCI_LABEL
 from labs.sim.resources import EVENTS, NODES, PODS
 
 
@@ -90,3 +94,44 @@ def test_every_node_renews_its_lease_as_a_kubelet_does(sim_lab):
         what="every lease renewed",
     )
     assert set(later) == nodes
+
+
+def node(runtime: str, gpu_machine: bool = True) -> dict:
+    labels = {"node.kubernetes.io/instance-type": "g5.xlarge" if gpu_machine else "t3.medium"}
+    annotations = {DEFAULT_RUNTIME_ANNOTATION: runtime}
+    return {"metadata": {"name": "n", "labels": labels, "annotations": annotations}}
+
+
+def pod(image: str = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04", **extra) -> dict:
+    container = {"name": "c", "image": image, "command": ["nvidia-smi"], **extra}
+    return {"metadata": {"name": "p"}, "spec": {"containers": [container]}}
+
+
+@pytest.mark.parametrize(
+    ("case", "target", "gpus"),
+    [
+        ("GPU allocated by the device plugin", pod(resources={"limits": {"nvidia.com/gpu": "1"}}),
+         1),
+        ("CUDA image, no limit, nvidia default runtime: the whole node", pod(), 1),
+        ("the pod asks for no device", pod(env=[{"name": "NVIDIA_VISIBLE_DEVICES",
+                                                 "value": "void"}]), None),
+        ("driver only", pod(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}]), 0),
+        ("an image without the NVIDIA variables", pod("public.ecr.aws/docker/library/busybox:1"),
+         None),
+    ],
+)  # fmt: skip
+def test_what_the_nvidia_runtime_injects_on_a_gpu_node(case: str, target: dict, gpus):
+    assert injected_gpus(target, node("nvidia")) == gpus, case
+
+
+def test_a_runc_node_injects_nothing_into_a_cuda_image():
+    assert injected_gpus(pod(), node("runc", gpu_machine=False)) is None
+
+
+def test_the_operator_runtime_classes_follow_cdi():
+    def policy(**cdi: bool) -> dict:
+        return {"spec": {"operator": {"runtimeClass": "nvidia"}, "cdi": cdi}}
+
+    assert runtime_classes(policy(enabled=True)) == ["nvidia", "nvidia-cdi", "nvidia-legacy"]
+    assert runtime_classes(policy(enabled=False)) == ["nvidia"]
+    assert runtime_classes(policy(enabled=True, nriPluginEnabled=True)) == []

@@ -1,4 +1,4 @@
-"""A rehearsal lab: the background `labs.sim` process (moto + the Kubernetes API emulator).
+"""A rehearsal lab: the background `labs.sim` process (moto + the Kubernetes control plane).
 
 The only module outside `labs/sim/` that knows the rehearsal exists; everything else
 talks to it through the same boto3 and kubernetes clients as to AWS.

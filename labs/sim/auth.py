@@ -3,8 +3,9 @@
 Both endpoints listen on loopback, where every local user can reach them. So each world
 makes its own AWS key pair and bearer token (kept in its 0600 endpoints file and kubeconfig):
 moto's front door checks each request's SigV4 signature against the key pair, and the API
-emulator takes the bearer token, or an EKS token (`aws eks get-token`: a presigned STS
-GetCallerIdentity URL) signed with the same keys for this cluster, as EKS would.
+server (through the lab's token webhook) takes the bearer token, or an EKS token (`aws eks
+get-token`: a presigned STS GetCallerIdentity URL) signed with the same keys for this cluster,
+as EKS would.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class Keys:
 
 
 def new_token() -> str:
-    """A random bearer token for the API emulator."""
+    """A random bearer token (the world's kubeconfig and its pace control take it)."""
     return secrets.token_urlsafe(32)
 
 

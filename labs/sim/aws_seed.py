@@ -336,8 +336,8 @@ def _revoke_untagged(ec2: Any, group_id: str) -> None:
 def _point_cluster_at(
     cluster: str, region: str, kube_url: str, ca_data: str, cluster_sg_id: str
 ) -> None:
-    """Make the EKS cluster's endpoint and CA the emulator's (EKS assigns them; moto has no
-    API for either)."""
+    """Make the EKS cluster's endpoint and CA the lab's API server's (EKS assigns them; moto
+    has no API for either)."""
     from moto.eks.models import eks_backends
 
     record = eks_backends[ACCOUNT_ID][region].clusters[cluster]

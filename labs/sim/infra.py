@@ -1,5 +1,5 @@
 """The rehearsal world's stand-in for `terraform apply`: the stack's variables, applied through
-public APIs (boto3 against moto, the kubernetes client against the emulator).
+public APIs (boto3 against moto, the kubernetes client against the API server).
 
 What each variable does here, as in the Terraform stack:
 - `enable_gpu_operator`: installs or uninstalls the gpu-operator chart the way helm would

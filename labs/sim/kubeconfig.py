@@ -1,7 +1,7 @@
-"""A kubeconfig for the API emulator, so kubectl and the kubernetes client reach it unchanged.
+"""A kubeconfig for the lab's API server, so kubectl and the kubernetes client reach it unchanged.
 
-It carries the emulator's CA and bearer token (random per world; the emulator answers 401
-without it), so the file is written mode 0600 like any kubeconfig holding a credential.
+It carries the lab's CA and a credential (the world's bearer token, random per world, or a
+client certificate), so the file is written mode 0600 like any kubeconfig holding one.
 """
 
 from __future__ import annotations

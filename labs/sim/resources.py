@@ -1,32 +1,26 @@
 """The resource types the world reads and writes, and the API errors it tells apart.
 
-One vocabulary for both sides of the API: the world's controllers name types by these
-constants and catch these errors whichever server answers them.
+One vocabulary for the world's controllers: they name types by these constants and catch these
+errors (`labs.sim.kube_api` turns the API server's answers into them).
 """
 
 from __future__ import annotations
 
-import pickle
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
-
-OBJECT_VERBS = ("create", "delete", "get", "list", "patch", "update", "watch")
 
 
 @dataclass(frozen=True)
 class ResourceType:
-    """One REST resource the store serves (a Kubernetes APIResource)."""
+    """One REST resource of the API server (a Kubernetes APIResource)."""
 
     group: str
     version: str
     plural: str
     kind: str
     namespaced: bool
-    short_names: tuple[str, ...] = ()
     subresources: tuple[str, ...] = ()
     printer_columns: tuple[tuple[str, str], ...] = ()  # (column, dotted path) for custom types
-    verbs: tuple[str, ...] = OBJECT_VERBS  # ("create",) for a review that is answered, not kept
     schema: str = ""  # a custom type's OpenAPI schema, a file in labs/sim/data
 
     @property
@@ -41,44 +35,18 @@ class ResourceType:
     def singular(self) -> str:
         return self.kind.lower()
 
-    @property
-    def qualified_kind(self) -> str:
-        """Kind as Kubernetes names it in Invalid messages: "Pod", "DaemonSet.apps"."""
-        return f"{self.kind}.{self.group}" if self.group else self.kind
 
-
-NODES = ResourceType("", "v1", "nodes", "Node", False, ("no",), ("status",))
-NAMESPACES = ResourceType("", "v1", "namespaces", "Namespace", False, ("ns",))
-PODS = ResourceType("", "v1", "pods", "Pod", True, ("po",), ("status", "log", "exec", "attach"))
-EVENTS = ResourceType("", "v1", "events", "Event", True, ("ev",))
-SERVICES = ResourceType("", "v1", "services", "Service", True, ("svc",), ("status",))
-CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap", True, ("cm",))
-SECRETS = ResourceType("", "v1", "secrets", "Secret", True)
-SERVICEACCOUNTS = ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True, ("sa",))
-DAEMONSETS = ResourceType("apps", "v1", "daemonsets", "DaemonSet", True, ("ds",), ("status",))
-DEPLOYMENTS = ResourceType(
-    "apps", "v1", "deployments", "Deployment", True, ("deploy",), ("status", "scale")
-)
-REPLICASETS = ResourceType(
-    "apps", "v1", "replicasets", "ReplicaSet", True, ("rs",), ("status", "scale")
-)
-JOBS = ResourceType("batch", "v1", "jobs", "Job", True, (), ("status",))
+NODES = ResourceType("", "v1", "nodes", "Node", False, ("status",))
+NAMESPACES = ResourceType("", "v1", "namespaces", "Namespace", False)
+PODS = ResourceType("", "v1", "pods", "Pod", True, ("status", "log", "exec", "attach"))
+EVENTS = ResourceType("", "v1", "events", "Event", True)
+SERVICES = ResourceType("", "v1", "services", "Service", True, ("status",))
+CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap", True)
+SERVICEACCOUNTS = ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True)
+DAEMONSETS = ResourceType("apps", "v1", "daemonsets", "DaemonSet", True, ("status",))
+DEPLOYMENTS = ResourceType("apps", "v1", "deployments", "Deployment", True, ("status", "scale"))
+REPLICASETS = ResourceType("apps", "v1", "replicasets", "ReplicaSet", True, ("status", "scale"))
 RUNTIMECLASSES = ResourceType("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", False)
-BUILTIN_TYPES = (
-    NODES,
-    NAMESPACES,
-    PODS,
-    EVENTS,
-    SERVICES,
-    CONFIGMAPS,
-    SECRETS,
-    SERVICEACCOUNTS,
-    DAEMONSETS,
-    DEPLOYMENTS,
-    REPLICASETS,
-    JOBS,
-    RUNTIMECLASSES,
-)
 CLUSTER_POLICY = ResourceType(
     "nvidia.com",
     "v1",
@@ -89,7 +57,10 @@ CLUSTER_POLICY = ResourceType(
     printer_columns=(("Status", "status.state"),),
     schema="clusterpolicies.schema.json",
 )
-# What a real API server fills in when a new object of these types comes without a status.
+LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True)
+CRDS = ResourceType(
+    "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
+)
 
 
 class StoreError(Exception):
@@ -135,14 +106,9 @@ class MethodNotAllowed(StoreError):
 
 
 class Gone(StoreError):
-    """A watch asked for history older than the store keeps."""
+    """A watch asked for history older than the API server keeps (etcd compacted it)."""
 
     code, reason = 410, "Expired"
-
-
-def clone(data: Any) -> Any:
-    """Deep copy of JSON-shaped data; a pickle round trip is ~6x faster than deepcopy."""
-    return pickle.loads(pickle.dumps(data, pickle.HIGHEST_PROTOCOL))
 
 
 def now_rfc3339() -> str:
@@ -150,13 +116,11 @@ def now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True)
-CRDS = ResourceType(
-    "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
-)
-
-
-_KNOWN = {t.ref: t for t in (*BUILTIN_TYPES, CLUSTER_POLICY, LEASES, CRDS)}
+_KNOWN = {
+    t.ref: t
+    for t in (NODES, NAMESPACES, PODS, EVENTS, SERVICES, CONFIGMAPS, SERVICEACCOUNTS, DAEMONSETS,
+              DEPLOYMENTS, REPLICASETS, RUNTIMECLASSES, CLUSTER_POLICY, LEASES, CRDS)
+}  # fmt: skip
 
 
 def resolve(ref: str | ResourceType) -> ResourceType:

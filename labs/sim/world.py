@@ -125,9 +125,8 @@ def start_world(
         return hmac.compare_digest(given, token) or eks_token_ok(keys, cluster_name, given)
 
     aws = AwsServer(keys)
-    # An abstract unix socket: no file to leave behind, and no path-length limit to hit.
-    egress = Path(f"@eks-gpu-lab-{new_token()[:16]}")
-    plane = ControlPlane(state_dir / "controlplane", accepts=lab_token, egress_socket=egress)
+    home = state_dir / "controlplane"
+    plane = ControlPlane(home, accepts=lab_token, egress_socket=node_network())
     world = World({}, state_dir / KUBECONFIG_FILE, plane, aws)
     try:
         reset_moto()  # moto keeps state per process, across servers: start from an empty account
@@ -136,7 +135,7 @@ def start_world(
         plane.start()
         store = world.store = KubeApi(plane.credentials("admin"))
         logs, ports = ContainerLogs(state_dir / "pods"), state_dir / "ports"
-        world._node_endpoint = _node_endpoint(plane, state_dir, logs, ports)
+        world._node_endpoint = node_endpoint(plane, state_dir, logs, ports)
         world._node_endpoint.start()
         endpoints: dict[str, Any] = {
             "aws_endpoint_url": aws.start(),
@@ -183,12 +182,20 @@ def start_world(
     return world
 
 
-def _node_endpoint(
+def node_network() -> Path:
+    """Where the API server's egress to the nodes goes (`ControlPlane.egress_socket`, served by
+    the node endpoint): an abstract unix socket, no file to leave behind and no path-length
+    limit to hit."""
+    return Path(f"@eks-gpu-lab-{new_token()[:16]}")
+
+
+def node_endpoint(
     plane: ControlPlane, state_dir: Path, logs: ContainerLogs, ports: Path
 ) -> NodeEndpoint:
     """The nodes' kubelet API: logs from the containers' files, exec and attach played by
     `labs.sim.node_exec` with the world's credentials, port-forward to the addresses written
-    under `ports` (the dcgm-exporter's, `labs.sim.controllers.dcgm_exporter`)."""
+    under `ports` (the dcgm-exporter's). A node reaches it with any address and the kubelet
+    port (`status.daemonEndpoints`), through the plane's `node_network()`."""
     assert plane.ca is not None, "the control plane starts first"
     exec_command = [
         sys.executable, "-m", "labs.sim.node_exec",

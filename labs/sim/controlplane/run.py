@@ -1,4 +1,5 @@
-"""Run etcd, kube-apiserver, kube-controller-manager and kube-scheduler for one rehearsal lab.
+"""Run etcd, kube-apiserver, kube-controller-manager and kube-scheduler for one rehearsal lab
+(or, held still, etcd and kube-apiserver alone: nothing moves what a client puts in).
 
 Everything listens on loopback only, speaks TLS with the lab's own CA, and keeps its files
 under the lab's directory, so `lab.down --destroy` (or a test) can find and stop each process
@@ -175,12 +176,15 @@ class ControlPlane:
     # The unix socket of the network between the API server and the nodes (the node endpoint's
     # HTTP CONNECT proxy): the API server's egress to nodes and pods goes through it.
     egress_socket: Path | None = None
+    # etcd and kube-apiserver only, no kube-controller-manager and no kube-scheduler: what a
+    # client puts in stays exactly as put (the tests' fixed cluster states).
+    held_still: bool = False
     _processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _webhook: TokenWebhook | None = None
 
     def start(self, say: Callable[[str], None] = print) -> None:
-        """Start etcd, then the API server, then both controllers; wait until /readyz says ok.
-        A failure stops what already started before it is raised."""
+        """Start etcd, then the API server, then both controllers (none when held still); wait
+        until /readyz says ok. A failure stops what already started before it is raised."""
         bin_dir = build.binaries(say)
         try:
             self._start(bin_dir)
@@ -207,6 +211,8 @@ class ControlPlane:
         self._spawn(bin_dir, "kube-apiserver", apiserver)
         self.admin_kubeconfig = self.write_kubeconfig("admin")
         self._wait_ready()
+        if self.held_still:
+            return
         for component in ("kube-controller-manager", "kube-scheduler"):
             config = self.write_kubeconfig(component)
             args = _controller_args(files) if component == "kube-controller-manager" else []
