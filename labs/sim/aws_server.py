@@ -31,6 +31,7 @@ from werkzeug.serving import BaseWSGIServer, make_server
 
 from labs.sim.auth import Keys, request_time_problem, signed_request_ok
 from labs.sim.resources import StoreError
+from labs.sim.tls import LOOPBACK
 
 REFUSED = (
     "The security token included in the request is invalid: this rehearsal endpoint takes "
@@ -51,7 +52,7 @@ def reset_moto() -> None:
 class AwsServer:
     """moto on a free loopback port, answering only requests signed with `keys`."""
 
-    def __init__(self, keys: Keys, host: str = "127.0.0.1") -> None:
+    def __init__(self, keys: Keys, host: str = LOOPBACK) -> None:
         self.keys = keys
         self._on_write: list[tuple[str, Callable[[], None]]] = []
         # "/path" -> handler(method, JSON body) -> JSON answer; only with `control_token`.

@@ -28,6 +28,7 @@ from labs.sim.hardware import (
 from labs.sim.kube_api import KubeApi
 from labs.sim.resources import PODS
 from labs.sim.timings import Timings
+from labs.sim.tls import LOOPBACK
 
 EXPORTER = next(o for o in OPERANDS if o.step == "state-dcgm-exporter")
 # (field, help as dcgm-exporter's default counters word it, value on the world's idle A10G)
@@ -77,14 +78,14 @@ class _Exporter:
     """One pod's server on loopback and its ports-dir entry."""
 
     def __init__(self, page: str, entry: Path) -> None:
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_Page, page.encode()))
+        self._server = ThreadingHTTPServer((LOOPBACK, 0), partial(_Page, page.encode()))
         self._thread = threading.Thread(
             target=self._server.serve_forever, name=f"dcgm-exporter-{entry.parent.name}"
         )
         self._thread.start()
         self._entry = entry
         entry.parent.mkdir(parents=True, exist_ok=True)
-        entry.write_text(f"127.0.0.1:{self._server.server_address[1]}\n")
+        entry.write_text(f"{LOOPBACK}:{self._server.server_address[1]}\n")
 
     def stop(self) -> None:
         self._entry.unlink(missing_ok=True)
