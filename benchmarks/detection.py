@@ -27,7 +27,7 @@ from scenario_support import ready_sim_lab  # noqa: E402
 
 from labs.kube.gpu import DEVICE_PLUGIN_DAEMONSET  # noqa: E402
 from labs.run.engine import run_scenario  # noqa: E402
-from labs.sim.resources import DAEMONSETS  # noqa: E402
+from labs.sim.controlplane.resources import DAEMONSETS  # noqa: E402
 from scenarios.device_plugin_off import SCENARIO  # noqa: E402
 
 POLL_INTERVAL = 10.0

@@ -17,9 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from labs.aws import stack  # noqa: E402
 from labs.settings import LabSettings  # noqa: E402
-from labs.sim.aws_seed import moto_clients  # noqa: E402
+from labs.sim.aws.seed import moto_clients  # noqa: E402
+from labs.sim.controlplane.resources import CLUSTER_POLICY, NODES  # noqa: E402
 from labs.sim.infra import SimInfra  # noqa: E402
-from labs.sim.resources import CLUSTER_POLICY, NODES  # noqa: E402
 from labs.sim.timings import DEFAULT_SPEED  # noqa: E402
 from labs.sim.world import World, start_world  # noqa: E402
 

@@ -29,8 +29,7 @@ from labs.sim.controllers.gpu_operator import (
     daemonset_manifest,
     is_enabled,
 )
-from labs.sim.infra import cluster_policy_spec, load_values
-from labs.sim.resources import (
+from labs.sim.controlplane.resources import (
     CLUSTER_POLICY,
     DAEMONSETS,
     DEPLOYMENTS,
@@ -40,6 +39,7 @@ from labs.sim.resources import (
     RUNTIMECLASSES,
     ResourceType,
 )
+from labs.sim.infra import cluster_policy_spec, load_values
 
 NS = "gpu-operator"
 SYSTEM_NODES = (

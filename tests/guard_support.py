@@ -25,7 +25,7 @@ import scenarios
 from labs.aws import stack
 from labs.aws.cloud import scale_gpu_nodegroup
 from labs.lab import Lab
-from labs.sim.aws_seed import moto_clients
+from labs.sim.aws.seed import moto_clients
 
 
 @dataclass

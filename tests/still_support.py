@@ -30,13 +30,11 @@ import yaml
 from controlplane_support import kubectl_on, progress
 from kubernetes import config
 
-from labs.sim.container_logs import ContainerLogs
 from labs.sim.controllers.node_lifecycle import KUBELET_PORT
+from labs.sim.controlplane.kube_api import KubeApi
+from labs.sim.controlplane.kube_seed import install_crd
 from labs.sim.controlplane.node_endpoint import NodeEndpoint
-from labs.sim.controlplane.run import ControlPlane
-from labs.sim.kube_api import KubeApi
-from labs.sim.kube_seed import install_crd
-from labs.sim.resources import (
+from labs.sim.controlplane.resources import (
     CLUSTER_POLICY,
     NAMESPACES,
     NODES,
@@ -46,6 +44,8 @@ from labs.sim.resources import (
     ResourceType,
     resolve,
 )
+from labs.sim.controlplane.run import ControlPlane
+from labs.sim.node.container_logs import ContainerLogs
 from labs.sim.world import node_endpoint, node_network
 
 # The verbs that make an object (PUT and server-side apply can create one too).

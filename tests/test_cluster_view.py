@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from labs.kube.view import ClusterView, Snapshot, WatchedKind
-from labs.sim.resources import NODES
+from labs.sim.controlplane.resources import NODES
 
 NODE = {"metadata": {"name": "late-node"}}
 

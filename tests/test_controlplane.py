@@ -25,11 +25,11 @@ from stack_spec import stack
 from still_support import StillPlane
 from tool_support import require_tool, require_venv_tool
 
-from labs.sim.auth import Keys, eks_token_ok
+from labs.sim.aws.auth import Keys, eks_token_ok
 from labs.sim.controlplane import build
+from labs.sim.controlplane.kubeconfig import kubeconfig_document, write_kubeconfig
+from labs.sim.controlplane.resources import CONFIGMAPS
 from labs.sim.controlplane.run import ControlPlane
-from labs.sim.kubeconfig import kubeconfig_document, write_kubeconfig
-from labs.sim.resources import CONFIGMAPS
 
 MANIFESTS = sorted(Path(__file__).resolve().parents[1].glob("scenarios/manifests/*.yaml"))
 EVENT_TIMEOUT = 30.0

@@ -33,7 +33,7 @@ from labs.journal import INJECTED, REVERTED
 from labs.kube import gpu as gpu_facts
 from labs.run.contract import Scenario
 from labs.run.engine import EXIT_CHECK_FAILED, revert_scenarios, run_scenario
-from labs.sim.resources import CLUSTER_POLICY, DEPLOYMENTS
+from labs.sim.controlplane.resources import CLUSTER_POLICY, DEPLOYMENTS
 
 NAME = "device-plugin-off"
 PROBE_LINE = "NVIDIA A10G, 580.126.09, 23028 MiB"

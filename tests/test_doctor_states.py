@@ -27,8 +27,7 @@ from lab_support import invoke_env, run_invoke
 
 from labs.doctor.catalog import UNKNOWN
 from labs.doctor.model import DoctorFinding, Report
-from labs.sim.controlplane.run import free_port
-from labs.sim.resources import (
+from labs.sim.controlplane.resources import (
     CLUSTER_POLICY,
     DAEMONSETS,
     DEPLOYMENTS,
@@ -36,6 +35,7 @@ from labs.sim.resources import (
     PODS,
     REPLICASETS,
 )
+from labs.sim.controlplane.run import free_port
 
 SYMLINK_WARNINGS = "".join(
     f'driver-validation time="2025-08-12T02:21:46Z" level=info msg="Creating link '

@@ -36,7 +36,7 @@ from labs.run.engine import (
     run_scenario,
 )
 from labs.settings import load_settings
-from labs.sim.resources import CONFIGMAPS
+from labs.sim.controlplane.resources import CONFIGMAPS
 
 TOGGLE_SCENARIO = '''
 """Flip the lab-toggle ConfigMap off and on again."""

@@ -38,7 +38,7 @@ from labs.journal import INJECTED
 from labs.lab import Lab
 from labs.settings import load_settings
 from labs.sim import pace
-from labs.sim.auth import CREDENTIAL_KEYS
+from labs.sim.aws.auth import CREDENTIAL_KEYS
 from labs.state import utc_now
 
 LAB = "g1"

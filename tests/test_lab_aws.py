@@ -30,7 +30,7 @@ from labs.errors import InfraError
 from labs.lab import Lab
 from labs.lifecycle import LifecycleError
 from labs.settings import load_settings
-from labs.sim.aws_seed import moto_clients
+from labs.sim.aws.seed import moto_clients
 from labs.sim.world import start_world
 
 FIXTURE_STACK = Path(__file__).parent / "fixtures" / "stack"

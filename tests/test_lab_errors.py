@@ -12,7 +12,7 @@ from tool_support import require_tool, require_venv_tool
 
 from labs.lab import Lab
 from labs.settings import load_settings
-from labs.sim.aws_seed import moto_clients
+from labs.sim.aws.seed import moto_clients
 
 
 def _nothing_created(state_dir: Path, lab: str) -> bool:

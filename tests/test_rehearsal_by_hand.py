@@ -40,7 +40,7 @@ from labs.lab import Lab
 from labs.run.engine import inject_scenario, revert_scenarios
 from labs.sim import pace, process
 from labs.sim.controlplane.webhook import ADMIN_USER
-from labs.sim.hardware import gpu_uuid
+from labs.sim.node.hardware import gpu_uuid
 
 PERSON_SPEED = 3.0
 DEBUG_IMAGE = "public.ecr.aws/amazonlinux/amazonlinux:2023"

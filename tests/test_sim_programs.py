@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from still_support import StillPlane
 
-from labs.sim.hardware import DEFAULT_RUNTIME_ANNOTATION
-from labs.sim.programs import Captured, Process, exec_argv, nvidia_smi_table
-from labs.sim.resources import NODES, PODS
+from labs.sim.controlplane.resources import NODES, PODS
+from labs.sim.node.hardware import DEFAULT_RUNTIME_ANNOTATION
+from labs.sim.node.programs import Captured, Process, exec_argv, nvidia_smi_table
 
 RECORDED_TABLE = Path(__file__).parent / "fixtures" / "recorded" / "nvidia-smi-driver-580.txt"
 NODE = "ip-192-168-12-5.ap-northeast-2.compute.internal"

@@ -15,7 +15,7 @@ from kubernetes.client.exceptions import ApiException
 from sim_support import lab_variables, probe_pod, running_world, wait_for
 from tool_support import require_tool, require_venv_tool
 
-from labs.sim.aws_seed import moto_clients
+from labs.sim.aws.seed import moto_clients
 from labs.sim.controllers.gpu_operator import STEP_ORDER
 from labs.sim.infra import SimInfra
 from labs.sim.world import World, start_world

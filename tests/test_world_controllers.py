@@ -14,8 +14,8 @@ from labs.sim.controllers.events import EventRecorder
 from labs.sim.controllers.gpu_operator import runtime_classes
 from labs.sim.controllers.heartbeats import NODE_LEASES
 from labs.sim.controllers.kubelet import injected_gpus
-from labs.sim.hardware import DEFAULT_RUNTIME_ANNOTATION, NVIDIA_PCI_LABEL
-from labs.sim.resources import EVENTS, NODES, PODS
+from labs.sim.controlplane.resources import EVENTS, NODES, PODS
+from labs.sim.node.hardware import DEFAULT_RUNTIME_ANNOTATION, NVIDIA_PCI_LABEL
 
 
 def core_api(sim_lab) -> client.CoreV1Api:

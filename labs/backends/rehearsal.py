@@ -16,7 +16,7 @@ from labs.errors import LabError
 from labs.journal import REVERTED
 from labs.settings import range_problem
 from labs.sim import pace, process
-from labs.sim.auth import CREDENTIAL_KEYS
+from labs.sim.aws.auth import CREDENTIAL_KEYS
 from labs.state import utc_now, warn
 
 if TYPE_CHECKING:

@@ -25,8 +25,8 @@ import yaml
 
 from labs.aws import stack
 from labs.errors import InfraError
-from labs.sim.auth import CREDENTIAL_KEYS
-from labs.sim.aws_seed import (
+from labs.sim.aws.auth import CREDENTIAL_KEYS
+from labs.sim.aws.seed import (
     AUX_VPC_ALLOW_RULE,
     AZ_SUFFIXES,
     GPU_INSTANCE_TYPE,
@@ -43,7 +43,7 @@ from labs.sim.aws_seed import (
 )
 from labs.sim.controllers.gpu_operator import DEFAULT_TOLERATIONS, daemonset_manifest
 from labs.sim.controllers.placement import STARTUP_ANNOTATION
-from labs.sim.kubeconfig import kubeconfig_document
+from labs.sim.controlplane.kubeconfig import kubeconfig_document
 from labs.sim.timings import REAL_WORLD_SECONDS
 
 VALUES_FILE = stack.STACK_DIR / "gpu_operator_values.yaml"

@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Any
 
 from labs.settings import range_problem
-from labs.sim.resources import BadRequest, MethodNotAllowed
+from labs.sim.controlplane.resources import BadRequest, MethodNotAllowed
 from labs.sim.timings import Timings, WorldClock
 
 PACE_PATH = "/sim/pace"

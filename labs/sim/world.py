@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labs.sim import aws_answers, eks_updates, pace
-from labs.sim.auth import Keys, eks_token_ok, new_token
-from labs.sim.aws_seed import ACCOUNT_ID, moto_clients, seed_stack
-from labs.sim.aws_server import AwsServer, reset_moto
-from labs.sim.container_logs import ContainerLogs
+from labs.sim import pace
+from labs.sim.aws import answers, eks_updates
+from labs.sim.aws.auth import Keys, eks_token_ok, new_token
+from labs.sim.aws.seed import ACCOUNT_ID, moto_clients, seed_stack
+from labs.sim.aws.server import AwsServer, reset_moto
 from labs.sim.controllers.base import Controller
 from labs.sim.controllers.dcgm_exporter import DcgmExporter
 from labs.sim.controllers.device_plugin import DevicePlugin
@@ -39,18 +39,19 @@ from labs.sim.controllers.network import AllReduce, Network, SecurityGroups, Tcp
 from labs.sim.controllers.node_lifecycle import NodeLifecycle
 from labs.sim.controllers.resource_metrics import ResourceMetrics
 from labs.sim.controllers.schedules import EventBridgeScheduler
+from labs.sim.controlplane.kube_api import KubeApi
+from labs.sim.controlplane.kube_seed import seed_cluster, seed_metrics_server
+from labs.sim.controlplane.kubeconfig import kubeconfig_document, write_kubeconfig
 from labs.sim.controlplane.metrics_server import MetricsServer
 from labs.sim.controlplane.node_endpoint import NodeEndpoint
 from labs.sim.controlplane.run import ControlPlane
-from labs.sim.kube_api import KubeApi
-from labs.sim.kube_seed import seed_cluster, seed_metrics_server
-from labs.sim.kubeconfig import kubeconfig_document, write_kubeconfig
+from labs.sim.node.container_logs import ContainerLogs
 from labs.sim.process import ENDPOINTS
 from labs.sim.timings import DEFAULT_SPEED, WorldClock, scaled
 from labs.state import atomic_write_json, atomic_write_text
 
 KUBECONFIG_FILE = "kubeconfig"
-# What the node endpoint serves beside the files of `labs.sim.container_logs`: each node's
+# What the node endpoint serves beside the files of `labs.sim.node.container_logs`: each node's
 # resource metrics (`<node IP>.prom`) and each Service's route (`<cluster IP>_<port>`).
 METRICS_DIR = "resource-metrics"
 ROUTES_DIR = "routes"
@@ -116,7 +117,7 @@ def start_world(
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     state_dir = Path(state_dir)
     updates = eks_updates.install()  # before the AWS server first serves EKS (its routes)
-    aws_answers.install()
+    answers.install()
     updates.clear()
     timings, clock = scaled(speed), WorldClock(speed)
     keys, token = Keys.generate(), new_token()
@@ -193,12 +194,12 @@ def node_endpoint(
     plane: ControlPlane, state_dir: Path, logs: ContainerLogs, ports: Path
 ) -> NodeEndpoint:
     """The nodes' kubelet API: logs from the containers' files, exec and attach played by
-    `labs.sim.node_exec` with the world's credentials, port-forward to the addresses written
+    `labs.sim.node.exec_streams` with the world's credentials, port-forward to the addresses written
     under `ports` (the dcgm-exporter's). A node reaches it with any address and the kubelet
     port (`status.daemonEndpoints`), through the plane's `node_network()`."""
     assert plane.ca is not None, "the control plane starts first"
     exec_command = [
-        sys.executable, "-m", "labs.sim.node_exec",
+        sys.executable, "-m", "labs.sim.node.exec_streams",
         "--api-url", plane.api_url,
         "--pki", str(plane.home / "pki"),
         "--logs", str(logs.root),
@@ -224,13 +225,13 @@ def _metrics_server(
 ) -> MetricsServer:
     """The metrics-server addon: its objects, the route from its Service's cluster IP to the
     real program (what the aggregator's tunnel to the Service reaches), then the program."""
-    server = MetricsServer(state_dir / "metrics-server", plane, endpoint.proxy_url)
+    addon = MetricsServer(state_dir / "metrics-server", plane, endpoint.proxy_url)
 
     def route(service: dict) -> None:
         for port in service["spec"]["ports"]:
             path = state_dir / ROUTES_DIR / f"{service['spec']['clusterIP']}_{port['port']}"
-            atomic_write_text(path, server.address)
+            atomic_write_text(path, addon.address)
 
     seed_metrics_server(store, route)
-    server.start()
-    return server
+    addon.start()
+    return addon

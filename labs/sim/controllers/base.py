@@ -12,8 +12,8 @@ import logging
 import threading
 from collections.abc import Callable
 
-from labs.sim.kube_api import KubeApi, KubeWatch
-from labs.sim.resources import ResourceType, StoreError
+from labs.sim.controlplane.kube_api import KubeApi, KubeWatch
+from labs.sim.controlplane.resources import ResourceType, StoreError
 from labs.sim.timings import Timings
 
 log = logging.getLogger(__name__)

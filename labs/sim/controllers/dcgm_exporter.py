@@ -18,17 +18,17 @@ from typing import Any
 
 from labs.sim.controllers.base import Controller
 from labs.sim.controllers.gpu_operator import DCGM_EXPORTER_METRICS, OPERANDS
-from labs.sim.hardware import (
+from labs.sim.controlplane.kube_api import KubeApi
+from labs.sim.controlplane.resources import PODS
+from labs.sim.controlplane.tls import LOOPBACK
+from labs.sim.node.hardware import (
     GPU_DRIVER_VERSION,
     GPU_MEMORY_MIB,
     GPU_NAME,
     GPU_TABLE_CELLS,
     gpu_uuid,
 )
-from labs.sim.kube_api import KubeApi
-from labs.sim.resources import PODS
 from labs.sim.timings import Timings
-from labs.sim.tls import LOOPBACK
 
 EXPORTER = next(o for o in OPERANDS if o.step == "state-dcgm-exporter")
 # (field, help as dcgm-exporter's default counters word it, value on the world's idle A10G)

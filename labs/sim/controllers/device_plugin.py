@@ -14,9 +14,9 @@ import time
 
 from labs.sim.controllers.base import Controller
 from labs.sim.controllers.placement import pod_ready
-from labs.sim.hardware import GPU_RESOURCE, NVIDIA_PCI_LABEL
-from labs.sim.kube_api import KubeApi
-from labs.sim.resources import NODES, PODS, NotFound
+from labs.sim.controlplane.kube_api import KubeApi
+from labs.sim.controlplane.resources import NODES, PODS, NotFound
+from labs.sim.node.hardware import GPU_RESOURCE, NVIDIA_PCI_LABEL
 from labs.sim.timings import Timings
 
 DEVICE_PLUGIN_APP = "nvidia-device-plugin-daemonset"

@@ -14,8 +14,8 @@ from __future__ import annotations
 import threading
 import time
 
-from labs.sim.kube_api import KubeApi
-from labs.sim.resources import EVENTS, NotFound, now_rfc3339
+from labs.sim.controlplane.kube_api import KubeApi
+from labs.sim.controlplane.resources import EVENTS, NotFound, now_rfc3339
 
 _name_lock = threading.Lock()
 _last_stamp = 0

@@ -30,12 +30,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from labs.sim.container_logs import ContainerLogs
 from labs.sim.controllers.base import Controller
 from labs.sim.controllers.placement import STARTUP_FROM_ANNOTATION, owner_reference, pod_ready
-from labs.sim.hardware import GPU_MEMORY_MIB, GPU_PRODUCT_LABEL, NVIDIA_PCI_LABEL
-from labs.sim.kube_api import KubeApi
-from labs.sim.resources import (
+from labs.sim.controlplane.kube_api import KubeApi
+from labs.sim.controlplane.resources import (
     CLUSTER_POLICY,
     DAEMONSETS,
     DEPLOYMENTS,
@@ -46,6 +44,8 @@ from labs.sim.resources import (
     NotFound,
     now_rfc3339,
 )
+from labs.sim.node.container_logs import ContainerLogs
+from labs.sim.node.hardware import GPU_MEMORY_MIB, GPU_PRODUCT_LABEL, NVIDIA_PCI_LABEL
 from labs.sim.timings import Timings
 
 OPERATOR_DEPLOYMENT = "gpu-operator"

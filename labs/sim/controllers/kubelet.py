@@ -14,12 +14,12 @@ What a container does is decided by the first matching program:
 - the network's programs (`labs.sim.controllers.network`): the TCP check and the all-reduce.
 - `CudaCheck`: the PyTorch one-liner that asks `torch.cuda.is_available()`.
 - `Commands`: any other container's command, run by the world's programs
-  (`labs.sim.programs`: `nvidia-smi` sees what the NVIDIA runtime injected,
-  `labs.sim.nvidia_runtime`; a container without a command prints nothing).
+  (`labs.sim.node.programs`: `nvidia-smi` sees what the NVIDIA runtime injected,
+  `labs.sim.node.nvidia_runtime`; a container without a command prints nothing).
 Only run-to-completion pods (restartPolicy Never or OnFailure) finish (Succeeded, or
 Failed when the program exits non-zero); restartPolicy Always pods keep running, and so
 does a container started with `stdin` (`kubectl debug -i`): its process waits for its
-terminal and runs when `kubectl attach` comes (`labs.sim.container_runtime`).
+terminal and runs when `kubectl attach` comes (`labs.sim.node.container_runtime`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from typing import Protocol
 
 from kubernetes.utils import parse_quantity as quantity
 
-from labs.sim.container_logs import ContainerLogs
 from labs.sim.controllers.base import Controller
 from labs.sim.controllers.events import EventRecorder
 from labs.sim.controllers.placement import (
@@ -44,11 +43,12 @@ from labs.sim.controllers.placement import (
     pod_requests,
     set_pod_condition,
 )
-from labs.sim.hardware import GPU_NAME
-from labs.sim.kube_api import KubeApi
-from labs.sim.nvidia_runtime import injected_gpus
-from labs.sim.programs import run_container
-from labs.sim.resources import DAEMONSETS, NODES, PODS, NotFound, now_rfc3339
+from labs.sim.controlplane.kube_api import KubeApi
+from labs.sim.controlplane.resources import DAEMONSETS, NODES, PODS, NotFound, now_rfc3339
+from labs.sim.node.container_logs import ContainerLogs
+from labs.sim.node.hardware import GPU_NAME
+from labs.sim.node.nvidia_runtime import injected_gpus
+from labs.sim.node.programs import run_container
 from labs.sim.timings import REAL_WORLD_SECONDS, Timings
 
 log = logging.getLogger(__name__)

@@ -20,11 +20,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from labs.sim.aws_seed import AMI_NAMES, aux_sg_name, node_sg_name, tag_value
+from labs.sim.aws.eks_updates import UpdateLedger
+from labs.sim.aws.seed import AMI_NAMES, aux_sg_name, node_sg_name, tag_value
 from labs.sim.controllers.base import Controller
 from labs.sim.controllers.events import EventRecorder
-from labs.sim.eks_updates import UpdateLedger
-from labs.sim.hardware import (
+from labs.sim.controlplane.kube_api import KubeApi
+from labs.sim.controlplane.resources import NODES, PODS, NotFound, now_rfc3339
+from labs.sim.node.hardware import (
     DEFAULT_RUNTIME_ANNOTATION,
     DEFAULT_RUNTIMES,
     INSTANCE_TYPE_LABEL,
@@ -33,8 +35,6 @@ from labs.sim.hardware import (
     node_name_for_ip,
     shape,
 )
-from labs.sim.kube_api import KubeApi
-from labs.sim.resources import NODES, PODS, NotFound, now_rfc3339
 from labs.sim.timings import Timings
 
 NODEGROUP_TAG = "eks:nodegroup-name"

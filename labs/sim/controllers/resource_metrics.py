@@ -22,8 +22,8 @@ from kubernetes.utils import parse_quantity as quantity
 
 from labs.sim.controllers.base import Controller
 from labs.sim.controllers.kubelet import internal_ip
-from labs.sim.kube_api import KubeApi
-from labs.sim.resources import NODES, PODS
+from labs.sim.controlplane.kube_api import KubeApi
+from labs.sim.controlplane.resources import NODES, PODS
 from labs.sim.timings import Timings
 
 # How often the files are rewritten: the cAdvisor housekeeping a kubelet's figures come from.

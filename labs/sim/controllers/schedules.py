@@ -25,7 +25,7 @@ from botocore.exceptions import ClientError
 
 from labs.aws.schedules import due_at
 from labs.sim.controllers.base import Controller
-from labs.sim.kube_api import KubeApi
+from labs.sim.controlplane.kube_api import KubeApi
 from labs.sim.timings import Timings, WorldClock
 
 log = logging.getLogger(__name__)

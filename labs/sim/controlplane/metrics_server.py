@@ -18,7 +18,7 @@ from pathlib import Path
 
 from labs.sim.controlplane import build, pki
 from labs.sim.controlplane.run import METRICS_SERVER_USER, ControlPlane, Served, free_port
-from labs.sim.tls import LOOPBACK
+from labs.sim.controlplane.tls import LOOPBACK
 
 # The addon's own setting (15 s on EKS); metrics-server refuses less than 10 s.
 METRIC_RESOLUTION = "10s"

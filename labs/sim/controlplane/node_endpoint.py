@@ -25,7 +25,7 @@ from pathlib import Path
 
 from labs.sim.controlplane import build, pki
 from labs.sim.controlplane.run import Served, free_port
-from labs.sim.tls import LOOPBACK
+from labs.sim.controlplane.tls import LOOPBACK
 
 
 @dataclass

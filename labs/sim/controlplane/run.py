@@ -27,9 +27,9 @@ from pathlib import Path
 
 from labs.errors import LabError
 from labs.sim.controlplane import build, pki
+from labs.sim.controlplane.kubeconfig import kubeconfig_document, write_kubeconfig
+from labs.sim.controlplane.tls import LOOPBACK
 from labs.sim.controlplane.webhook import TokenWebhook, write_webhook_config
-from labs.sim.kubeconfig import kubeconfig_document, write_kubeconfig
-from labs.sim.tls import LOOPBACK
 
 READY_TIMEOUT = 120.0
 STOP_TIMEOUT = 3.0

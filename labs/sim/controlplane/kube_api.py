@@ -3,7 +3,7 @@
 The world plays kubelets, device plugins and the operator the way kwok's controllers do: as
 clients of kube-apiserver, never behind its back. This speaks plain REST over the lab's TLS
 with a client certificate, keeps each watch's connection so `close()` ends it at once, and
-turns API errors into the `labs.sim.resources` errors the controllers already tell apart.
+turns API errors into the `resources` errors the controllers already tell apart.
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ from urllib.parse import urlencode
 
 import urllib3
 
-from labs.sim.controlplane.run import Credentials
-from labs.sim.resources import (
+from labs.sim.controlplane.resources import (
     AlreadyExists,
     BadRequest,
     Conflict,
@@ -34,6 +33,7 @@ from labs.sim.resources import (
     StoreError,
     resolve,
 )
+from labs.sim.controlplane.run import Credentials
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from moto.eks.exceptions import ResourceNotFoundException
 from moto.eks.models import EKSBackend
 from moto.eks.responses import EKSResponse
 
-from labs.sim import aws_answers
+from labs.sim.aws import answers
 
 IN_PROGRESS, SUCCESSFUL = "InProgress", "Successful"
 DESCRIBE_UPDATE_PATH = "{0}/clusters/(?P<name>[^/]+)/updates/(?P<updateId>[^/]+)$"
@@ -88,7 +88,7 @@ def _update_nodegroup_config(self: EKSBackend, *args: Any, **kwargs: Any) -> dic
               if key in scaling]  # fmt: skip
     others = [p for p in update["params"] if p["type"] != "ScalingConfig"]
     update["params"] = params + others
-    aws_answers.resize_group(self, kwargs["cluster_name"], kwargs["nodegroup_name"])
+    answers.resize_group(self, kwargs["cluster_name"], kwargs["nodegroup_name"])
     return LEDGER.record(kwargs["cluster_name"], kwargs["nodegroup_name"], update)
 
 

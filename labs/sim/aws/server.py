@@ -29,9 +29,9 @@ from moto.moto_server.werkzeug_app import (
 )
 from werkzeug.serving import BaseWSGIServer, make_server
 
-from labs.sim.auth import Keys, request_time_problem, signed_request_ok
-from labs.sim.resources import StoreError
-from labs.sim.tls import LOOPBACK
+from labs.sim.aws.auth import Keys, request_time_problem, signed_request_ok
+from labs.sim.controlplane.resources import StoreError
+from labs.sim.controlplane.tls import LOOPBACK
 
 REFUSED = (
     "The security token included in the request is invalid: this rehearsal endpoint takes "

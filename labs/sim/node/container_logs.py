@@ -23,7 +23,7 @@ class ContainerLogs:
         return self.root / f"{namespace}_{pod}" / f"{container}.log"
 
     def rootfs(self, namespace: str, pod: str, container: str) -> Path:
-        """The container's own files (`labs.sim.container_files`), kept with its logs so
+        """The container's own files (`labs.sim.node.container_files`), kept with its logs so
         that they start empty with a new pod of the name and go when the pod goes."""
         return self.root / f"{namespace}_{pod}" / f"{container}.rootfs"
 

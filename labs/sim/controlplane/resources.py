@@ -1,7 +1,7 @@
 """The resource types the world reads and writes, and the API errors it tells apart.
 
 One vocabulary for the world's controllers: they name types by these constants and catch these
-errors (`labs.sim.kube_api` turns the API server's answers into them).
+errors (`labs.sim.controlplane.kube_api` turns the API server's answers into them).
 """
 
 from __future__ import annotations

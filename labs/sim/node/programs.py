@@ -2,7 +2,7 @@
 
 `kubectl exec`, `kubectl attach`/`debug` and the kubelet's run-to-completion containers run
 their commands here. What a command sees follows the pod: files under a `hostPath` mount
-are the node's (`labs.sim.node_files`), `chroot /host` makes the mounted host root the
+are the node's (`labs.sim.node.host_files`), `chroot /host` makes the mounted host root the
 root, binaries are the node AMI's or the image's, and the GPU is visible only to a process
 whose container got the devices (a pod with `nvidia.com/gpu` allocated, or a container the
 NVIDIA runtime injects, `NVIDIA_VISIBLE_DEVICES` set, as for the dcgm-exporter and device
@@ -12,7 +12,7 @@ as on EKS.
 Per-program behaviour is the table `PROGRAMS`; a name not in it, or not installed where
 the command runs, answers as a minimal shell (`sh: 1: foo: not found`, 127) or, run
 without a shell, as containerd (`executable file not found in $PATH`, 126). Files outside
-`hostPath` mounts are the container's own (`labs.sim.container_files`: what `kubectl cp`
+`hostPath` mounts are the container's own (`labs.sim.node.container_files`: what `kubectl cp`
 moves with `tar`). Shell scripts (`sh -c`) support `;`, `&&`, `||`, `cd` and globs; not
 pipes or redirections.
 Output that nvidia-smi prints follows the driver 580 layout recorded on real hardware.
@@ -30,9 +30,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
-from labs.sim import container_files, node_files
-from labs.sim.container_files import layer_path, tar
-from labs.sim.hardware import (
+from labs.sim.controlplane.kube_api import KubeApi
+from labs.sim.node import container_files, host_files
+from labs.sim.node.container_files import layer_path, tar
+from labs.sim.node.hardware import (
     AMI_GLIBC,
     AMI_GLIBC_YEAR,
     CUDA_VERSION,
@@ -46,8 +47,7 @@ from labs.sim.hardware import (
     TOOLKIT_VERSION,
     gpu_uuid,
 )
-from labs.sim.kube_api import KubeApi
-from labs.sim.nvidia_runtime import container_env, injected_gpus
+from labs.sim.node.nvidia_runtime import container_env, injected_gpus
 
 NOT_MODELLED = "the rehearsal world does not model"
 _VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\?|\w+))")
@@ -106,7 +106,7 @@ class Captured:
 @dataclass
 class Process:
     """A process in a container: its pod and node, the root `chroot` gave it, its cwd, and the
-    directory holding the container's own files (`labs.sim.container_files`), if kept."""
+    directory holding the container's own files (`labs.sim.node.container_files`), if kept."""
 
     store: KubeApi
     pod: dict
@@ -151,7 +151,7 @@ class Process:
     @property
     def gpus(self) -> int | None:
         """How many /dev/nvidia* the container has (allocated by the device plugin, or injected
-        by the NVIDIA runtime: `labs.sim.nvidia_runtime`); None without the driver at all."""
+        by the NVIDIA runtime: `labs.sim.node.nvidia_runtime`); None without the driver at all."""
         return injected_gpus(self.pod, self.node, self.container)
 
     @property
@@ -288,7 +288,7 @@ def _glob(word: str, process: Process) -> list[str]:
         return [word]
     directory, pattern = posixpath.split(word)
     host = process.host_path(directory or ".")
-    entries = node_files.listing(process.store, process.node, host) if host else None
+    entries = host_files.listing(process.store, process.node, host) if host else None
     visible = [e.name for e in entries or [] if not e.name.startswith(".")]
     names = sorted(n for n in visible if fnmatch.fnmatch(n, pattern))
     return [posixpath.join(directory, n) for n in names] if names else [word]
@@ -445,22 +445,22 @@ def ldd(args: list[str], process: Process, term: Terminal) -> int:
     return 0
 
 
-def _lookup(path: str, process: Process) -> tuple[str | None, list[node_files.Entry] | None]:
+def _lookup(path: str, process: Process) -> tuple[str | None, list[host_files.Entry] | None]:
     """(host path, its listing when it is a known directory) for a path the process names;
     (None, its listing) for a directory of the container's own layer."""
     host = process.host_path(path)
     if host is None:
         local = layer_path(process, path)
         return None, container_files.listing(local) if local and local.is_dir() else None
-    return host, node_files.listing(process.store, process.node, host)
+    return host, host_files.listing(process.store, process.node, host)
 
 
-def _entry(host: str, process: Process) -> node_files.Entry | None:
-    parent = node_files.known_parent(host)
+def _entry(host: str, process: Process) -> host_files.Entry | None:
+    parent = host_files.known_parent(host)
     if parent is None:
         return None
     name = posixpath.basename(host)
-    entries = node_files.listing(process.store, process.node, parent) or []
+    entries = host_files.listing(process.store, process.node, parent) or []
     return next((e for e in entries if e.name == name and e.name not in (".", "..")), None)
 
 
@@ -478,7 +478,7 @@ def cat(args: list[str], process: Process, term: Terminal) -> int:
         elif entries is not None:
             term.err(f"cat: {path}: Is a directory\n")
             code = 1
-        elif host is not None and node_files.known_parent(host):
+        elif host is not None and host_files.known_parent(host):
             entry = _entry(host, process)
             if entry is None or entry.content is None:
                 term.err(f"cat: {path}: No such file or directory\n")
@@ -491,7 +491,7 @@ def cat(args: list[str], process: Process, term: Terminal) -> int:
     return code
 
 
-def _ls_long(entries: list[node_files.Entry]) -> str:
+def _ls_long(entries: list[host_files.Entry]) -> str:
     links = max(len(str(e.links)) for e in entries)
     size = max(len(str(e.size)) for e in entries)
     lines = [f"total {sum(e.blocks for e in entries)}"]
@@ -509,7 +509,7 @@ def ls(args: list[str], process: Process, term: Terminal) -> int:
         host, entries = _lookup(path, process)
         if entries is None:
             file = _entry(host, process) if host else None
-            if host is not None and node_files.known_parent(host) and file is None:
+            if host is not None and host_files.known_parent(host) and file is None:
                 term.err(f"ls: cannot access '{path}': No such file or directory\n")
                 code = 2
                 continue

@@ -22,8 +22,8 @@ from datetime import UTC, datetime
 from labs.sim.controllers.device_plugin import DEVICE_PLUGIN_APP
 from labs.sim.controllers.gpu_operator import OPERANDS
 from labs.sim.controllers.placement import pod_ready
-from labs.sim.kube_api import KubeApi
-from labs.sim.resources import PODS
+from labs.sim.controlplane.kube_api import KubeApi
+from labs.sim.controlplane.resources import PODS
 
 DEVICE_PLUGINS_DIR = "/var/lib/kubelet/device-plugins"
 VALIDATIONS_DIR = "/run/nvidia/validations"

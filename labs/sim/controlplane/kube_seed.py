@@ -17,8 +17,8 @@ from pathlib import Path
 import yaml
 
 from labs.sim.controlplane.build import metrics_server_version
-from labs.sim.kube_api import KubeApi
-from labs.sim.resources import (
+from labs.sim.controlplane.kube_api import KubeApi
+from labs.sim.controlplane.resources import (
     CLUSTER_POLICY,
     CRDS,
     DAEMONSETS,

@@ -1,13 +1,13 @@
-"""`python -m labs.sim.node_exec`: one exec or attach stream into a world's container.
+"""`python -m labs.sim.node.exec_streams`: one exec or attach stream into a world's container.
 
 The node endpoint (the kubelet API of the simulated nodes) starts this for each stream, its
 stdin, stdout and stderr wired to kubectl's, and hands its exit code back as the command's:
 
-    python -m labs.sim.node_exec --api-url URL --pki DIR --logs DIR \\
+    python -m labs.sim.node.exec_streams --api-url URL --pki DIR --logs DIR \\
         exec NAMESPACE POD CONTAINER [--tty] -- COMMAND...
-    python -m labs.sim.node_exec ... attach NAMESPACE POD CONTAINER [--tty]
+    python -m labs.sim.node.exec_streams ... attach NAMESPACE POD CONTAINER [--tty]
 
-The world's programs (`labs.sim.programs`) play the command; they read pods and nodes through
+The world's programs (`labs.sim.node.programs`) play the command; they read pods and nodes through
 the API server with the world's own credentials.
 """
 
@@ -18,11 +18,11 @@ import os
 import sys
 from pathlib import Path
 
-from labs.sim.container_logs import ContainerLogs
-from labs.sim.container_runtime import ContainerRuntime
+from labs.sim.controlplane.kube_api import KubeApi
+from labs.sim.controlplane.resources import StoreError
 from labs.sim.controlplane.run import Credentials
-from labs.sim.kube_api import KubeApi
-from labs.sim.resources import StoreError
+from labs.sim.node.container_logs import ContainerLogs
+from labs.sim.node.container_runtime import ContainerRuntime
 
 NOT_RUNNABLE = 126
 
@@ -96,7 +96,9 @@ class StdioTerminal:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m labs.sim.node_exec", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m labs.sim.node.exec_streams", description=__doc__
+    )
     parser.add_argument("--api-url", required=True)
     parser.add_argument("--pki", type=Path, required=True, help="the control plane's pki dir")
     parser.add_argument("--logs", type=Path, required=True, help="the containers' log root")

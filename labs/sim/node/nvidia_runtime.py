@@ -14,7 +14,7 @@ run by exec read it here.
 from __future__ import annotations
 
 from labs.sim.controllers.placement import pod_requests
-from labs.sim.hardware import (
+from labs.sim.node.hardware import (
     DEFAULT_RUNTIME_ANNOTATION,
     GPU_RESOURCE,
     IMAGE_ENV,

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from labs.aws import stack
 from labs.aws.stack import NODE_TEMPLATE_TAG_PREFIX, gpu_node_group_name, system_node_group_name
-from labs.sim.auth import CREDENTIAL_KEYS
+from labs.sim.aws.auth import CREDENTIAL_KEYS
 
 ACCOUNT_ID = "123456789012"
 KUBERNETES_VERSION = "1.35"

@@ -1,10 +1,10 @@
 """kubelet's streaming side: `exec` and `attach` into the world's containers.
 
 The node endpoint (the kubelet API the API server proxies `kubectl exec`/`attach` to) runs
-`python -m labs.sim.node_exec` for each stream, which lands here. Checks come first, with the
-messages a real cluster gives: the pod must be bound to a node, the container must run.
+`python -m labs.sim.node.exec_streams` for each stream, which lands here. Checks come first,
+with the messages a real cluster gives: the pod must be bound to a node, the container must run.
 
-`exec` runs the command through `labs.sim.programs`. `attach` joins the container's own
+`exec` runs the command through `labs.sim.node.programs`. `attach` joins the container's own
 process: a container started with `stdin` (what `kubectl debug -i`/`kubectl run -i` create)
 waits for its terminal, so its command runs when the first attach comes, reading the
 session's input; when it ends, the container terminates with its exit code, its output
@@ -18,11 +18,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from labs.sim.container_logs import ContainerLogs
 from labs.sim.controllers.kubelet import finish_container
-from labs.sim.kube_api import KubeApi
-from labs.sim.programs import Process, Terminal, container_command, exec_argv, run_default
-from labs.sim.resources import NODES, PODS, BadRequest, NotFound
+from labs.sim.controlplane.kube_api import KubeApi
+from labs.sim.controlplane.resources import NODES, PODS, BadRequest, NotFound
+from labs.sim.node.container_logs import ContainerLogs
+from labs.sim.node.programs import Process, Terminal, container_command, exec_argv, run_default
 
 POLL_SECONDS = 0.25
 

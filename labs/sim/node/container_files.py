@@ -5,7 +5,7 @@ container over exec (`tar cf - PATH` to copy out, `tar -xmf - -C DIR` to copy in
 world's `tar` (Python's tarfile) reads and writes this directory, so `kubectl exec -- cat`
 sees a copied-in file as a container would. A new container's layer has the directories an
 image has (`/tmp`, `/root`, ...) and nothing else; paths under a `hostPath` mount are the
-node's (`labs.sim.node_files`), not the layer's.
+node's (`labs.sim.node.host_files`), not the layer's.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from labs.sim.node_files import Entry
+from labs.sim.node.host_files import Entry
 
 if TYPE_CHECKING:
-    from labs.sim.programs import Process, Terminal
+    from labs.sim.node.programs import Process, Terminal
 
 IMAGE_DIRS = ("etc", "home", "root", "tmp", "var/tmp")
 TAR_USAGE = "Try 'tar --help' or 'tar --usage' for more information.\n"
