@@ -85,6 +85,11 @@ def watch_checks(
 
 def limit(check: Check, time_scale: float) -> float:
     """A check's time limit in wall-clock seconds on this backend."""
+    return wall_seconds(check.timeout, time_scale)
+
+
+def wall_seconds(timeout: float, time_scale: float) -> float:
+    """A real-world wait in wall-clock seconds on this backend (a rehearsal's floor included)."""
     if time_scale == 1:
-        return check.timeout
-    return max(check.timeout / time_scale, MIN_TIMEOUT)
+        return timeout
+    return max(timeout / time_scale, MIN_TIMEOUT)

@@ -27,7 +27,7 @@ from labs.sim.controlplane.resources import (
     StoreError,
 )
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 ADDON_REGISTRY = "602401143452.dkr.ecr.ap-northeast-2.amazonaws.com/eks"
 
 
