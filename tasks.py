@@ -135,7 +135,7 @@ def _open(
         **LAB_HELP,
         "gpus": flag_help()["gpus"],
         "no-operator": "do not install the NVIDIA GPU Operator",
-        "sim": "create a local rehearsal lab (moto + Kubernetes emulator), no AWS needed",
+        "sim": "create a local rehearsal lab (moto + a Kubernetes control plane), no AWS needed",
         "dry-run": "print the plan and the API calls it would make; change nothing",
         "smoke": "end with lab.smoke (probe, CUDA check, NCCL all-reduce on the GPU nodes)",
         "ttl": flag_help()["ttl"],

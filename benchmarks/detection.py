@@ -3,8 +3,9 @@
 Run: .venv/bin/python benchmarks/detection.py [--runs 5] [--speed 60]
 
 On a rehearsal world in this process it runs device-plugin-off `--runs` times and, for
-each run, compares the moment the world's store deleted the device-plugin DaemonSet
-with the moment the engine recorded the symptom (its watch-fed check). A polling loop
+each run, compares the moment a watch of its own on the real API server saw the
+device-plugin DaemonSet deleted with the moment the engine recorded the symptom (its
+watch-fed check). A polling loop
 (`sleep 10; kubectl get ds ...`) sees a change on its next tick: on average half an
 interval late (5 s), at worst a whole one (10 s).
 """
@@ -18,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import closing
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,7 +29,7 @@ from scenario_support import ready_sim_lab  # noqa: E402
 
 from labs.kube.gpu import DEVICE_PLUGIN_DAEMONSET  # noqa: E402
 from labs.run.engine import run_scenario  # noqa: E402
-from labs.sim.store import DAEMONSETS  # noqa: E402
+from labs.sim.controlplane.resources import DAEMONSETS  # noqa: E402
 from scenarios.device_plugin_off import SCENARIO  # noqa: E402
 
 POLL_INTERVAL = 10.0
@@ -35,8 +37,8 @@ SYMPTOM = "device-plugin DaemonSet deleted (NotFound, not scaled to 0)"
 
 
 def record_deletions(store, deleted_at: list[float], stop: threading.Event) -> None:
-    """Wall-clock time of every device-plugin DaemonSet deletion, as the store commits it."""
-    with store.watch(DAEMONSETS) as stream:
+    """Wall-clock time of every device-plugin DaemonSet deletion, as the API server reports it."""
+    with closing(store.watch(DAEMONSETS)) as stream:
         while not stop.is_set():
             event = stream.next(timeout=0.2)
             if event and event[0] == "DELETED":

@@ -17,9 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from labs.aws import stack  # noqa: E402
 from labs.settings import LabSettings  # noqa: E402
-from labs.sim.aws_seed import moto_clients  # noqa: E402
+from labs.sim.aws.seed import moto_clients  # noqa: E402
+from labs.sim.controlplane.resources import CLUSTER_POLICY, NODES  # noqa: E402
 from labs.sim.infra import SimInfra  # noqa: E402
-from labs.sim.store import CLUSTER_POLICY, NODES  # noqa: E402
 from labs.sim.timings import DEFAULT_SPEED  # noqa: E402
 from labs.sim.world import World, start_world  # noqa: E402
 
@@ -61,7 +61,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as state:
         started = time.monotonic()
         world = start_world(Path(state), speed=args.speed)
-        phases = [("world start (moto + emulator, seeded)", time.monotonic() - started)]
+        phases = [("world start (moto + control plane, seeded)", time.monotonic() - started)]
         try:
             started = time.monotonic()
             scale(world, 2)

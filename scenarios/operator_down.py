@@ -33,6 +33,9 @@ from scenarios import _checks
 ENV, VALUE, COMPONENT = "GFD_SLEEP_INTERVAL", "60s", "gfd"
 GONE = gpu.DCGM_EXPORTER_DAEMONSET  # monitoring only: deleting it costs no GPU
 GRACE = 30.0  # real seconds; a running operator acts within 10 s
+# Ready for this long before the scale-down: the operator may still be writing what it saw
+# mid-rollout, and a scale-down then would freeze a `notReady`.
+SETTLE = 5.0
 LOOKS_FINE = "operands keep running and every GPU node still offers nvidia.com/gpu 1 (trap)"
 EDIT_IGNORED = f"ClusterPolicy edit ignored: {gpu.GFD_DAEMONSET} keeps {ENV} 30 s after it left"
 FROZEN = "ClusterPolicy status frozen at ready though an enabled operand is gone (trap)"
@@ -69,8 +72,7 @@ def baseline(lab: Lab, view: ClusterView) -> dict[str, Any]:
 
 
 def _rendered(view: ClusterView) -> bool:
-    """The marker is rolled out in the GFD DaemonSet and the operator reports ready (scaling
-    down in the middle of the rollout would freeze a `notReady`)."""
+    """The marker is rolled out in the GFD DaemonSet and the operator reports ready."""
     ds = gpu.daemonset(view, gpu.GFD_DAEMONSET)
     return (
         gpu.daemonset_env(ds).get(ENV) == VALUE
@@ -82,14 +84,19 @@ def _rendered(view: ClusterView) -> bool:
 
 def inject(lab: Lab) -> None:
     """Add GFD_SLEEP_INTERVAL=60s (GFD's default, so harmless) to ClusterPolicy spec.gfd.env,
-    wait until the operator has rolled it out and reports ready, then scale Deployment
-    gpu-operator to 0 replicas (kubectl scale). Once it is down, the run takes the edit back
+    wait until the operator has rolled it out and reported ready for 5 s, then scale Deployment
+    gpu-operator to 0 replicas (kubectl scale) and wait until its pod is gone (its graceful
+    deletion takes a moment). Once it is down, the run takes the edit back
     and deletes nvidia-dcgm-exporter, to show that neither is acted on."""
     set_component_env(lab, COMPONENT, ENV, VALUE)
     with lab.view() as view:
         view.wait_for(_rendered, lab.settings.operator_ready_timeout,
-                      f"the operator to roll {ENV} out in {gpu.GFD_DAEMONSET}")  # fmt: skip
+                      f"the operator to roll {ENV} out in {gpu.GFD_DAEMONSET}",
+                      steady=SETTLE)  # fmt: skip
     scale_deployment(lab, lab.operator_namespace, gpu.OPERATOR_DEPLOYMENT, 0)
+    with lab.view() as view:  # down means its pod is gone, not only its replicas at 0
+        view.wait_for(lambda v: not gpu.operator_pods(v), lab.settings.operator_ready_timeout,
+                      "the operator's pod to stop")  # fmt: skip
 
 
 def revert(lab: Lab) -> None:

@@ -7,6 +7,7 @@ rehearsal says.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -14,13 +15,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from kubernetes import config
 from kubernetes.client import CoordinationV1Api
 from tool_support import require_tool
 
-from labs.sim.controlplane.build import NODE_ENDPOINT, PROGRAMS
+from labs.sim.controlplane.build import METRICS_SERVER, NODE_ENDPOINT, PROGRAMS
 from labs.sim.controlplane.run import ControlPlane
 
 
@@ -38,15 +38,29 @@ def processes(matching: Callable[[list[str]], bool]) -> list[str]:
 
 
 def rehearsals_under(root: Path) -> list[str]:
-    """`labs.sim serve`, control-plane and node-endpoint processes whose files lie under `root`,
-    as their command lines."""
+    """`labs.sim serve`, control-plane, node-endpoint and metrics-server processes whose files
+    lie under `root`, as their command lines."""
 
     def rehearsal(argv: list[str]) -> bool:
         serves = "labs.sim" in argv and "serve" in argv
-        component = Path(argv[0]).name in (*PROGRAMS, NODE_ENDPOINT)
+        component = Path(argv[0]).name in (*PROGRAMS, NODE_ENDPOINT, METRICS_SERVER)
         return (serves or component) and any(str(root) in arg for arg in argv)
 
     return processes(rehearsal)
+
+
+# The verbs of a reader (pods/log is a get of the log subresource).
+READS = {"get", "list", "watch"}
+# Who the plane's admin kubeconfig is (its client certificate's common name).
+ADMIN_CERTIFICATE = "kubernetes-admin"
+
+
+def audited_verbs(audit_log: Path, since: int, user: str) -> set[str]:
+    """The verbs the API server's audit log records for `user` after byte `since`."""
+    with audit_log.open() as log:
+        log.seek(since)
+        entries = [json.loads(line) for line in log if line.strip()]
+    return {e["verb"] for e in entries if e["user"]["username"] == user}
 
 
 # How often the copied nodes renew their Leases: well inside the controller manager's grace.
@@ -82,22 +96,6 @@ def kubectl_on(
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def node_copy(node: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A node as the real API server takes it: the object to create, then its status."""
-    meta = node["metadata"]
-    created = {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": meta["name"], "labels": meta.get("labels", {})},
-        "spec": {"taints": node.get("spec", {}).get("taints", [])},
-    }
-    status = dict(node.get("status", {}))
-    status["conditions"] = [
-        {**c, "lastHeartbeatTime": _now()} for c in status.get("conditions", [])
-    ]
-    return created, {"status": status}
 
 
 class Heartbeats:

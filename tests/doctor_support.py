@@ -1,32 +1,47 @@
-"""A GPU cluster held still in the API emulator, for the doctor's states that no scenario injects.
+"""A GPU cluster held still on the real API server, for the doctor's states no scenario injects.
 
-The emulator here runs no controllers, so what a test puts in (objects through the store,
-pod logs, Events) stays exactly as put: an Amazon Linux 2 node with a crash-looping
-validator, an operator OOMKilled in a loop, a device plugin that logged an XID. The healthy
-cluster is shaped like the rehearsal lab: two t3.medium system nodes, two g5.xlarge GPU
-nodes labelled and tainted as the stack does, the operator's Deployment and ClusterPolicy
-from the chart's values, its operand DaemonSets with a Ready pod on each GPU node, and the
-`nvidia` RuntimeClass.
+The plane runs no controllers (`still_support`), so what a test puts in (objects through the API,
+pod logs, Events) stays exactly as put: an Amazon Linux 2 node with a crash-looping validator, an
+operator OOMKilled in a loop, a device plugin that logged an XID. The healthy cluster is shaped
+like the rehearsal lab: two t3.medium system nodes, two g5.xlarge GPU nodes labelled and tainted
+as the stack does, the operator's Deployment and ClusterPolicy from the chart's values, its
+operand DaemonSets with a Ready pod on each GPU node, and the `nvidia` RuntimeClass.
 """
 
 from __future__ import annotations
 
 import itertools
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from still_support import StillPlane, kubelet_at
 
 from labs.doctor.model import Report
 from labs.doctor.run import doctor
 from labs.lab import Lab
 from labs.settings import load_settings
-from labs.sim.apiserver import ApiServer
-from labs.sim.controllers.gpu_operator import GFD_LABELS, OPERANDS, daemonset_manifest, is_enabled
+from labs.sim.controllers.gpu_operator import (
+    GFD_LABELS,
+    OPERANDS,
+    Operand,
+    daemonset_manifest,
+    is_enabled,
+)
+from labs.sim.controlplane.resources import (
+    CLUSTER_POLICY,
+    DAEMONSETS,
+    DEPLOYMENTS,
+    EVENTS,
+    NODES,
+    PODS,
+    RUNTIMECLASSES,
+    ResourceType,
+)
 from labs.sim.infra import cluster_policy_spec, load_values
-from labs.sim.store import CLUSTER_POLICY, ObjectStore
 
 NS = "gpu-operator"
-CONTEXT = "lab-admin@test"
 SYSTEM_NODES = (
     "ip-192-168-12-4.ap-northeast-2.compute.internal",
     "ip-192-168-16-4.ap-northeast-2.compute.internal",
@@ -37,6 +52,10 @@ GPU_NODES = (
 )
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+VALIDATOR = "nvidia-operator-validator"
+# The validator's checks run as init containers before its main one (the operator's asset).
+VALIDATIONS = ("driver-validation", "toolkit-validation", "cuda-validation", "plugin-validation")
+OWNER_APIS = {"ReplicaSet": "apps/v1", "DaemonSet": "apps/v1"}
 AL2023 = "Amazon Linux 2023.9.20260714"
 # What kube-scheduler 1.35's PostFilter plugins add: DRA's word, then preemption's verdict.
 PREEMPTION = (
@@ -44,6 +63,11 @@ PREEMPTION = (
     "preemption: 0/4 nodes are available: 4 Preemption is not helpful for scheduling."
 )
 _serial = itertools.count(1)
+
+
+def _address(node: str) -> str:
+    """ip-192-168-12-5.<region>.compute.internal -> 192.168.12.5"""
+    return node.removeprefix("ip-").split(".")[0].replace("-", ".")
 
 
 def _node(name: str, gpu: bool) -> dict[str, Any]:
@@ -61,6 +85,7 @@ def _node(name: str, gpu: bool) -> dict[str, Any]:
             "containerRuntimeVersion": "containerd://2.2.4",
             "kernelVersion": "6.12.40-63.114.amzn2023.x86_64",
         },
+        **kubelet_at(_address(name)),
     }
     if gpu:
         labels |= {
@@ -108,23 +133,18 @@ def stuck_status(
 
 @dataclass
 class StaticCluster:
-    """The emulator and its store, with helpers to put a state in and run the doctor on it."""
+    """The held-still plane, with helpers to put a GPU cluster's state in and run the doctor."""
 
-    server: ApiServer
-    kubeconfig: Path
+    still: StillPlane
     state_dir: Path
-
-    @property
-    def store(self) -> ObjectStore:
-        return self.server.store
 
     def examine(self, pod: str | None = None) -> Report:
         """`lab.doctor --kubeconfig F --context C` in this process."""
         settings = load_settings(
             None,
             {
-                "kubeconfig": str(self.kubeconfig),
-                "context": CONTEXT,
+                "kubeconfig": str(self.still.kubeconfig),
+                "context": self.still.context,
                 "state_dir": str(self.state_dir),
             },
         )
@@ -133,40 +153,43 @@ class StaticCluster:
     # --- building ------------------------------------------------------------------------
 
     def build_healthy(self) -> None:
-        store = self.store
-        store.register(CLUSTER_POLICY)
-        store.create("namespaces", {"metadata": {"name": NS}})
-        for name in SYSTEM_NODES + GPU_NODES:
-            store.create("nodes", _node(name, name in GPU_NODES))
-        spec = cluster_policy_spec(load_values())
+        """The healthy cluster; what does not depend on another object goes in side by side (a
+        write to the API server takes ~10 ms)."""
+        self.still.namespace(NS)
         conditions = [
             {"type": "Ready", "status": "True", "reason": "Reconciled"},
             {"type": "Error", "status": "False", "reason": "Ready"},
         ]
-        policy = store.create(
-            CLUSTER_POLICY,
-            {
-                "metadata": {"name": "cluster-policy"},
-                "spec": spec,
-                "status": {"state": "ready", "namespace": NS, "conditions": conditions},
-            },
-        )
-        self.operator()
-        for operand in OPERANDS:
-            if is_enabled(policy, operand):
-                self.operand(
-                    operand.daemonset,
-                    operand.container,
-                    operand.component,
-                    policy,
-                    operand.on_every_gpu_node,
-                )
-        store.create("runtimeclasses", {"metadata": {"name": "nvidia"}, "handler": "nvidia"})
+        with ThreadPoolExecutor(8) as pool:
+            nodes = SYSTEM_NODES + GPU_NODES
+            done = [pool.submit(self.still.put, NODES, _node(n, n in GPU_NODES)) for n in nodes]
+            policy = self.still.put(
+                CLUSTER_POLICY,
+                {
+                    "metadata": {"name": "cluster-policy"},
+                    "spec": cluster_policy_spec(load_values()),
+                    "status": {
+                        "state": "ready",
+                        "namespace": NS,
+                        "conditions": policy_conditions(conditions),
+                    },
+                },
+            )
+            done.append(pool.submit(self.operator))
+            runtime_class = {"metadata": {"name": "nvidia"}, "handler": "nvidia"}
+            done.append(pool.submit(self.still.put, RUNTIMECLASSES, runtime_class))
+            done += [
+                pool.submit(self.operand, operand, policy)
+                for operand in OPERANDS
+                if is_enabled(policy, operand)
+            ]
+            for job in done:
+                job.result()
 
     def operator(self) -> dict[str, Any]:
         selector = {"app": "gpu-operator"}
-        deployment = self.store.create(
-            "deployments",
+        deployment = self.still.put(
+            DEPLOYMENTS,
             {
                 "metadata": {"name": "gpu-operator", "labels": selector},
                 "spec": {
@@ -199,18 +222,22 @@ class StaticCluster:
         )
         return deployment
 
-    def operand(
-        self, name: str, container: str, component: str, policy: dict, on_gpu_nodes: bool
-    ) -> dict[str, Any]:
-        labels = {"app": name}
+    def operand(self, operand: Operand, policy: dict) -> dict[str, Any]:
+        """Its DaemonSet, owned by the ClusterPolicy, and its Ready pods (made from the DaemonSet's
+        template, as the DaemonSet controller makes them)."""
+        name, labels = operand.daemonset, {"app": operand.daemonset}
+        image = f"nvcr.io/nvidia/{name}:v1"
         manifest = daemonset_manifest(
             name,
             labels,
-            f"nvcr.io/nvidia/{name}:v1",
-            {f"nvidia.com/gpu.deploy.{component}": "true"},
+            image,
+            {f"nvidia.com/gpu.deploy.{operand.component}": "true"},
             [dict(GPU_TOLERATION)],
-            container=container,
+            container=operand.container,
         )
+        template = manifest["spec"]["template"]["spec"]
+        if name == VALIDATOR:
+            template["initContainers"] = [{"name": c, "image": image} for c in VALIDATIONS]
         manifest["metadata"]["ownerReferences"] = [
             {
                 "apiVersion": "nvidia.com/v1",
@@ -220,22 +247,24 @@ class StaticCluster:
                 "controller": True,
             }
         ]
-        count = len(GPU_NODES) if on_gpu_nodes else 0
+        count = len(GPU_NODES) if operand.on_every_gpu_node else 0
         manifest["status"] = {
             "desiredNumberScheduled": count,
             "currentNumberScheduled": count,
             "numberReady": count,
             "numberAvailable": count,
         }
-        ds = self.store.create("daemonsets", manifest, NS)
-        for node in GPU_NODES if on_gpu_nodes else ():
+        ds = self.still.put(DAEMONSETS, manifest, NS)
+        for node in GPU_NODES if operand.on_every_gpu_node else ():
             self.pod(
                 f"{name}-{next(_serial):05d}",
                 NS,
                 node,
-                [container],
+                [operand.container],
                 labels=labels,
                 owner=("DaemonSet", name, ds["metadata"]["uid"]),
+                image=image,
+                spec=template,
             )
         return ds
 
@@ -255,14 +284,16 @@ class StaticCluster:
         replaces the spec's fields, containers included)."""
         meta: dict[str, Any] = {"name": name, "labels": labels or {}}
         if owner:
+            kind, owner_name, uid = owner
             meta["ownerReferences"] = [
-                {"kind": owner[0], "name": owner[1], "uid": owner[2], "controller": True}
-            ]
+                {"apiVersion": OWNER_APIS[kind], "kind": kind, "name": owner_name, "uid": uid,
+                 "controller": True}
+            ]  # fmt: skip
         body = {"containers": [{"name": c, "image": image} for c in containers], **(spec or {})}
         if node:
             body["nodeName"] = node
-        return self.store.create(
-            "pods",
+        return self.still.put(
+            PODS,
             {
                 "metadata": meta,
                 "spec": body,
@@ -273,8 +304,8 @@ class StaticCluster:
 
     def event(self, about: dict[str, Any], reason: str, message: str, host: str = "") -> None:
         meta = about["metadata"]
-        self.store.create(
-            "events",
+        self.still.put(
+            EVENTS,
             {
                 "metadata": {"name": f"{meta['name']}.{next(_serial):08x}"},
                 "involvedObject": {
@@ -292,32 +323,35 @@ class StaticCluster:
             meta.get("namespace") or "default",
         )
 
+    def log(self, pod: dict[str, Any], text: str, container: str | None = None) -> None:
+        """What `container` of `pod` printed (its first container by default)."""
+        self.still.log(pod, text, container)
+
     def enable(self, daemonset: str) -> dict[str, Any]:
         """Run one more operand, as the operator would once its component is enabled."""
         operand = next(o for o in OPERANDS if o.daemonset == daemonset)
-        policy = self.store.get(CLUSTER_POLICY, "cluster-policy")
-        return self.operand(
-            operand.daemonset,
-            operand.container,
-            operand.component,
-            policy,
-            operand.on_every_gpu_node,
-        )
+        return self.operand(operand, self.still.api.get(CLUSTER_POLICY, "cluster-policy"))
 
     def pods_of(self, daemonset: str) -> list[dict[str, Any]]:
         return [
             p
-            for p in self.store.list("pods", NS)[0]
+            for p in self.still.api.list(PODS, NS)[0]
             if p["metadata"]["name"].startswith(daemonset + "-")
         ]
 
     def gpu_nodes_run(self, **node_info: str) -> None:
         """Give every GPU node another OS image, kernel or container runtime."""
         for node in GPU_NODES:
-            self.update("nodes", node, lambda n: n["status"]["nodeInfo"].update(node_info))
+            self.update(NODES, node, lambda n: n["status"]["nodeInfo"].update(node_info))
 
-    def update(self, kind: str, name: str, change: Any, namespace: str | None = None) -> None:
-        self.store.update(kind, name, change, namespace)
+    def update(
+        self, kind: ResourceType, name: str, change: Any, namespace: str | None = None
+    ) -> None:
+        """Change an object as its owner would (its status through the status subresource)."""
+        self.still.api.update(kind, name, change, namespace)
+
+    def delete(self, kind: ResourceType, name: str, namespace: str | None = None) -> None:
+        self.still.delete(kind, name, namespace)
 
     def pending_gpu_pod(
         self, name: str, message: str, limits: dict[str, str] | None = None, **spec: Any
@@ -349,3 +383,12 @@ class StaticCluster:
         )
         self.event(pod, "FailedScheduling", message)
         return pod
+
+
+def policy_conditions(conditions: list[dict[str, str]]) -> list[dict[str, str]]:
+    """ClusterPolicy conditions as its CRD requires them (metav1.Condition: a message and a
+    lastTransitionTime on each)."""
+    return [
+        {"message": "", "lastTransitionTime": "2026-11-23T07:00:00Z", **condition}
+        for condition in conditions
+    ]

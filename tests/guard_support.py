@@ -2,7 +2,7 @@
 
 Each test takes its own lab record on the module's world (`cli_lab`) and drives it through
 `invoke` as a user would; the assertions read the backend itself (moto's node group, the
-emulator's objects), never the tool's own files.
+API server's objects), never the tool's own files.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import scenarios
 from labs.aws import stack
 from labs.aws.cloud import scale_gpu_nodegroup
 from labs.lab import Lab
-from labs.sim.aws_seed import moto_clients
+from labs.sim.aws.seed import moto_clients
 
 
 @dataclass

@@ -62,11 +62,13 @@ def sim_pid(state_dir: Path, lab: str) -> int:
 
 
 def pid_alive(pid: int) -> bool:
+    """Running: a zombie (exited, its reaper not done yet) does not count."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (ProcessLookupError, FileNotFoundError):
         return False
-    return True
+    return state != "Z"
 
 
 def in_order(text: str, steps: list[str]) -> bool:

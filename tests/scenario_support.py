@@ -39,7 +39,9 @@ from labs.kube.gpu import (
     GFD_DAEMONSET,
     daemonset,
     daemonset_counts,
+    daemonset_rolled_out,
     operand_counts,
+    operand_daemonsets,
     operator_available,
     operator_deployment,
     policy_state,
@@ -68,6 +70,7 @@ GPU_NODES = 2
 # A fast world; the engine never gives a check under labs.run.watch.MIN_TIMEOUT seconds.
 SCENARIO_SPEED = 600.0
 READY_TIMEOUT = 60.0
+SETTLE = 2.0  # wall seconds a ready lab must stay ready before a test starts from it
 # Operands the lab's values enable and scenarios take away (a ready lab has them all).
 LAB_OPERANDS = {DEVICE_PLUGIN_DAEMONSET, DCGM_EXPORTER_DAEMONSET, GFD_DAEMONSET}
 
@@ -80,7 +83,7 @@ class SimLab:
 
 def lab_ready(view) -> bool:
     """GPU nodes advertise a GPU each, the device plugin runs on each, every operand is fully
-    ready, the operator controller runs and the policy is ready."""
+    ready and rolled out, the operator controller runs and the policy is ready."""
     plugin = daemonset(view)
     policies = view.objects("clusterpolicies")
     return (
@@ -89,6 +92,8 @@ def lab_ready(view) -> bool:
         and daemonset_counts(plugin) == (GPU_NODES,) * 3
         and LAB_OPERANDS <= set(operand_counts(view))
         and all(counts[2] == counts[0] for counts in operand_counts(view).values())
+        # the DaemonSet controller has seen each spec and rolled it out (its status lags)
+        and all(daemonset_rolled_out(d) for d in operand_daemonsets(view))
         and operator_available(operator_deployment(view))
         and bool(policies)
         and policy_state(policies[0]) == "ready"
@@ -123,8 +128,10 @@ def quiet(_line: str) -> None:
 
 
 def wait_ready(lab: Lab) -> None:
+    """Ready and staying so for a moment: the operator acts on a revert after its own delay,
+    and a rollout it starts then would show in the next test's baseline."""
     with lab.view() as view:
-        view.wait_for(lab_ready, READY_TIMEOUT, "rehearsal lab ready with 2 GPUs")
+        view.wait_for(lab_ready, READY_TIMEOUT, "rehearsal lab ready with 2 GPUs", steady=SETTLE)
 
 
 def another_lab_record(ready: SimLab, state_dir: Path) -> SimLab:
@@ -178,7 +185,9 @@ def status_returns_to(lab: Lab, before: dict[str, Any]) -> None:
     deadline = time.monotonic() + READY_TIMEOUT
     while (after := status_facts(lab)) != before:
         if time.monotonic() > deadline:
-            assert after == before
+            changed = {k: (before.get(k), after.get(k)) for k in before | after
+                       if before.get(k) != after.get(k)}  # fmt: skip
+            pytest.fail(f"lab.status did not return to what it was; (before, after): {changed}")
         time.sleep(0.1)
 
 

@@ -15,7 +15,7 @@ from labs.sim.world import World, start_world
 T = TypeVar("T")
 # Tests are not about timing: a fast world, and generous bounds on every wait.
 TEST_SPEED = 600.0
-WAIT_SECONDS = 30.0
+WAIT_SECONDS = 120.0
 PROBE_COMMAND = (
     "nvidia-smi -L && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv"
 )

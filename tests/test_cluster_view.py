@@ -1,7 +1,7 @@
 """The watched view: a slow check never stalls the informers.
 
 Checks may read pod logs over HTTP; if they ran under the view's lock, one hung read
-would freeze every informer and every other wait. Against the emulator, over real HTTP.
+would freeze every informer and every other wait. Against a held-still API server.
 """
 
 from __future__ import annotations
@@ -11,12 +11,13 @@ import threading
 import pytest
 
 from labs.kube.view import ClusterView, Snapshot, WatchedKind
+from labs.sim.controlplane.resources import NODES
 
 NODE = {"metadata": {"name": "late-node"}}
 
 
 @pytest.fixture
-def view(emulator, kube_client):
+def view(kube_client):
     from kubernetes import client as k8s
 
     core = k8s.CoreV1Api(kube_client)
@@ -24,7 +25,7 @@ def view(emulator, kube_client):
         yield watched
 
 
-def test_the_view_keeps_changing_while_a_check_is_blocked(view, emulator):
+def test_the_view_keeps_changing_while_a_check_is_blocked(view, still):
     release = threading.Event()
     blocked = threading.Event()
     seen_while_blocked: list[bool] = []
@@ -41,7 +42,7 @@ def test_the_view_keeps_changing_while_a_check_is_blocked(view, emulator):
     waiter = threading.Thread(target=lambda: view.wait_for(slow_check, 30, "late node"))
     waiter.start()
     assert blocked.wait(10), "the check never ran"
-    emulator.store.create("nodes", NODE)
+    still.put(NODES, NODE)
     waiter.join(30)
 
     assert seen_while_blocked == [True]

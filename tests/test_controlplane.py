@@ -14,25 +14,22 @@ import time
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 from controlplane_support import (
-    Heartbeats,
     kubectl_on,
-    node_copy,
     rehearsals_under,
     running_control_plane,
 )
-from scenario_support import SimLab
 from stack_spec import stack
+from still_support import StillPlane
 from tool_support import require_tool, require_venv_tool
 
-from labs.sim.auth import Keys, eks_token_ok
+from labs.sim.aws.auth import Keys, eks_token_ok
 from labs.sim.controlplane import build
+from labs.sim.controlplane.kubeconfig import kubeconfig_document, write_kubeconfig
+from labs.sim.controlplane.resources import CONFIGMAPS
 from labs.sim.controlplane.run import ControlPlane
-from labs.sim.kubeconfig import kubeconfig_document, write_kubeconfig
 
 MANIFESTS = sorted(Path(__file__).resolve().parents[1].glob("scenarios/manifests/*.yaml"))
 EVENT_TIMEOUT = 30.0
@@ -71,25 +68,92 @@ def test_the_pinned_release_is_the_stacks_eks_version() -> None:
     assert pinned.rsplit(".", 1)[0] == stack()["variable"]["KubernetesVersion"]["default"]
 
 
-def test_metrics_and_api_resources_come_from_the_real_api_server(real: Run) -> None:
-    metrics = real("get", "--raw", "/metrics").stdout
-    assert "apiserver_request_total" in metrics
-    kinds = real("api-resources", "-o", "name").stdout.split()
-    for kind in (
-        "leases.coordination.k8s.io",
-        "customresourcedefinitions.apiextensions.k8s.io",
-        "clusterroles.rbac.authorization.k8s.io",
-        "runtimeclasses.node.k8s.io",
-        "jobs.batch",
-    ):
-        assert kind in kinds
-
-
 def test_the_admin_kubeconfig_is_a_cluster_admin_and_rbac_is_real(real: Run) -> None:
     whoami = json.loads(real("auth", "whoami", "-o", "json").stdout)["status"]["userInfo"]
     assert "system:masters" in whoami["groups"]
     asked = real("auth", "can-i", "list", "pods", "--as", "system:serviceaccount:default:nobody")
     assert asked.stdout.strip() == "no"
+
+
+def test_a_plane_held_still_runs_etcd_and_the_api_server_only(still: StillPlane) -> None:
+    assert set(still.plane.pids) == {"etcd", "kube-apiserver"}
+
+
+def test_reset_removes_what_a_test_put_in_and_keeps_what_the_plane_began_with(
+    still_plane: StillPlane, tmp_path: Path
+) -> None:
+    """Whoever wrote it (the API, kubectl); a namespace too, which no controller finalizes."""
+    still_plane.namespace("scratch")
+    still_plane.put(CONFIGMAPS, {"metadata": {"name": "put"}, "data": {"a": "1"}}, "scratch")
+    made = still_plane.kubectl(tmp_path, "create", "configmap", "by-kubectl", "-n", "default")
+    assert made.returncode == 0, made.stderr
+
+    still_plane.reset()
+
+    namespaces = still_plane.kubectl(tmp_path, "get", "namespaces", "-o", "name").stdout.split()
+    assert "namespace/scratch" not in namespaces and "namespace/default" in namespaces
+    left = still_plane.kubectl(tmp_path, "get", "configmap", "by-kubectl", "-n", "default")
+    assert "NotFound" in left.stderr
+    kept = still_plane.kubectl(tmp_path, "get", "serviceaccount", "default", "-n", "default")
+    assert kept.returncode == 0, kept.stderr
+
+
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def _cuda_pod(name: str, limit: bool = True, **spec: object) -> str:
+    container: dict = {"name": "cuda", "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"}
+    if limit:
+        container["resources"] = {"limits": {"nvidia.com/gpu": 1}}
+    body = {"restartPolicy": "Never", "containers": [container], **spec}
+    return json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": body})
+
+
+@pytest.fixture
+def still_kubectl(still: StillPlane, tmp_path: Path) -> Run:
+    """kubectl on the held-still plane: its admission as the full plane's, no controller to race
+    (the default ServiceAccount is there before the first pod)."""
+    return partial(still.kubectl, tmp_path / "still-cache")
+
+
+def test_a_pod_naming_a_missing_runtime_class_is_refused_at_create_time(
+    still_kubectl: Run,
+) -> None:
+    """The refusal the doctor reads back from a controller's FailedCreate Event."""
+    manifest = _cuda_pod("rc-pod", runtimeClassName="nvidia-x")
+    refused = still_kubectl("apply", "-f", "-", stdin=manifest)
+
+    assert refused.returncode == 1
+    assert "Error from server (Forbidden): error when creating" in refused.stderr
+    assert 'pods "rc-pod" is forbidden: pod rejected: RuntimeClass "nvidia-x" not found' in (
+        refused.stderr
+    )
+    assert "NotFound" in still_kubectl("get", "pod", "rc-pod").stderr
+    runtime_class = {"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+                     "metadata": {"name": "nvidia-x"}, "handler": "x"}  # fmt: skip
+    assert still_kubectl("create", "-f", "-", stdin=json.dumps(runtime_class)).returncode == 0
+    assert still_kubectl("apply", "-f", "-", stdin=manifest).returncode == 0
+
+
+def test_a_gpu_pod_gets_the_gpu_toleration_from_the_api_server_and_others_do_not(
+    still_kubectl: Run,
+) -> None:
+    """EKS's ExtendedResourceToleration, enabled on the plane as EKS enables it (the API server's
+    DefaultTolerationSeconds adds its not-ready and unreachable ones to every pod)."""
+    for name, manifest in (
+        ("with-limit", _cuda_pod("with-limit")),
+        ("no-limit", _cuda_pod("no-limit", limit=False)),
+        ("own-toleration", _cuda_pod("own-toleration", tolerations=[GPU_TOLERATION])),
+    ):
+        assert still_kubectl("apply", "-f", "-", stdin=manifest).returncode == 0, name
+
+    def gpu_tolerations(name: str) -> list[dict]:
+        pod = json.loads(still_kubectl("get", "pod", name, "-o", "json").stdout)
+        return [t for t in pod["spec"]["tolerations"] if t.get("key") == "nvidia.com/gpu"]
+
+    assert gpu_tolerations("with-limit") == [GPU_TOLERATION]
+    assert gpu_tolerations("no-limit") == []
+    assert gpu_tolerations("own-toleration") == [GPU_TOLERATION]  # not added twice
 
 
 def _eks_token(cluster: str) -> str:
@@ -180,123 +244,6 @@ time.sleep(600)
 """
 
 
-# --- side by side with the rehearsal ---------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def side_by_side(
-    world_lab: SimLab, plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Run, Run]]:
-    """The rehearsal world's nodes and RuntimeClasses copied into the real control plane."""
-    cache = tmp_path_factory.mktemp("kubectl-cache")
-    rehearsal = partial(kubectl_on, world_lab.lab.paths.kubeconfig, cache / "rehearsal")
-    real_cp = partial(kubectl_on, plane.admin_kubeconfig, cache / "real")
-    nodes = json.loads(rehearsal("get", "nodes", "-o", "json").stdout)["items"]
-    for node in nodes:
-        created, status = node_copy(node)
-        assert real_cp("create", "-f", "-", stdin=json.dumps(created)).returncode == 0
-        patched = real_cp(
-            "patch",
-            "node",
-            created["metadata"]["name"],
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            json.dumps(status),
-        )
-        assert patched.returncode == 0, patched.stderr
-    classes = json.loads(rehearsal("get", "runtimeclasses", "-o", "json").stdout)["items"]
-    for item in classes:
-        copy = {
-            "apiVersion": "node.k8s.io/v1",
-            "kind": "RuntimeClass",
-            "metadata": {"name": item["metadata"]["name"]},
-            "handler": item["handler"],
-        }
-        assert real_cp("create", "-f", "-", stdin=json.dumps(copy)).returncode == 0
-    with Heartbeats(plane.admin_kubeconfig, [n["metadata"]["name"] for n in nodes]):
-        _wait_schedulable(real_cp, len(nodes))
-        yield rehearsal, real_cp
-
-
-def _wait_schedulable(run: Run, count: int) -> None:
-    """The controller manager lifts node.kubernetes.io/not-ready once it sees the nodes Ready."""
-    deadline = time.monotonic() + EVENT_TIMEOUT
-    while time.monotonic() < deadline:
-        nodes = json.loads(run("get", "nodes", "-o", "json").stdout)["items"]
-        tainted = [
-            n
-            for n in nodes
-            if any(t["key"].startswith("node.kubernetes.io/") for t in n["spec"].get("taints", []))
-        ]
-        if len(nodes) == count and not tainted:
-            return
-        time.sleep(0.5)
-    raise AssertionError("copied nodes still carry node.kubernetes.io taints")
-
-
-def _scheduling_messages(run: Run, namespace: str, pods: list[str]) -> dict[str, str]:
-    """Each pod's FailedScheduling message, or "scheduled" once it has a node."""
-    deadline = time.monotonic() + EVENT_TIMEOUT
-    seen: dict[str, str] = {}
-    while time.monotonic() < deadline and len(seen) < len(pods):
-        events = json.loads(run("get", "events", "-n", namespace, "-o", "json").stdout)["items"]
-        placed = json.loads(run("get", "pods", "-n", namespace, "-o", "json").stdout)["items"]
-        for pod in placed:
-            if pod["spec"].get("nodeName"):
-                seen[pod["metadata"]["name"]] = "scheduled"
-        for event in events:
-            name = event["involvedObject"]["name"]
-            if event["reason"] == "FailedScheduling" and name in pods:
-                seen.setdefault(name, event["message"])
-        time.sleep(0.5)
-    return seen
-
-
-def _refused_creates(run: Run, namespace: str) -> set[str]:
-    """What controllers said when the API refused the pods they create (FailedCreate), with the
-    generated part of pod names (ReplicaSet hash, random suffix) left out."""
-    deadline = time.monotonic() + EVENT_TIMEOUT
-    while time.monotonic() < deadline:
-        events = json.loads(run("get", "events", "-n", namespace, "-o", "json").stdout)["items"]
-        said = {
-            f"{e['involvedObject']['kind']}: {GENERATED.sub('<generated>', e['message'])}"
-            for e in events
-            if e["reason"] == "FailedCreate"
-        }
-        if said:
-            return said
-        time.sleep(0.5)
-    return set()
-
-
-def _pod_names(manifest: Path) -> list[str]:
-    documents = [d for d in yaml.safe_load_all(manifest.read_text()) if d]
-    return [d["metadata"]["name"] for d in documents if d.get("kind") == "Pod"]
-
-
-def _controlled(manifest: Path) -> bool:
-    documents = [d for d in yaml.safe_load_all(manifest.read_text()) if d]
-    return any(d.get("kind") in ("Deployment", "Job", "DaemonSet") for d in documents)
-
-
-@pytest.mark.parametrize("manifest", MANIFESTS, ids=lambda path: path.stem)
-def test_the_real_components_say_what_the_rehearsal_says(
-    side_by_side: tuple[Run, Run], manifest: Path
-) -> None:
-    rehearsal, real_cp = side_by_side
-    namespace = f"side-by-side-{manifest.stem}"
-    said: dict[str, Any] = {}
-    for name, run in (("rehearsal", rehearsal), ("real", real_cp)):
-        run("create", "namespace", namespace)
-        applied = run("apply", "-n", namespace, "-f", str(manifest))
-        refused = re.sub(r"\s+", " ", applied.stderr.strip())
-        pods = _scheduling_messages(run, namespace, _pod_names(manifest))
-        controllers = _refused_creates(run, namespace) if _controlled(manifest) else set()
-        said[name] = {"refused": refused, "pods": pods, "controllers": controllers}
-    assert said["rehearsal"] == said["real"]
-
-
 def _build_command(tmp_path: Path, **env: str) -> subprocess.CompletedProcess:
     """`python -m labs.sim.controlplane` with an empty binary cache and `env` on top."""
     base = {k: v for k, v in os.environ.items() if k not in (build.PREBUILT_ENV, build.ENVTEST_ENV)}
@@ -333,4 +280,7 @@ def test_prebuilt_binaries_are_used_as_they_are(tmp_path: Path) -> None:
     assert lines[0] == f"control plane programs: {prebuilt}"
     # Our own node endpoint never comes from a prebuilt directory: built into the (empty) cache.
     endpoint = tmp_path / "empty-cache" / build.NODE_ENDPOINT / build.source_digest()
-    assert lines[-1] == f"node endpoint: {endpoint / build.NODE_ENDPOINT}"
+    assert f"node endpoint: {endpoint / build.NODE_ENDPOINT}" in lines
+    # Nor does metrics-server when the directory lacks it: built per version into the cache.
+    server = tmp_path / "empty-cache" / build.METRICS_SERVER / build.metrics_server_version()
+    assert lines[-1] == f"metrics-server: {server / build.METRICS_SERVER}"

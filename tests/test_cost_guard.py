@@ -41,7 +41,7 @@ import scenarios
 from labs.aws import stack
 from labs.journal import REVERTED, Journal
 from labs.kube import gpu
-from labs.sim.aws_seed import moto_clients
+from labs.sim.aws.seed import moto_clients
 from labs.sim.infra import SimInfra
 
 FAULT = "device-plugin-off"

@@ -33,7 +33,7 @@ from labs.journal import INJECTED, REVERTED
 from labs.kube import gpu as gpu_facts
 from labs.run.contract import Scenario
 from labs.run.engine import EXIT_CHECK_FAILED, revert_scenarios, run_scenario
-from labs.sim.store import CLUSTER_POLICY, DEPLOYMENTS
+from labs.sim.controlplane.resources import CLUSTER_POLICY, DEPLOYMENTS
 
 NAME = "device-plugin-off"
 PROBE_LINE = "NVIDIA A10G, 580.126.09, 23028 MiB"
@@ -46,10 +46,10 @@ def restore_healthy(sim: SimLab) -> None:
     lab is ready and its operator runs, so no test depends on another's clean-up."""
     store = sim.world.store
     device_plugin_on = {"spec": {"devicePlugin": {"enabled": True}}}
-    store.patch(CLUSTER_POLICY, gpu_facts.CLUSTER_POLICY_NAME, device_plugin_on, "merge")
+    store.patch(CLUSTER_POLICY, gpu_facts.CLUSTER_POLICY_NAME, device_plugin_on)
     operator_up = {"spec": {"replicas": 1}}
     namespace = sim.lab.operator_namespace
-    store.patch(DEPLOYMENTS, gpu_facts.OPERATOR_DEPLOYMENT, operator_up, "merge", namespace)
+    store.patch(DEPLOYMENTS, gpu_facts.OPERATOR_DEPLOYMENT, operator_up, namespace)
     with sim.lab.view() as view:
         view.wait_for(
             lab_ready,  # the operator controller running included

@@ -1,4 +1,5 @@
-"""The doctor on states no scenario injects, built in a still emulator (objects, Events, logs).
+"""The doctor on states no scenario injects, built on a held-still API server (objects, Events,
+logs).
 
 Each test puts one real-world failure into an otherwise healthy GPU cluster, the way the
 write-ups met it, and requires the doctor to name it as the probable cause with the evidence a
@@ -11,11 +12,30 @@ so those scenarios only have to declare the finding's name.
 from __future__ import annotations
 
 import pytest
-from doctor_support import GPU_NODES, NS, PREEMPTION, StaticCluster, ready_status, stuck_status
+import yaml
+from doctor_support import (
+    GPU_NODES,
+    NS,
+    PREEMPTION,
+    VALIDATOR,
+    StaticCluster,
+    policy_conditions,
+    ready_status,
+    stuck_status,
+)
 from lab_support import invoke_env, run_invoke
 
 from labs.doctor.catalog import UNKNOWN
 from labs.doctor.model import DoctorFinding, Report
+from labs.sim.controlplane.resources import (
+    CLUSTER_POLICY,
+    DAEMONSETS,
+    DEPLOYMENTS,
+    NODES,
+    PODS,
+    REPLICASETS,
+)
+from labs.sim.controlplane.run import free_port
 
 SYMLINK_WARNINGS = "".join(
     f'driver-validation time="2025-08-12T02:21:46Z" level=info msg="Creating link '
@@ -42,8 +62,8 @@ XID = (
 
 
 @pytest.fixture
-def cluster(emulator, tmp_path) -> StaticCluster:
-    built = StaticCluster(emulator.server, emulator.kubeconfig_path, tmp_path / "labs")
+def cluster(still, tmp_path) -> StaticCluster:
+    built = StaticCluster(still, tmp_path / "labs")
     built.build_healthy()
     return built
 
@@ -69,36 +89,37 @@ def crash_loop_validator(cluster: StaticCluster, log: str) -> None:
     """The validator DaemonSet 0/2 ready, its pods in Init:CrashLoopBackOff logging `log`."""
     waiting = {"waiting": {"reason": "CrashLoopBackOff"}}
     status = stuck_status("driver-validation", waiting, init=True)
-    for pod in cluster.pods_of("nvidia-operator-validator"):
-        name = pod["metadata"]["name"]
-        cluster.update("pods", name, lambda p: p.update(status=status), NS)
-        cluster.store.set_pod_log(NS, name, log)
+    for pod in cluster.pods_of(VALIDATOR):
+        cluster.update(PODS, pod["metadata"]["name"], lambda p: p.update(status=status), NS)
+        cluster.log(pod, log, "driver-validation")
     cluster.update(
-        "daemonsets",
-        "nvidia-operator-validator",
+        DAEMONSETS,
+        VALIDATOR,
         lambda d: d["status"].update(numberReady=0, numberAvailable=0),
         NS,
     )
     message = "ClusterPolicy is not ready, states not ready: [state-operator-validation]"
     cluster.update(
-        "clusterpolicies",
+        CLUSTER_POLICY,
         "cluster-policy",
         lambda p: p["status"].update(
             state="notReady",
-            conditions=[
-                {
-                    "type": "Ready",
-                    "status": "False",
-                    "reason": "OperandNotReady",
-                    "message": message,
-                },
-                {
-                    "type": "Error",
-                    "status": "True",
-                    "reason": "OperandNotReady",
-                    "message": message,
-                },
-            ],
+            conditions=policy_conditions(
+                [
+                    {
+                        "type": "Ready",
+                        "status": "False",
+                        "reason": "OperandNotReady",
+                        "message": message,
+                    },
+                    {
+                        "type": "Error",
+                        "status": "True",
+                        "reason": "OperandNotReady",
+                        "message": message,
+                    },
+                ]
+            ),
         ),
     )
 
@@ -115,7 +136,7 @@ def test_the_healthy_cluster_has_no_problem_and_nothing_is_written(cluster):
 def test_toolkit_glibc_on_amazon_linux_2_is_the_cause_and_duplicate_symlinks_are_benign(cluster):
     cluster.gpu_nodes_run(osImage="Amazon Linux 2", kernelVersion="5.10.240-238.959.amzn2.x86_64")
     cluster.update(
-        "clusterpolicies",
+        CLUSTER_POLICY,
         "cluster-policy",
         lambda p: p["spec"].update(
             toolkit={"enabled": True, "version": "v1.17.8-ubuntu20.04"},
@@ -131,7 +152,7 @@ def test_toolkit_glibc_on_amazon_linux_2_is_the_cause_and_duplicate_symlinks_are
     )
     cluster.enable("nvidia-container-toolkit-daemonset")  # Running, as in the write-up
     crash_loop_validator(cluster, SYMLINK_WARNINGS)
-    validator = cluster.pods_of("nvidia-operator-validator")[0]
+    validator = cluster.pods_of(VALIDATOR)[0]
     cluster.event(validator, "Failed", GLIBC, host=GPU_NODES[0])
 
     report = cluster.examine()
@@ -207,16 +228,14 @@ def test_containerd_without_the_nvidia_runtime_is_named_from_the_sandbox_event(c
 def test_an_xid_in_the_device_plugin_log_explains_the_missing_gpu(cluster):
     node = GPU_NODES[0]
     cluster.update(
-        "nodes", node, lambda n: n["status"]["allocatable"].update({"nvidia.com/gpu": "0"})
+        NODES, node, lambda n: n["status"]["allocatable"].update({"nvidia.com/gpu": "0"})
     )
     plugin = next(
         p
         for p in cluster.pods_of("nvidia-device-plugin-daemonset")
         if p["spec"]["nodeName"] == node
     )
-    cluster.store.set_pod_log(
-        NS, plugin["metadata"]["name"], f"I0723 04:11:58 main.go] ok\n{XID}\n"
-    )
+    cluster.log(plugin, f"I0723 04:11:58 main.go] ok\n{XID}\n")
 
     report = cluster.examine()
     diagnosed(report)
@@ -230,7 +249,7 @@ def test_an_xid_in_the_device_plugin_log_explains_the_missing_gpu(cluster):
 def test_capacity_lagging_allocatable_is_explained_as_kubelets_grace_period(cluster):
     gpu_dark(cluster, GPU_NODES[0])
     cluster.update(
-        "nodes", GPU_NODES[0], lambda n: n["status"]["capacity"].update({"nvidia.com/gpu": "1"})
+        NODES, GPU_NODES[0], lambda n: n["status"]["capacity"].update({"nvidia.com/gpu": "1"})
     )
 
     found = diagnosed(cluster.examine())
@@ -242,7 +261,7 @@ def test_capacity_lagging_allocatable_is_explained_as_kubelets_grace_period(clus
 
 def test_an_oomkilled_operator_is_named_with_its_restarts(cluster):
     cluster.update(
-        "deployments",
+        DEPLOYMENTS,
         "gpu-operator",
         lambda d: d["status"].update(readyReplicas=0, availableReplicas=0, unavailableReplicas=1),
         NS,
@@ -255,8 +274,8 @@ def test_an_oomkilled_operator_is_named_with_its_restarts(cluster):
         state={"waiting": {"reason": "CrashLoopBackOff"}},
         lastState={"terminated": {"reason": "OOMKilled", "exitCode": 137}},
     )
-    cluster.update("pods", "gpu-operator-5798b5b564-xbq5h", lambda p: p.update(status=status), NS)
-    cluster.store.delete("daemonsets", "nvidia-dcgm-exporter", NS)
+    cluster.update(PODS, "gpu-operator-5798b5b564-xbq5h", lambda p: p.update(status=status), NS)
+    cluster.delete(DAEMONSETS, "nvidia-dcgm-exporter", NS)
 
     report = cluster.examine()
     diagnosed(report)
@@ -272,11 +291,11 @@ def test_an_oomkilled_operator_is_named_with_its_restarts(cluster):
 
 
 def test_a_gpu_pod_without_the_gpu_nodes_toleration(cluster):
-    # EKS adds the nvidia.com/gpu toleration to every pod asking for a GPU (the emulator's
-    # admission does too), so the taint a GPU pod misses is another one: a team's own.
+    # EKS adds the nvidia.com/gpu toleration to every pod asking for a GPU (the plane enables
+    # the same admission plugin), so the taint a GPU pod misses is another one: a team's own.
     team = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
     for node in GPU_NODES:
-        cluster.update("nodes", node, lambda n: n["spec"]["taints"].append(dict(team)))
+        cluster.update(NODES, node, lambda n: n["spec"]["taints"].append(dict(team)))
     message = (
         "0/4 nodes are available: 2 Insufficient nvidia.com/gpu, 2 node(s) had "
         f"untolerated taint(s). {PREEMPTION}"
@@ -298,7 +317,7 @@ def test_a_gpu_pod_without_the_gpu_nodes_toleration(cluster):
 
 def test_a_pod_that_wants_a_gpu_without_a_limit(cluster):
     status = stuck_status("cuda", {"terminated": {"reason": "Error", "exitCode": 1}}, "Failed")
-    cluster.pod(
+    probe = cluster.pod(
         "gpu-probe",
         "default",
         GPU_NODES[0],
@@ -311,7 +330,7 @@ def test_a_pod_that_wants_a_gpu_without_a_limit(cluster):
             "nodeSelector": {"tier": "gpu"},
         },
     )
-    cluster.store.set_pod_log("default", "gpu-probe", "Failed to initialize NVML: Unknown Error\n")
+    cluster.log(probe, "Failed to initialize NVML: Unknown Error\n")
 
     report = cluster.examine()
     diagnosed(report)
@@ -369,16 +388,16 @@ def test_a_runtime_class_that_does_not_exist(cluster):
             ],
         },
     }
-    cluster.store.create(
-        "deployments",
+    cluster.still.put(
+        DEPLOYMENTS,
         {
             "metadata": {"name": "cuda-job"},
             "spec": {"replicas": 1, "selector": {"matchLabels": selector}, "template": template},
         },
         "default",
     )
-    replicaset = cluster.store.create(
-        "replicasets",
+    replicaset = cluster.still.put(
+        REPLICASETS,
         {"metadata": {"name": "cuda-job-5d9f8c7b6"},
          "spec": {"replicas": 1, "selector": {"matchLabels": selector}, "template": template}},
         "default",
@@ -412,12 +431,12 @@ def test_a_refusal_reported_by_a_replicaset_since_deleted_is_no_finding(cluster)
 
 def test_gpu_nodes_scaled_to_zero_while_a_gpu_pod_waits(cluster):
     for node in GPU_NODES:
-        cluster.store.delete("nodes", node)
-        for pod in cluster.store.list("pods", field_selector=f"spec.nodeName={node}")[0]:
-            cluster.store.delete("pods", pod["metadata"]["name"], pod["metadata"]["namespace"])
-    for ds in cluster.store.list("daemonsets", NS)[0]:
+        cluster.delete(NODES, node)
+        for pod in cluster.still.api.list(PODS, field_selector=f"spec.nodeName={node}")[0]:
+            cluster.delete(PODS, pod["metadata"]["name"], pod["metadata"]["namespace"])
+    for ds in cluster.still.api.list(DAEMONSETS, NS)[0]:
         cluster.update(
-            "daemonsets",
+            DAEMONSETS,
             ds["metadata"]["name"],
             lambda d: d["status"].update(
                 desiredNumberScheduled=0, currentNumberScheduled=0, numberReady=0
@@ -458,10 +477,14 @@ def test_pod_focuses_the_triage_on_one_pod_and_a_missing_one_cannot_be_checked(c
     assert malformed.exit_code == 2 and "is not NAMESPACE/NAME" in str(malformed.error)
 
 
-def test_an_unreachable_cluster_exits_2_saying_so(emulator, tmp_path):
-    emulator.server.stop()
+def test_an_unreachable_cluster_exits_2_saying_so(still, tmp_path):
+    """The plane's kubeconfig, its server moved to a port nothing listens on."""
+    document = yaml.safe_load(still.kubeconfig.read_text())
+    document["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{free_port()}"
+    kubeconfig = tmp_path / "gone.kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(document))
     env = invoke_env(tmp_path / "labs")
-    args = ["--kubeconfig", str(emulator.kubeconfig_path), "--context", "lab-admin@test"]
+    args = ["--kubeconfig", str(kubeconfig), "--context", still.context]
 
     text = run_invoke("lab.doctor", *args, env=env)
     document = run_invoke("lab.doctor", *args, "--json", env=env)
@@ -474,10 +497,10 @@ def test_an_unreachable_cluster_exits_2_saying_so(emulator, tmp_path):
 # --- the rest of the catalogue, one small state each --------------------------------------------
 
 
-def plugin_on(cluster: StaticCluster, node: str) -> str:
-    """The name of the device-plugin pod on `node`."""
+def plugin_on(cluster: StaticCluster, node: str) -> dict:
+    """The device-plugin pod on `node`."""
     pods = cluster.pods_of("nvidia-device-plugin-daemonset")
-    return next(p["metadata"]["name"] for p in pods if p["spec"]["nodeName"] == node)
+    return next(p for p in pods if p["spec"]["nodeName"] == node)
 
 
 def gpu_dark(cluster: StaticCluster, node: str, allocatable: str | None = "0") -> None:
@@ -489,18 +512,18 @@ def gpu_dark(cluster: StaticCluster, node: str, allocatable: str | None = "0") -
             if allocatable is not None:
                 n["status"][field]["nvidia.com/gpu"] = allocatable
 
-    cluster.update("nodes", node, advertise)
+    cluster.update(NODES, node, advertise)
 
 
 def plugin_log(cluster: StaticCluster, node: str, log: str, state: dict | None = None) -> None:
     """The device plugin on `node` logs `log` (and is stuck in `state` when given)."""
-    name = plugin_on(cluster, node)
-    cluster.store.set_pod_log(NS, name, log)
+    plugin = plugin_on(cluster, node)
+    cluster.log(plugin, log)
     if state is not None:
         status = stuck_status("nvidia-device-plugin", state, "Running")
-        cluster.update("pods", name, lambda p: p.update(status=status), NS)
+        cluster.update(PODS, plugin["metadata"]["name"], lambda p: p.update(status=status), NS)
         cluster.update(
-            "daemonsets",
+            DAEMONSETS,
             "nvidia-device-plugin-daemonset",
             lambda d: d["status"].update(numberReady=1),
             NS,
@@ -562,7 +585,7 @@ def admission(cluster: StaticCluster) -> None:
 
 def not_ready(cluster: StaticCluster) -> None:
     cluster.update(
-        "nodes",
+        NODES,
         GPU_NODES[0],
         lambda n: n["status"].update(
             conditions=[{"type": "Ready", "status": "False", "reason": "KubeletNotReady"}]
@@ -571,31 +594,31 @@ def not_ready(cluster: StaticCluster) -> None:
 
 
 def no_operator(cluster: StaticCluster) -> None:
-    cluster.store.delete("clusterpolicies", "cluster-policy")
-    for ds in cluster.store.list("daemonsets", NS)[0]:
+    cluster.delete(CLUSTER_POLICY, "cluster-policy")
+    for ds in cluster.still.api.list(DAEMONSETS, NS)[0]:
         for pod in cluster.pods_of(ds["metadata"]["name"]):
-            cluster.store.delete("pods", pod["metadata"]["name"], NS)
-        cluster.store.delete("daemonsets", ds["metadata"]["name"], NS)
+            cluster.delete(PODS, pod["metadata"]["name"], NS)
+        cluster.delete(DAEMONSETS, ds["metadata"]["name"], NS)
     for node in GPU_NODES:
         gpu_dark(cluster, node, None)
 
 
 def operator_crashing(cluster: StaticCluster) -> None:
     cluster.update(
-        "deployments",
+        DEPLOYMENTS,
         "gpu-operator",
         lambda d: d["status"].update(readyReplicas=0, availableReplicas=0, unavailableReplicas=1),
         NS,
     )
     crash = {"waiting": {"reason": "CrashLoopBackOff"}}
     cluster.update(
-        "pods",
+        PODS,
         "gpu-operator-5798b5b564-xbq5h",
         lambda p: p.update(status=stuck_status("gpu-operator", crash, "Running")),
         NS,
     )
     cluster.update(
-        "nodes",
+        NODES,
         GPU_NODES[1],
         lambda n: [
             n["metadata"]["labels"].pop(label)

@@ -1,4 +1,4 @@
-"""The scenario engine against the API emulator alone, with a tiny scenario written as one module.
+"""The scenario engine against a held-still API server, with a tiny scenario written as one module.
 
 The scenario flips a ConfigMap's `mode` from "on" to "off" (inject) and back (revert). It
 lives in a file the test writes and registers at run time, which is all a new scenario
@@ -36,6 +36,7 @@ from labs.run.engine import (
     run_scenario,
 )
 from labs.settings import load_settings
+from labs.sim.controlplane.resources import CONFIGMAPS
 
 TOGGLE_SCENARIO = '''
 """Flip the lab-toggle ConfigMap off and on again."""
@@ -144,33 +145,31 @@ def catalogue() -> dict[str, Scenario]:
 
 
 @pytest.fixture
-def lab(emulator, tmp_path: Path) -> Lab:
-    """A lab record pointing at the emulator (real-time speed), with lab-toggle mode=on."""
+def lab(still, tmp_path: Path) -> Lab:
+    """A lab record pointing at the plane (real-time speed), with lab-toggle mode=on."""
     flags = {"lab": "tiny", "state_dir": str(tmp_path / "state"), "speed": 1}
     settings = load_settings(None, flags)
     lab = Lab.create(settings, REHEARSAL)
-    lab.update(outputs={"cluster_endpoint": emulator.url})
-    shutil.copyfile(emulator.kubeconfig_path, lab.paths.kubeconfig)
-    emulator.store.create(
-        "configmaps", {"metadata": {"name": "lab-toggle"}, "data": {"mode": "on"}}, "default"
-    )
+    lab.update(outputs={"cluster_endpoint": still.url})
+    shutil.copyfile(still.kubeconfig, lab.paths.kubeconfig)
+    still.put(CONFIGMAPS, {"metadata": {"name": "lab-toggle"}, "data": {"mode": "on"}}, "default")
     return lab
 
 
-def mode(emulator) -> str:
-    return emulator.store.get("configmaps", "lab-toggle", "default")["data"]["mode"]
+def mode(still) -> str:
+    return still.api.get(CONFIGMAPS, "lab-toggle", "default")["data"]["mode"]
 
 
 def journal_states(lab: Lab) -> list[str]:
     return [entry["state"] for entry in lab.journal.entries()]
 
 
-def test_a_scenario_written_as_one_module_runs_end_to_end(toggle, lab, emulator):
+def test_a_scenario_written_as_one_module_runs_end_to_end(toggle, lab, still):
     lines: list[str] = []
     result = run_scenario(lab, scenarios.get(NAME), out=lines.append)
 
     assert result.ok and result.exit_code == 0 and result.failed_checks == []
-    assert mode(emulator) == "on"
+    assert mode(still) == "on"
     assert journal_states(lab) == [REVERTED]
     assert any("symptom: mode is off" in line and "T+" in line for line in lines)
     report = json.loads((result.report_dir / "report.json").read_text())
@@ -188,19 +187,19 @@ def test_a_scenario_written_as_one_module_runs_end_to_end(toggle, lab, emulator)
     assert result.report_dir.parent == lab.paths.runs_dir
 
 
-def test_recovery_that_never_comes_fails_and_names_the_check(toggle, lab, emulator):
+def test_recovery_that_never_comes_fails_and_names_the_check(toggle, lab, still):
     never = Check("mode reads 'restored'", lambda ctx: (False, "mode on, no 'restored'"), 0.5)
     result = run_scenario(lab, variant(toggle, recovery=[never]), out=lambda _line: None)
 
     assert result.exit_code == EXIT_CHECK_FAILED
     assert result.failed_checks == ["recovery: mode reads 'restored'"]
     # The revert itself was applied, and the journal says exactly that.
-    assert mode(emulator) == "on" and journal_states(lab) == [REVERTED]
+    assert mode(still) == "on" and journal_states(lab) == [REVERTED]
     report = (result.report_dir / "report.md").read_text()
     assert "FAILED" in report and "mode reads 'restored'" in report
 
 
-def test_an_error_after_injection_reverts_first_then_reports(toggle, lab, emulator):
+def test_an_error_after_injection_reverts_first_then_reports(toggle, lab, still):
     def broken(_ctx: Any) -> tuple[bool, str]:
         raise RuntimeError("the check itself broke")
 
@@ -209,12 +208,12 @@ def test_an_error_after_injection_reverts_first_then_reports(toggle, lab, emulat
 
     assert result.exit_code == EXIT_ERROR
     assert "the check itself broke" in (result.error or "")
-    assert mode(emulator) == "on" and journal_states(lab) == [REVERTED]
+    assert mode(still) == "on" and journal_states(lab) == [REVERTED]
     report = json.loads((result.report_dir / "report.json").read_text())
     assert report["result"]["error"] == result.error
 
 
-def test_ctrl_c_after_injection_reverts(toggle, lab, emulator):
+def test_ctrl_c_after_injection_reverts(toggle, lab, still):
     def interrupted(_ctx: Any) -> tuple[bool, str]:
         raise KeyboardInterrupt
 
@@ -222,10 +221,10 @@ def test_ctrl_c_after_injection_reverts(toggle, lab, emulator):
     result = run_scenario(lab, stopped, out=lambda _line: None)
 
     assert result.exit_code == EXIT_INTERRUPTED
-    assert mode(emulator) == "on" and journal_states(lab) == [REVERTED]
+    assert mode(still) == "on" and journal_states(lab) == [REVERTED]
 
 
-def test_a_failed_revert_leaves_the_journal_saying_injected(toggle, lab, emulator):
+def test_a_failed_revert_leaves_the_journal_saying_injected(toggle, lab, still):
     def stuck(_lab: Any) -> None:
         raise ConnectionError("API unreachable")
 
@@ -235,48 +234,48 @@ def test_a_failed_revert_leaves_the_journal_saying_injected(toggle, lab, emulato
 
     assert result.exit_code == EXIT_ERROR
     assert f"invoke scenario.revert --name {NAME} --lab tiny" in (result.error or "")
-    assert mode(emulator) == "off" and journal_states(lab) == [INJECTED]
+    assert mode(still) == "off" and journal_states(lab) == [INJECTED]
 
 
-def test_keep_fault_leaves_it_and_revert_undoes_it_later(toggle, lab, emulator):
+def test_keep_fault_leaves_it_and_revert_undoes_it_later(toggle, lab, still):
     result = run_scenario(lab, toggle, keep_fault=True, out=lambda _line: None)
 
     assert result.ok
-    assert mode(emulator) == "off" and journal_states(lab) == [KEPT]
+    assert mode(still) == "off" and journal_states(lab) == [KEPT]
     assert revert_scenarios(lab, catalogue(), None, out=lambda _line: None) == [NAME]
-    assert mode(emulator) == "on" and journal_states(lab) == [REVERTED]
+    assert mode(still) == "on" and journal_states(lab) == [REVERTED]
 
 
-def test_revert_after_a_crash_needs_only_the_journal(toggle, lab, emulator):
+def test_revert_after_a_crash_needs_only_the_journal(toggle, lab, still):
     # What a run killed right after the injection leaves behind.
     entry = lab.journal.record_injecting(NAME, None)
     toggle.inject(lab)
     lab.journal.mark(entry, INJECTED)
 
     assert revert_scenarios(lab, catalogue(), None, out=lambda _line: None) == [NAME]
-    assert mode(emulator) == "on" and journal_states(lab) == [REVERTED]
+    assert mode(still) == "on" and journal_states(lab) == [REVERTED]
     # Idempotent: nothing is left to do.
     lines: list[str] = []
     assert revert_scenarios(lab, catalogue(), None, out=lines.append) == []
     assert "nothing to revert" in lines[0]
 
 
-def test_inject_for_practice_leaves_the_fault_kept(toggle, lab, emulator):
+def test_inject_for_practice_leaves_the_fault_kept(toggle, lab, still):
     lines: list[str] = []
     entry = inject_scenario(lab, toggle, out=lines.append)
 
-    assert mode(emulator) == "off"
+    assert mode(still) == "off"
     assert lab.journal.entries()[0]["id"] == entry and journal_states(lab) == [KEPT]
     assert any(f"invoke scenario.revert --name {NAME} --lab tiny" in line for line in lines)
 
 
-def test_nothing_is_injected_when_the_guard_refuses(toggle, lab, emulator):
+def test_nothing_is_injected_when_the_guard_refuses(toggle, lab, still):
     lab.update(outputs={"cluster_endpoint": "https://ABCDEF.gr7.ap-northeast-2.eks.amazonaws.com"})
 
     with pytest.raises(GuardError, match="refusing"):
         run_scenario(lab, toggle, out=lambda _line: None)
 
-    assert mode(emulator) == "on" and lab.journal.entries() == []
+    assert mode(still) == "on" and lab.journal.entries() == []
 
 
 def test_missing_gpu_nodes_name_the_scale_command(toggle, lab):

@@ -1,6 +1,6 @@
 """The cost guard that does not depend on the laptop, through `invoke` as a user runs it.
 
-One rehearsal lab (moto server + emulator in its background process) carries the GPU time
+One rehearsal lab (moto and the control plane in its background process) carries the GPU time
 limit through its life: the aws CLI shows the schedule lab.up set, a short limit scales the
 GPUs to 0 by itself, lab.down deletes it. Beside it live a rehearsal lab whose backend died
 and an AWS lab whose credentials are gone, for lab.list and lab.down --all. A failed EKS
@@ -38,7 +38,7 @@ from labs.journal import INJECTED
 from labs.lab import Lab
 from labs.settings import load_settings
 from labs.sim import pace
-from labs.sim.auth import CREDENTIAL_KEYS
+from labs.sim.aws.auth import CREDENTIAL_KEYS
 from labs.state import utc_now
 
 LAB = "g1"

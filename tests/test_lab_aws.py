@@ -1,5 +1,5 @@
 """The AWS backend's real code paths: the real terraform binary, boto3 against moto in
-server mode, and the kubernetes client against the emulator.
+server mode, and the kubernetes client against a rehearsal world's API server.
 
 The fixture stack (`tests/fixtures/stack`) has exactly the variables and outputs of
 `terraform/` but only built-in resources. An override file points its cluster endpoint
@@ -30,7 +30,7 @@ from labs.errors import InfraError
 from labs.lab import Lab
 from labs.lifecycle import LifecycleError
 from labs.settings import load_settings
-from labs.sim.aws_seed import moto_clients
+from labs.sim.aws.seed import moto_clients
 from labs.sim.world import start_world
 
 FIXTURE_STACK = Path(__file__).parent / "fixtures" / "stack"
@@ -81,7 +81,7 @@ resource "terraform_data" "gpu_operator" {{
 
 @pytest.fixture(scope="module")
 def aws_world(tmp_path_factory: pytest.TempPathFactory):
-    """A world for an AWS-backend lab: moto server + emulator, and the fixture stack."""
+    """A world for an AWS-backend lab: moto server + control plane, and the fixture stack."""
     require_aws_backend_tools()
     require_venv_tool("aws")  # the lab kubeconfig's `aws eks get-token`
     root = tmp_path_factory.mktemp("aws")

@@ -127,6 +127,9 @@ def _node_and_pod(lab: Lab, node: str, pod: str, port: int) -> None:
     assert patched.returncode == 0, patched.stderr
 
 
+ROUTED = "10.100.7.7"  # a Service's virtual address, routed to the echo server
+
+
 class _Echo(socketserver.BaseRequestHandler):
     def handle(self) -> None:
         while data := self.request.recv(4096):
@@ -156,9 +159,15 @@ def lab(tmp_path_factory: pytest.TempPathFactory, echo_server: int) -> Iterator[
     )
     (ports / f"{NAMESPACE}_{POD}").mkdir(parents=True)
     (ports / f"{NAMESPACE}_{POD}" / "8080").write_text(f"127.0.0.1:{echo_server}\n")
+    routes = root / "routes"
+    routes.mkdir()
+    (routes / f"{ROUTED}_443").write_text(f"127.0.0.1:{echo_server}\n")
     with running_control_plane(root / "plane") as plane:
         assert plane.ca is not None
-        endpoint = NodeEndpoint(plane.home, plane.ca, [sys.executable, str(script)], logs, ports)
+        endpoint = NodeEndpoint(
+            plane.home, plane.ca, [sys.executable, str(script)], logs, ports,
+            routes_dir=routes, connect_tcp=True,
+        )  # fmt: skip
         port = endpoint.start()
         try:
             lab = Lab(plane, endpoint, logs, ports, script, root / "kubectl-cache")
@@ -373,6 +382,35 @@ def test_no_process_is_left_after_stop_not_even_a_running_exec(lab: Lab, tmp_pat
     sleeping.wait(timeout=READY_TIMEOUT)
     assert sleeping.returncode != 0
     assert endpoint.pid is None
+
+
+def _connect(lab: Lab, target: str) -> tuple[str, bytes, socket.socket]:
+    """CONNECT `target` through the endpoint's proxy on loopback TCP: the reply's status line,
+    what came after its headers, and the connection."""
+    conn = socket.create_connection(("127.0.0.1", lab.endpoint.connect_port), timeout=10)
+    conn.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+    reply = b""
+    while b"\r\n\r\n" not in reply:
+        reply += conn.recv(4096)
+    head, rest = reply.split(b"\r\n\r\n", 1)
+    return head.split(b"\r\n")[0].decode(), rest, conn
+
+
+def test_the_proxy_reaches_a_routed_service_address(lab: Lab) -> None:
+    status, _, conn = _connect(lab, f"{ROUTED}:443")
+    with conn:
+        assert status == "HTTP/1.1 200 Connection established"
+        conn.sendall(b"ping")
+        assert conn.recv(4) == b"ping"
+
+
+def test_the_proxy_never_dials_an_address_outside_the_lab(lab: Lab) -> None:
+    status, body, conn = _connect(lab, "10.100.9.9:443")
+    with conn:
+        while b"\n" not in body:
+            body += conn.recv(4096)
+    assert status == "HTTP/1.1 502 Bad Gateway"
+    assert b"no route to 10.100.9.9:443 in the lab's network" in body
 
 
 def test_the_endpoint_is_cached_by_a_hash_of_its_sources() -> None:

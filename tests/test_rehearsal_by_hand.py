@@ -1,7 +1,8 @@
 """A person at the keyboard of an injected rehearsal lab, with plain kubectl and the write-up's
 commands: `kubectl debug node` and `exec` reach the world's programs, the API pieces a person
-reaches for are there, and after `scenario.inject` the world runs at a person's pace, so the
-recovery after the revert can be watched as on EKS.
+reaches for are there (`kubectl top` too, from the real metrics-server), and after
+`scenario.inject` the world runs at a person's pace, so the recovery after the revert can be
+watched as on EKS.
 
 One world for the module, with device-plugin-off injected at the start; the tests run in
 order (the revert comes last). The pace is a person's, compressed 3x (`--speed 3`) so that
@@ -11,21 +12,35 @@ the 2-second kubectl loop of the last test costs seconds, not the minute of real
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from scenario_support import SCENARIO_SPEED, SimLab, another_lab_record, quiet, wait_ready
+from scenario_support import (
+    SCENARIO_SPEED,
+    SimLab,
+    another_lab_record,
+    quiet,
+    read_until,
+    wait_ready,
+)
 from tool_support import require_tool
 
 import scenarios
 from labs import status as lab_status
 from labs.kube import gpu
+from labs.kube.probes import PROBE_MANIFEST
+from labs.kube.workloads import ALLREDUCE, CUDA_CHECK, MANIFESTS, TCP_CHECK, Workload
 from labs.lab import Lab
 from labs.run.engine import inject_scenario, revert_scenarios
+from labs.sim import pace, process
+from labs.sim.controlplane.webhook import ADMIN_USER
+from labs.sim.node.hardware import gpu_uuid
 
 PERSON_SPEED = 3.0
 DEBUG_IMAGE = "public.ecr.aws/amazonlinux/amazonlinux:2023"
@@ -71,9 +86,9 @@ def test_after_inject_the_world_runs_at_a_persons_pace_until_a_program_speeds_it
     assert practice.speed == PERSON_SPEED
     label = lab_status.gather(practice)["backend_label"]
     assert f"{PERSON_SPEED:g}x speed now" in label and f"{SCENARIO_SPEED:g}x" in label
-    served = json.loads(kubectl("get", "--raw", "/sim/pace").stdout)
-    assert served["speed"] == PERSON_SPEED
-    assert datetime.fromisoformat(served["now"]) > datetime.now(UTC), "the world's clock runs ahead"
+    world = process.recorded_endpoints(practice.paths.sim_dir)
+    assert pace.read_speed(world) == PERSON_SPEED
+    assert pace.read_now(world) > datetime.now(UTC), "the world's clock runs ahead"
     with practice.backend.program_pace(practice):
         assert practice.speed == SCENARIO_SPEED
     assert practice.speed == PERSON_SPEED
@@ -111,12 +126,165 @@ def test_the_api_pieces_a_person_reaches_for(kubectl):
     explain = kubectl("explain", "clusterpolicy.spec.devicePlugin.enabled").stdout
     assert "KIND:       ClusterPolicy" in explain and "FIELD: enabled <boolean>" in explain
     assert kubectl("auth", "can-i", "patch", "clusterpolicies").stdout == "yes\n"
+    patch = "-p", '{"data":{"a":"c"}}'
+    patched = kubectl("patch", "configmap", "notes", "-n", "practice", "--type=merge", *patch)
+    assert patched.stdout == "configmap/notes patched\n", patched.stderr
+    assert kubectl("get", "cm", "notes", "-n", "practice", "-o", "jsonpath={.data.a}").stdout == "c"
     everything = kubectl("get", "all", "-n", "gpu-operator").stdout
     assert "replicaset.apps/gpu-operator-" in everything
     assert "service/nvidia-dcgm-exporter" in everything and "9400/TCP" in everything
     events = kubectl("get", "events", "-A").stdout
     for reason in ("SuccessfulCreate", "ScalingReplicaSet", "RegisteredNode", "NodeReady"):
         assert reason in events
+
+
+def test_the_real_api_server_answers_who_am_i_what_kinds_and_its_metrics(kubectl):
+    whoami = json.loads(kubectl("auth", "whoami", "-o", "json").stdout)["status"]["userInfo"]
+    assert whoami["username"] == ADMIN_USER and "system:masters" in whoami["groups"]
+    kinds = kubectl("api-resources", "-o", "name").stdout.split()
+    for kind in (
+        "leases.coordination.k8s.io",
+        "clusterroles.rbac.authorization.k8s.io",
+        "customresourcedefinitions.apiextensions.k8s.io",
+        "clusterpolicies.nvidia.com",
+    ):
+        assert kind in kinds, kinds
+    assert "apiserver_request_total{" in kubectl("get", "--raw", "/metrics").stdout
+
+
+def test_describe_shows_the_scheduler_and_the_kubelet_in_a_pods_events(kubectl):
+    selector = "-l", "app=nvidia-dcgm-exporter", "-o", "jsonpath={.items[0].metadata.name}"
+    pod = kubectl("get", "pods", "-n", "gpu-operator", *selector).stdout
+    described = kubectl("describe", "pod", "-n", "gpu-operator", pod).stdout
+    assert re.search(r"^Status: +Running$", described, re.M), described
+    assert f"Successfully assigned gpu-operator/{pod} to ip-" in described
+    assert re.search(r"Normal +Started .* kubelet +Container started", described), described
+
+
+def test_a_job_runs_its_pod_and_logs_job_shows_what_it_printed(kubectl):
+    job = "create", "job", "hello", "-n", "practice", "--image=busybox"
+    assert kubectl(*job, "--", "echo", "hello", "from", "a", "job").returncode == 0
+    done = kubectl(
+        "wait", "-n", "practice", "--for=condition=complete", "job/hello", "--timeout=60s"
+    )
+    assert done.stdout == "job.batch/hello condition met\n", done.stderr
+    assert kubectl("logs", "-n", "practice", "job/hello").stdout == "hello from a job\n"
+
+
+def test_the_labs_manifests_apply_with_strict_validation(kubectl, tmp_path: Path):
+    """README's by-hand use of labs/kube/manifests: each ConfigMap, then the whole folder."""
+    workloads = (Workload(PROBE_MANIFEST.name), CUDA_CHECK, ALLREDUCE, TCP_CHECK)
+    kubectl("create", "namespace", "manifests")
+    try:
+        for workload in [w for w in workloads if w.script and w.config_map]:
+            script = f"--from-file={MANIFESTS / str(workload.script)}"
+            kubectl("create", "configmap", str(workload.config_map), "-n", "manifests", script)
+        applied = kubectl("apply", "--validate=strict", "-n", "manifests", "-f", str(MANIFESTS))
+        assert applied.returncode == 0, applied.stderr
+        created = {f"{i['kind'].lower()}/{i['metadata']['name']} created" for w in workloads
+                   for i in w.items()}  # fmt: skip
+        assert set(applied.stdout.splitlines()) == created, applied.stdout
+        typo = tmp_path / "typo.yaml"
+        probe = PROBE_MANIFEST.read_text()
+        typo.write_text(probe.replace("restartPolicy", "restartPolicyy"))
+        refused = kubectl("apply", "--validate=strict", "-n", "manifests", "-f", str(typo))
+        assert 'unknown field "spec.restartPolicyy"' in refused.stderr, refused.stderr
+    finally:
+        kubectl("delete", "namespace", "manifests", "--wait=false")
+
+
+def test_kubectl_cp_copies_into_a_container_and_back_out(kubectl, tmp_path: Path):
+    run = "run", "toolbox", "-n", "practice", f"--image={DEBUG_IMAGE}", "--", "sleep", "infinity"
+    assert kubectl(*run).returncode == 0
+    ready = kubectl("wait", "-n", "practice", "--for=condition=Ready", "pod/toolbox")
+    assert ready.returncode == 0, ready.stderr
+    notes = tmp_path / "notes.txt"
+    notes.write_text("nvidia-smi -L said: GPU 0: NVIDIA A10G\n")
+    copied = kubectl("cp", str(notes), "practice/toolbox:/tmp")
+    assert copied.returncode == 0, copied.stderr
+    shown = kubectl("exec", "-n", "practice", "toolbox", "--", "cat", "/tmp/notes.txt")
+    assert shown.stdout == notes.read_text(), shown.stderr
+    back = kubectl("cp", "practice/toolbox:/tmp/notes.txt", str(tmp_path / "back.txt"))
+    assert back.returncode == 0, back.stderr
+    assert (tmp_path / "back.txt").read_text() == notes.read_text()
+    selector = "-l", "app=nvidia-dcgm-exporter", "-o", "jsonpath={.items[0].metadata.name}"
+    exporter = kubectl("get", "pods", "-n", "gpu-operator", *selector).stdout
+    distroless = kubectl("cp", str(notes), f"gpu-operator/{exporter}:/tmp/notes.txt")
+    assert 'exec: "tar": executable file not found in $PATH' in distroless.stderr
+
+
+def test_port_forward_to_a_dcgm_exporter_shows_its_gpus_metrics(practice: Lab, kubectl):
+    selector = "-l", "app=nvidia-dcgm-exporter", "-o", "jsonpath={.items[0].metadata.name}"
+    pod = kubectl("get", "pods", "-n", "gpu-operator", *selector).stdout
+    node = kubectl("get", "pod", "-n", "gpu-operator", pod, "-o", "jsonpath={.spec.nodeName}")
+    config = "--kubeconfig", str(practice.paths.kubeconfig)
+    forward = [require_tool("kubectl"), *config, "port-forward", "-n", "gpu-operator", pod, ":9400"]
+    forwarding = subprocess.Popen(forward, stdout=subprocess.PIPE, text=True)
+    try:
+        said = read_until(forwarding.stdout, "-> 9400", timeout=30)[-1]
+        local = re.search(r"127\.0\.0\.1:(\d+) -> 9400", said)
+        assert local, said
+        with urllib.request.urlopen(f"http://127.0.0.1:{local.group(1)}/metrics") as answer:
+            page = answer.read().decode()
+    finally:
+        forwarding.terminate()
+        forwarding.wait(timeout=30)
+    series = [line for line in page.splitlines() if line.startswith("DCGM_FI_DEV_GPU_UTIL{")]
+    assert len(series) == 1, page
+    assert f'UUID="{gpu_uuid(node.stdout)}"' in series[0], series
+    assert f'Hostname="{node.stdout}"' in series[0], series
+    assert "# TYPE DCGM_FI_DEV_XID_ERRORS gauge" in page
+
+
+def until_answered(kubectl, *args: str, timeout: float = 90) -> subprocess.CompletedProcess:
+    """`kubectl *args` until it succeeds: metrics-server has CPU figures only from its second
+    scrape (10 s after the first), the aggregator sees it once its pods are Ready."""
+    deadline = time.monotonic() + timeout
+    while True:
+        run = kubectl(*args)
+        if run.returncode == 0 or time.monotonic() > deadline:
+            return run
+        time.sleep(2)
+
+
+def top_rows(run: subprocess.CompletedProcess) -> dict[str, list[str]]:
+    assert run.returncode == 0, run.stderr
+    header, *lines = run.stdout.splitlines()
+    return {line.split()[0]: line.split()[1:] for line in lines}
+
+
+def test_the_metrics_api_is_served_by_metrics_server_through_the_aggregator(kubectl):
+    available = '{.status.conditions[?(@.type=="Available")].status}'
+    name = "apiservice/v1beta1.metrics.k8s.io"
+    run = until_answered(kubectl, "wait", "--for=condition=Available", name, "--timeout=5s")
+    assert run.returncode == 0, kubectl("get", name, "-o", "yaml").stdout
+    assert kubectl("get", name, "-o", f"jsonpath={available}").stdout == "True"
+    table = kubectl("get", name).stdout.splitlines()
+    assert table[0].split() == ["NAME", "SERVICE", "AVAILABLE", "AGE"]
+    assert table[1].split()[:3] == ["v1beta1.metrics.k8s.io", "kube-system/metrics-server", "True"]
+
+
+def test_kubectl_top_node_lists_every_node_with_plausible_figures(practice: Lab, kubectl):
+    rows = top_rows(until_answered(kubectl, "top", "node"))
+    nodes = practice.snapshot("nodes")
+    assert set(rows) == {gpu.name_of(node) for node in nodes.objects("nodes")}
+    memory = {}
+    for name, (cpu, cpu_share, used, used_share) in rows.items():
+        assert cpu.endswith("m") and 0 < int(cpu[:-1]) < 1000, rows
+        assert used.endswith("Mi") and cpu_share.endswith("%") and used_share.endswith("%"), rows
+        memory[name] = int(used[:-2])
+    gpu_nodes = {gpu.name_of(node) for node in gpu.gpu_nodes(nodes)}
+    system = [memory[name] for name in rows if name not in gpu_nodes]
+    # A g5.xlarge (16 GiB) holds more than a t3.medium (4 GiB), each well inside its machine.
+    assert max(system) < 4096 and min(memory[name] for name in gpu_nodes) > max(system), rows
+
+
+def test_kubectl_top_pod_lists_the_running_operator_pods(kubectl):
+    phase = "--field-selector=status.phase=Running"
+    running = kubectl("get", "pods", "-n", "gpu-operator", phase, "-o", "name").stdout.split()
+    rows = top_rows(until_answered(kubectl, "top", "pod", "-n", "gpu-operator"))
+    assert set(rows) == {name.removeprefix("pod/") for name in running}
+    assert all(cpu.endswith("m") and used.endswith("Mi") for cpu, used in rows.values()), rows
 
 
 def ds_counts(kubectl) -> str:

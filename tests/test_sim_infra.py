@@ -12,7 +12,7 @@ from sim_support import lab_variables, running_world
 
 from labs.aws.stack import STACK_OUTPUTS
 from labs.errors import InfraError
-from labs.sim.aws_seed import moto_clients
+from labs.sim.aws.seed import moto_clients
 from labs.sim.infra import SimInfra, cluster_policy_spec, load_values
 from labs.sim.world import World
 

@@ -14,7 +14,6 @@ from moto import mock_aws
 from labs.aws import stack
 from labs.aws.schedules import put_gpu_time_limit
 from labs.sim.controllers.schedules import EventBridgeScheduler
-from labs.sim.store import ObjectStore
 from labs.sim.timings import WorldClock, scaled
 
 REGION = "ap-northeast-2"
@@ -77,7 +76,8 @@ def time_limit(clients, role_arn: str, at: datetime) -> None:
 
 
 def controller(clients, clock: WorldClock) -> EventBridgeScheduler:
-    return EventBridgeScheduler(ObjectStore(), scaled(SPEED), clients, clock)
+    """The controller alone: it reads and writes moto only, never the Kubernetes API."""
+    return EventBridgeScheduler(None, scaled(SPEED), clients, clock)
 
 
 def scaling(clients) -> dict:

@@ -36,7 +36,7 @@ from tool_support import require_venv_tool
 from labs.aws import stack
 from labs.aws.node_network import node_rules
 from labs.journal import INJECTED, REVERTED
-from labs.sim.aws_seed import moto_clients
+from labs.sim.aws.seed import moto_clients
 
 FAULT = "device-plugin-off"
 

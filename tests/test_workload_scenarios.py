@@ -38,7 +38,12 @@ SEEN = {
     "missing-toleration": [
         "gpu-node-agent Pending: 0/4 nodes are available: 2 node(s) didn't match Pod's node "
         "affinity/selector, 2 node(s) had untolerated taint(s). " + NOT_HELPFUL.format(n=4),
-        'gpu-probe tolerations [{"key": "nvidia.com/gpu", "operator": "Exists", '
+        # DefaultTolerationSeconds adds the two NoExecute tolerations, ExtendedResourceToleration
+        # the GPU's.
+        'gpu-probe tolerations [{"key": "node.kubernetes.io/not-ready", "operator": "Exists", '
+        '"effect": "NoExecute", "tolerationSeconds": 300}, {"key": '
+        '"node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", '
+        '"tolerationSeconds": 300}, {"key": "nvidia.com/gpu", "operator": "Exists", '
         '"effect": "NoSchedule"}]',
         A10G,
     ],

@@ -1,4 +1,4 @@
-"""Regenerate a custom resource's OpenAPI schema for the emulator from its CRD manifest.
+"""Regenerate a custom resource's OpenAPI schema for the rehearsal's CRD from its manifest.
 
     python tools/crd_schema.py CRD.yaml > labs/sim/data/<plural>.schema.json
 

@@ -1,4 +1,4 @@
-"""A rehearsal lab: the background `labs.sim` process (moto + the Kubernetes API emulator).
+"""A rehearsal lab: the background `labs.sim` process (moto + the Kubernetes control plane).
 
 The only module outside `labs/sim/` that knows the rehearsal exists; everything else
 talks to it through the same boto3 and kubernetes clients as to AWS.
@@ -16,7 +16,7 @@ from labs.errors import LabError
 from labs.journal import REVERTED
 from labs.settings import range_problem
 from labs.sim import pace, process
-from labs.sim.auth import CREDENTIAL_KEYS
+from labs.sim.aws.auth import CREDENTIAL_KEYS
 from labs.state import utc_now, warn
 
 if TYPE_CHECKING:

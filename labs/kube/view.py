@@ -326,20 +326,27 @@ class ClusterView:
         describe: Callable[[ClusterView], str] | None = None,
         on_wait: Callable[[float], None] | None = None,
         tick: float = 1.0,
+        steady: float = 0.0,
     ) -> T:
         """Return the first truthy `check(view)`, re-checked on every change, or raise WaitTimeout.
 
         `check` runs outside the view's lock (it may read logs over HTTP), so a slow check
         never stalls the informers; a change that lands while it runs is not missed.
         `on_wait(elapsed)` is called about every `tick` seconds while waiting (progress line).
+        `steady` seconds: the check must keep holding that long, so that a controller still
+        acting on what it saw a moment ago cannot undo it right after the wait.
         """
         start = time.monotonic()
         deadline = start + timeout
+        held_since: float | None = None
         while True:
             with self._changed:
                 seen = self._generation
             result = check(self)
-            if result:
+            now = time.monotonic()
+            if not result:
+                held_since = None
+            elif now - (held_since := held_since or now) >= steady:
                 return result
             remaining = deadline - time.monotonic()
             if remaining <= 0:

@@ -25,12 +25,12 @@ from labs.guard import check_lab_target
 from labs.interrupts import describe, shielded
 from labs.journal import INJECTED, KEPT, REVERTED
 from labs.kube import gpu
-from labs.kube.view import ClusterView
+from labs.kube.view import ClusterView, WaitTimeout
 from labs.lock import lab_lock
 from labs.run.contract import ByHand, CheckResult, Context, Finding, Needs, Scenario
 from labs.run.report import RunRecord, write_report
 from labs.run.timeline import Timeline
-from labs.run.watch import MIN_TIMEOUT, watch_checks
+from labs.run.watch import MIN_TIMEOUT, wall_seconds, watch_checks
 from labs.state import StateWriteError, utc_now
 
 if TYPE_CHECKING:
@@ -44,6 +44,8 @@ EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
 # Real-cluster seconds a reverted fault has to leave the cluster (pods terminating).
 REVERT_GONE_SECONDS = 120.0
+# Real seconds a recovered lab may take to show the baseline's state (a controller's next pass).
+SETTLE = 60.0
 
 
 class ScenarioError(LabError):
@@ -169,6 +171,24 @@ def _open_view(lab: Lab, scenario: Scenario) -> ClusterView:
 
 def _state(scenario: Scenario, ctx: Context) -> dict[str, str]:
     return dict(scenario.state(ctx)) if scenario.state else {}
+
+
+def _recovered_state(
+    scenario: Scenario, ctx: Context, baseline: dict[str, str], scale: float
+) -> dict[str, str]:
+    """The state once recovery settles: an operator writes its status a pass after the objects
+    it reads, so the comparison waits (up to SETTLE) for the baseline instead of racing it."""
+    if not baseline:
+        return _state(scenario, ctx)
+
+    def settled(_view: ClusterView) -> dict[str, str] | None:
+        state = _state(scenario, ctx)
+        return state if state == baseline else None
+
+    try:
+        return ctx.view.wait_for(settled, wall_seconds(SETTLE, scale), "recovered state")
+    except WaitTimeout:
+        return _state(scenario, ctx)
 
 
 def _new_run_dir(lab: Lab, name: str) -> Path:
@@ -464,7 +484,7 @@ def _inject_observe_revert(
     report = story.check_reporter(reverted_at)
     run.checks += watch_checks(ctx, scenario.recovery, "recovery", reverted_at, scale, report)
     _clean_up(lab, scenario, out)
-    run.states["recovered"] = _state(scenario, ctx)
+    run.states["recovered"] = _recovered_state(scenario, ctx, run.states["baseline"], scale)
     run.differences = _differences(run.states["baseline"], run.states["recovered"])
     if run.differences:
         out("recovered state differs from the baseline: " + "; ".join(run.differences))

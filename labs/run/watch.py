@@ -13,9 +13,11 @@ from collections.abc import Callable, Sequence
 from labs.kube.view import ClusterView
 from labs.run.contract import Check, CheckResult, Context
 
-# Rehearsal worlds run many times faster than a real cluster; a check never gets less
-# than this many wall-clock seconds, so a busy test machine cannot fail it.
-MIN_TIMEOUT = 10.0
+# Rehearsal worlds run many times faster than a real cluster, but their control plane keeps
+# real time (queues, back-offs, a pod's graceful deletion): a check never gets less than
+# this many wall-clock seconds, so a busy machine cannot fail it. Only a failing check
+# waits this long.
+MIN_TIMEOUT = 30.0
 # Checks are also re-evaluated this often (real-cluster seconds) when nothing changes, so a
 # "still so 30 s later" check is decided close to its moment; never more than 20 times a
 # wall-clock second, never less than once.
@@ -83,6 +85,11 @@ def watch_checks(
 
 def limit(check: Check, time_scale: float) -> float:
     """A check's time limit in wall-clock seconds on this backend."""
+    return wall_seconds(check.timeout, time_scale)
+
+
+def wall_seconds(timeout: float, time_scale: float) -> float:
+    """A real-world wait in wall-clock seconds on this backend (a rehearsal's floor included)."""
     if time_scale == 1:
-        return check.timeout
-    return max(check.timeout / time_scale, MIN_TIMEOUT)
+        return timeout
+    return max(timeout / time_scale, MIN_TIMEOUT)

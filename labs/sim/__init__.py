@@ -1,1 +1,1 @@
-"""The local rehearsal backend: moto for AWS, a Kubernetes API emulator, world controllers."""
+"""The local rehearsal backend: moto for AWS, the real Kubernetes control plane, its controllers."""

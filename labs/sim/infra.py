@@ -1,5 +1,5 @@
 """The rehearsal world's stand-in for `terraform apply`: the stack's variables, applied through
-public APIs (boto3 against moto, the kubernetes client against the emulator).
+public APIs (boto3 against moto, the kubernetes client against the API server).
 
 What each variable does here, as in the Terraform stack:
 - `enable_gpu_operator`: installs or uninstalls the gpu-operator chart the way helm would
@@ -25,8 +25,8 @@ import yaml
 
 from labs.aws import stack
 from labs.errors import InfraError
-from labs.sim.auth import CREDENTIAL_KEYS
-from labs.sim.aws_seed import (
+from labs.sim.aws.auth import CREDENTIAL_KEYS
+from labs.sim.aws.seed import (
     AUX_VPC_ALLOW_RULE,
     AZ_SUFFIXES,
     GPU_INSTANCE_TYPE,
@@ -42,8 +42,8 @@ from labs.sim.aws_seed import (
     rule_ids,
 )
 from labs.sim.controllers.gpu_operator import DEFAULT_TOLERATIONS, daemonset_manifest
-from labs.sim.controllers.workloads import STARTUP_ANNOTATION
-from labs.sim.kubeconfig import kubeconfig_document
+from labs.sim.controllers.placement import STARTUP_ANNOTATION
+from labs.sim.controlplane.kubeconfig import kubeconfig_document
 from labs.sim.timings import REAL_WORLD_SECONDS
 
 VALUES_FILE = stack.STACK_DIR / "gpu_operator_values.yaml"
@@ -368,6 +368,8 @@ class SimInfra:
             container="worker",
         )
         nfd["metadata"]["labels"] |= labels
+        account = {"metadata": {"name": OPERATOR, "labels": labels}}
+        core.create_namespaced_service_account(namespace, account)  # type: ignore[arg-type]
         apps.create_namespaced_daemon_set(namespace, nfd)  # type: ignore[arg-type]
         deployment = _operator_deployment(version, labels)
         apps.create_namespaced_deployment(namespace, deployment)  # type: ignore[arg-type]
@@ -389,6 +391,7 @@ class SimInfra:
 
         namespace, _ = release
         apps = client.AppsV1Api(self._api())
+        core = client.CoreV1Api(self._api())
         custom = client.CustomObjectsApi(self._api())
         for delete in (
             lambda: custom.delete_cluster_custom_object(
@@ -396,6 +399,7 @@ class SimInfra:
             ),
             lambda: apps.delete_namespaced_deployment(OPERATOR, namespace),
             lambda: apps.delete_namespaced_daemon_set(NFD_WORKER, namespace),
+            lambda: core.delete_namespaced_service_account(OPERATOR, namespace),
         ):
             try:
                 delete()

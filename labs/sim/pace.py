@@ -1,35 +1,33 @@
 """The world's pace: how much faster than a real cluster it runs, read and changed while it runs.
 
 A program watching (scenario.run, demo, lab.up) wants the world fast; a person practising
-with kubectl wants real-cluster time. The world serves its pace beside the Kubernetes API,
-at `/sim/pace` on the emulator's address (`GET` -> `{"speed": S, "now": <world time>}`,
-`PUT {"speed": S}`); the world's clock runs at the pace in force, so it is read here too;
-it is no Kubernetes resource, so discovery never lists it, but
-`kubectl get --raw /sim/pace` reads it.
+with kubectl wants real-cluster time. The world serves its pace beside its AWS
+endpoint, at `/sim/pace` (`GET` -> `{"speed": S, "now": <world time>}`, `PUT {"speed": S}`,
+with the world's token as a bearer token); the world's clock runs at the pace in force, so
+it is read here too.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import ssl
 import urllib.request
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
 from labs.settings import range_problem
-from labs.sim.store import BadRequest, MethodNotAllowed
+from labs.sim.controlplane.resources import BadRequest, MethodNotAllowed
 from labs.sim.timings import Timings, WorldClock
 
-PACE_PATH = "sim/pace"
+PACE_PATH = "/sim/pace"
 TIMEOUT_SECONDS = 5.0
 
 Control = Callable[[str, Any], dict]
 
 
 def control(timings: Timings, clock: WorldClock, on_change: Callable[[], None]) -> Control:
-    """The emulator's handler for PACE_PATH, acting on the world's shared timings and clock;
+    """The world's handler for PACE_PATH, acting on the world's shared timings and clock;
     `on_change` runs after a new pace is in force."""
 
     def handle(method: str, body: Any) -> dict:
@@ -45,22 +43,21 @@ def control(timings: Timings, clock: WorldClock, on_change: Callable[[], None]) 
             clock.set_speed(speed)
             on_change()
         elif method != "GET":
-            raise MethodNotAllowed(f"{method} is not allowed on /{PACE_PATH}: use GET or PUT")
+            raise MethodNotAllowed(f"{method} is not allowed on {PACE_PATH}: use GET or PUT")
         return {"speed": timings.speed, "now": clock.now().isoformat()}
 
     return handle
 
 
 def _call(world: Mapping[str, Any], method: str, body: dict | None = None) -> dict[str, Any]:
-    """One request to the world's pace, over its TLS with its token (`world`: its endpoints)."""
+    """One request to the world's pace, with its token (`world`: its endpoints)."""
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(
-        f"{world['kube_url']}/{PACE_PATH}", data=data, method=method,
+        f"{world['aws_endpoint_url']}{PACE_PATH}", data=data, method=method,
         headers={"Content-Type": "application/json",
                  "Authorization": f"Bearer {world['kube_token']}"},
     )  # fmt: skip
-    tls = ssl.create_default_context(cadata=world["kube_ca"])
-    with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS, context=tls) as response:
+    with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:
         document: dict[str, Any] = json.load(response)
         return document
 

@@ -1,63 +1,76 @@
-"""One rehearsal world in this process: moto, the Kubernetes API emulator and the controllers.
+"""One rehearsal world in this process: moto, the real Kubernetes control plane, and the world's
+controllers as its clients.
 
-`start_world` brings everything up on free loopback ports, seeded like a fresh
-`terraform apply` of the stack with defaults (GPU node group at 0, operator not
-installed), then writes `endpoints.json` and `kubeconfig` into the state directory so
-other processes (invoke tasks, kubectl, the aws CLI) can reach it. moto keeps its state
-in module globals, so a process holds at most one world at a time.
+`start_world` starts etcd, kube-apiserver, kube-controller-manager and kube-scheduler on
+loopback (`labs.sim.controlplane`), moto beside them, seeded like a fresh `terraform apply`
+of the stack with defaults (GPU node group at 0, operator not installed), and the world's
+controllers: what a cluster has but cannot run here (nodes and their kubelets, device
+plugins, the network, the operator model), reading and writing through the API server.
+It writes `endpoints.json` and `kubeconfig` into the state directory so other processes
+(invoke tasks, kubectl, the aws CLI) can reach it. moto keeps its state in module globals,
+so a process holds at most one world at a time.
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import hmac
 import logging
 import os
+import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from labs.sim import aws_answers, eks_updates, pace
-from labs.sim.apiserver import ApiServer
-from labs.sim.auth import Keys, eks_token_ok, new_token
-from labs.sim.aws_seed import ACCOUNT_ID, moto_clients, seed_stack
-from labs.sim.aws_server import AwsServer, reset_moto
-from labs.sim.container_runtime import ContainerRuntime
+from labs.sim import pace
+from labs.sim.aws import answers, eks_updates
+from labs.sim.aws.auth import Keys, eks_token_ok, new_token
+from labs.sim.aws.seed import ACCOUNT_ID, moto_clients, seed_stack
+from labs.sim.aws.server import AwsServer, reset_moto
 from labs.sim.controllers.base import Controller
+from labs.sim.controllers.dcgm_exporter import DcgmExporter
 from labs.sim.controllers.device_plugin import DevicePlugin
 from labs.sim.controllers.gpu_operator import GpuOperator
+from labs.sim.controllers.heartbeats import NodeLeases
 from labs.sim.controllers.kubelet import Kubelet
 from labs.sim.controllers.network import AllReduce, Network, SecurityGroups, TcpCheck
 from labs.sim.controllers.node_lifecycle import NodeLifecycle
-from labs.sim.controllers.scheduler import Scheduler
+from labs.sim.controllers.resource_metrics import ResourceMetrics
 from labs.sim.controllers.schedules import EventBridgeScheduler
-from labs.sim.controllers.taint_eviction import TaintEviction
-from labs.sim.controllers.workloads import Workloads
-from labs.sim.kube_seed import seed_cluster
+from labs.sim.controlplane.kube_api import KubeApi
+from labs.sim.controlplane.kube_seed import seed_cluster, seed_metrics_server
+from labs.sim.controlplane.kubeconfig import kubeconfig_document, write_kubeconfig
+from labs.sim.controlplane.metrics_server import MetricsServer
+from labs.sim.controlplane.node_endpoint import NodeEndpoint
+from labs.sim.controlplane.run import ControlPlane
+from labs.sim.node.container_logs import ContainerLogs
 from labs.sim.process import ENDPOINTS
-from labs.sim.store import ObjectStore
 from labs.sim.timings import DEFAULT_SPEED, WorldClock, scaled
-from labs.state import atomic_write_json
+from labs.state import atomic_write_json, atomic_write_text
 
 KUBECONFIG_FILE = "kubeconfig"
+# What the node endpoint serves beside the files of `labs.sim.node.container_logs`: each node's
+# resource metrics (`<node IP>.prom`) and each Service's route (`<cluster IP>_<port>`).
+METRICS_DIR = "resource-metrics"
+ROUTES_DIR = "routes"
 _one_world = threading.Lock()
 
 
 @dataclass
 class World:
-    """A running world; `stop()` ends the controllers and both servers."""
+    """A running world; `stop()` ends the controllers, the control plane and moto."""
 
     endpoints: dict[str, Any]
     kubeconfig_path: Path
-    store: ObjectStore
+    control_plane: ControlPlane
     _aws: AwsServer
-    _api: ApiServer
+    store: KubeApi | None = None
+    _node_endpoint: NodeEndpoint | None = None
+    _metrics_server: MetricsServer | None = None
     _controllers: list[Controller] = field(default_factory=list)
     _stopped: bool = False
-
-    @property
-    def api(self) -> ApiServer:
-        """The world's Kubernetes API emulator (its request log, for instance)."""
-        return self._api
 
     def wake(self) -> None:
         """Every controller looks again now (the pace changed: their waits were timed for the
@@ -66,17 +79,21 @@ class World:
             controller.wake()
 
     def stop(self) -> None:
-        """Join every controller thread and stop both servers; safe to call twice."""
+        """Join every controller thread, then stop the programs and moto; safe to call twice.
+        Each step runs even when one before it failed: no process outlives a failed stop."""
         if self._stopped:
             return
         self._stopped = True
-        try:
-            for controller in self._controllers:
-                controller.stop()
-            self._api.stop()
-            self._aws.stop()
-        finally:
-            _one_world.release()
+        with contextlib.ExitStack() as steps:  # run last-pushed first
+            steps.callback(_one_world.release)
+            steps.callback(self._aws.stop)
+            steps.callback(self.control_plane.stop)
+            if self._node_endpoint is not None:
+                steps.callback(self._node_endpoint.stop)
+            if self._metrics_server is not None:
+                steps.callback(self._metrics_server.stop)
+            for controller in reversed(self._controllers):
+                steps.callback(controller.stop)
 
     def __enter__(self) -> World:
         return self
@@ -92,31 +109,40 @@ def start_world(
     region: str = "ap-northeast-2",
 ) -> World:
     """Start and seed a world; its files go to `state_dir` (created if missing)."""
-    timings = scaled(speed)
     if not _one_world.acquire(blocking=False):
         raise RuntimeError(
             "a rehearsal world is already running in this process (moto state is global): "
             "stop it before starting another"
         )
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    state_dir = Path(state_dir)
     updates = eks_updates.install()  # before the AWS server first serves EKS (its routes)
-    aws_answers.install()
+    answers.install()
     updates.clear()
-    clock = WorldClock(speed)
+    timings, clock = scaled(speed), WorldClock(speed)
     keys, token = Keys.generate(), new_token()
+
+    def lab_token(given: str) -> bool:
+        return hmac.compare_digest(given, token) or eks_token_ok(keys, cluster_name, given)
+
     aws = AwsServer(keys)
-    api = ApiServer(token=token, also_accept=lambda given: eks_token_ok(keys, cluster_name, given))
-    world = World({}, Path(state_dir) / KUBECONFIG_FILE, api.store, aws, api)
+    home = state_dir / "controlplane"
+    plane = ControlPlane(home, accepts=lab_token, egress_socket=node_network())
+    world = World({}, state_dir / KUBECONFIG_FILE, plane, aws)
     try:
         reset_moto()  # moto keeps state per process, across servers: start from an empty account
-        api.runtime = ContainerRuntime(api.store)
-        api.controls[pace.PACE_PATH] = pace.control(timings, clock, on_change=world.wake)
-        kube_url = api.start()
+        aws.controls[pace.PACE_PATH] = pace.control(timings, clock, on_change=world.wake)
+        aws.control_token = token
+        plane.start()
+        store = world.store = KubeApi(plane.credentials("admin"))
+        logs, ports = ContainerLogs(state_dir / "pods"), state_dir / "ports"
+        world._node_endpoint = node_endpoint(plane, state_dir, logs, ports)
+        world._node_endpoint.start()
         endpoints: dict[str, Any] = {
             "aws_endpoint_url": aws.start(),
-            "kube_url": kube_url,
+            "kube_url": plane.api_url,
             "kube_token": token,
-            "kube_ca": api.tls.ca_pem,
+            "kube_ca": plane.ca_pem,
             **keys.as_endpoints(),
             "region": region,
             "cluster_name": cluster_name,
@@ -125,20 +151,22 @@ def start_world(
             "pid": os.getpid(),
         }
         clients = moto_clients(endpoints)
-        seed_stack(clients, cluster_name, region, kube_url, api.tls.ca_data)
-        seed_cluster(api.store)
-        nodes = NodeLifecycle(api.store, timings, clients, cluster_name, region, updates)
+        ca_data = base64.b64encode(plane.ca_pem.encode()).decode()
+        seed_stack(clients, cluster_name, region, plane.api_url, ca_data)
+        seed_cluster(store)
+        world._metrics_server = _metrics_server(plane, world._node_endpoint, store, state_dir)
+        nodes = NodeLifecycle(store, timings, clients, cluster_name, region, updates)
         nodes.converge_instantly()
-        network = Network(api.store, SecurityGroups(clients, cluster_name))
-        schedules = EventBridgeScheduler(api.store, timings, clients, clock)
+        network = Network(store, SecurityGroups(clients, cluster_name))
+        schedules = EventBridgeScheduler(store, timings, clients, clock)
         world._controllers = [
             nodes,
-            Workloads(api.store, timings),
-            Scheduler(api.store, timings),
-            TaintEviction(api.store, timings),
-            Kubelet(api.store, timings, programs=[TcpCheck(network), AllReduce(network)]),
-            DevicePlugin(api.store, timings),
-            GpuOperator(api.store, timings),
+            NodeLeases(store, timings),
+            Kubelet(store, timings, logs, programs=[TcpCheck(network), AllReduce(network)]),
+            DevicePlugin(store, timings),
+            GpuOperator(store, timings, logs),
+            DcgmExporter(store, timings, ports),
+            ResourceMetrics(store, timings, state_dir / METRICS_DIR),
             schedules,
         ]
         aws.on_write("/clusters", nodes.wake)
@@ -146,9 +174,64 @@ def start_world(
         for controller in world._controllers:
             controller.start()
         world.endpoints = endpoints
-        api.write_kubeconfig(world.kubeconfig_path, cluster_name)
-        atomic_write_json(Path(state_dir) / ENDPOINTS, world.endpoints)
+        document = kubeconfig_document(plane.api_url, cluster_name, token, ca_data)
+        write_kubeconfig(world.kubeconfig_path, document)
+        atomic_write_json(state_dir / ENDPOINTS, world.endpoints)
     except BaseException:
         world.stop()
         raise
     return world
+
+
+def node_network() -> Path:
+    """Where the API server's egress to the nodes goes (`ControlPlane.egress_socket`, served by
+    the node endpoint): an abstract unix socket, no file to leave behind and no path-length
+    limit to hit."""
+    return Path(f"@eks-gpu-lab-{new_token()[:16]}")
+
+
+def node_endpoint(
+    plane: ControlPlane, state_dir: Path, logs: ContainerLogs, ports: Path
+) -> NodeEndpoint:
+    """The nodes' kubelet API: logs from the containers' files, exec and attach played by
+    `labs.sim.node.exec_streams` with the world's credentials, port-forward to the addresses written
+    under `ports` (the dcgm-exporter's). A node reaches it with any address and the kubelet
+    port (`status.daemonEndpoints`), through the plane's `node_network()`."""
+    assert plane.ca is not None, "the control plane starts first"
+    exec_command = [
+        sys.executable, "-m", "labs.sim.node.exec_streams",
+        "--api-url", plane.api_url,
+        "--pki", str(plane.home / "pki"),
+        "--logs", str(logs.root),
+    ]  # fmt: skip
+    routes = state_dir / ROUTES_DIR
+    for directory in (ports, routes):
+        directory.mkdir(parents=True, exist_ok=True)
+    return NodeEndpoint(
+        state_dir / "node-endpoint",
+        plane.ca,
+        exec_command,
+        logs.root,
+        ports,
+        plane.egress_socket,
+        metrics_dir=state_dir / METRICS_DIR,
+        routes_dir=routes,
+        connect_tcp=True,
+    )
+
+
+def _metrics_server(
+    plane: ControlPlane, endpoint: NodeEndpoint, store: KubeApi, state_dir: Path
+) -> MetricsServer:
+    """The metrics-server addon: its objects, the route from its Service's cluster IP to the
+    real program (what the aggregator's tunnel to the Service reaches), then the program."""
+    addon = MetricsServer(state_dir / "metrics-server", plane, endpoint.proxy_url)
+
+    def route(service: dict) -> None:
+        for port in service["spec"]["ports"]:
+            path = state_dir / ROUTES_DIR / f"{service['spec']['clusterIP']}_{port['port']}"
+            atomic_write_text(path, addon.address)
+
+    seed_metrics_server(store, route)
+    addon.start()
+    return addon

@@ -1,2 +1,3 @@
-"""The rehearsal world's controllers: the parts of EKS, kubelet, the scheduler and the GPU
-Operator that no API server plays, each a small level-triggered loop (see `base`)."""
+"""The rehearsal world's controllers: the parts of EKS, the kubelet, the device plugin and the
+GPU Operator that no real component plays here, each a small level-triggered API client
+(see `base`)."""

@@ -1,8 +1,8 @@
-"""The loop every world controller shares: reconcile on store changes and on its own timer.
+"""The loop every world controller shares: reconcile on API changes and on its own timer.
 
 Controllers are level-triggered: `reconcile()` looks at the whole world and moves it one
 step towards what it should be, then says when it next wants to run (a pending delay
-expiring). Store watches (or `wake()`) wake it early; `stop()` wakes it for good and joins
+expiring). API watches (or `wake()`) wake it early; `stop()` wakes it for good and joins
 its threads. With nothing pending it sleeps until woken, so an idle world uses no CPU.
 """
 
@@ -12,7 +12,8 @@ import logging
 import threading
 from collections.abc import Callable
 
-from labs.sim.store import ObjectStore, ResourceType, StoreError, Watch
+from labs.sim.controlplane.kube_api import KubeApi, KubeWatch
+from labs.sim.controlplane.resources import ResourceType, StoreError
 from labs.sim.timings import Timings
 
 log = logging.getLogger(__name__)
@@ -28,13 +29,13 @@ class Controller:
 
     watched: tuple[ResourceType, ...] = ()
 
-    def __init__(self, store: ObjectStore, timings: Timings) -> None:
+    def __init__(self, store: KubeApi, timings: Timings) -> None:
         self.store = store
         self.timings = timings
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._watches: list[Watch] = []
+        self._watches: list[KubeWatch] = []
 
     @property
     def name(self) -> str:
@@ -71,7 +72,7 @@ class Controller:
         self._threads.append(thread)
         thread.start()
 
-    def _forward(self, stream: Watch) -> None:
+    def _forward(self, stream: KubeWatch) -> None:
         while stream.next() is not None:
             self._wake.set()
 

@@ -1,4 +1,4 @@
-"""Kubernetes Events recorded the way kubelet and the scheduler record them.
+"""Kubernetes Events recorded the way the kubelet records them.
 
 The same (object, reason, message) seen again bumps `count` and `lastTimestamp` on the
 existing Event instead of adding one, which is what `kubectl describe` turns into
@@ -14,7 +14,8 @@ from __future__ import annotations
 import threading
 import time
 
-from labs.sim.store import EVENTS, NotFound, ObjectStore, now_rfc3339
+from labs.sim.controlplane.kube_api import KubeApi
+from labs.sim.controlplane.resources import EVENTS, NotFound, now_rfc3339
 
 _name_lock = threading.Lock()
 _last_stamp = 0
@@ -29,9 +30,9 @@ def event_name(involved_name: str) -> str:
 
 
 class EventRecorder:
-    """Records Events for one component (`default-scheduler`, `kubelet`, ...)."""
+    """Records Events for one component (`kubelet`, the device plugin, ...)."""
 
-    def __init__(self, store: ObjectStore, component: str) -> None:
+    def __init__(self, store: KubeApi, component: str) -> None:
         self._store = store
         self._component = component
         self._known: dict[tuple[str, str, str], tuple[str, str]] = {}
@@ -55,36 +56,38 @@ class EventRecorder:
         key = (meta.get("uid", ""), reason, message)
         with self._lock:
             known = self._known.get(key)
-            if known is not None:
-                try:
-                    return self._store.update(EVENTS, known[1], _bump, namespace=known[0])
-                except NotFound:
-                    del self._known[key]
-            stamp = now_rfc3339()
-            source = {"component": self._component} | ({"host": host} if host else {})
-            event = {
-                "metadata": {"name": event_name(meta["name"])},
-                "involvedObject": {
-                    "kind": involved.get("kind", ""),
-                    "apiVersion": involved.get("apiVersion", ""),
-                    "namespace": meta.get("namespace", ""),
-                    "name": meta["name"],
-                    **({"uid": meta["uid"]} if meta.get("uid") else {}),
-                    "resourceVersion": meta.get("resourceVersion", ""),
-                },
-                "reason": reason,
-                "message": message,
-                "type": event_type,
-                "source": source,
-                "count": 1,
-                "firstTimestamp": stamp,
-                "lastTimestamp": stamp,
-                "reportingComponent": self._component,
-                "reportingInstance": host or "",
-            }
-            created = self._store.create(EVENTS, event, namespace=namespace)
+        if known is not None:
+            try:
+                return self._store.update(EVENTS, known[1], _bump, namespace=known[0])
+            except NotFound:
+                with self._lock:
+                    self._known.pop(key, None)
+        stamp = now_rfc3339()
+        source = {"component": self._component} | ({"host": host} if host else {})
+        event = {
+            "metadata": {"name": event_name(meta["name"])},
+            "involvedObject": {
+                "kind": involved.get("kind", ""),
+                "apiVersion": involved.get("apiVersion", ""),
+                "namespace": meta.get("namespace", ""),
+                "name": meta["name"],
+                **({"uid": meta["uid"]} if meta.get("uid") else {}),
+                "resourceVersion": meta.get("resourceVersion", ""),
+            },
+            "reason": reason,
+            "message": message,
+            "type": event_type,
+            "source": source,
+            "count": 1,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "reportingComponent": self._component,
+            "reportingInstance": host or "",
+        }
+        created = self._store.create(EVENTS, event, namespace=namespace)
+        with self._lock:
             self._known[key] = (namespace, created["metadata"]["name"])
-            return created
+        return created
 
 
 def _bump(event: dict) -> None:

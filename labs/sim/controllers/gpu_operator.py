@@ -31,10 +31,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from labs.sim.controllers.base import Controller
-from labs.sim.controllers.placement import pod_ready
-from labs.sim.controllers.workloads import STARTUP_FROM_ANNOTATION, owner_reference
-from labs.sim.hardware import GPU_MEMORY_MIB, GPU_PRODUCT_LABEL, NVIDIA_PCI_LABEL
-from labs.sim.store import (
+from labs.sim.controllers.placement import STARTUP_FROM_ANNOTATION, owner_reference, pod_ready
+from labs.sim.controlplane.kube_api import KubeApi
+from labs.sim.controlplane.resources import (
     CLUSTER_POLICY,
     DAEMONSETS,
     DEPLOYMENTS,
@@ -43,9 +42,10 @@ from labs.sim.store import (
     RUNTIMECLASSES,
     SERVICES,
     NotFound,
-    ObjectStore,
     now_rfc3339,
 )
+from labs.sim.node.container_logs import ContainerLogs
+from labs.sim.node.hardware import GPU_MEMORY_MIB, GPU_PRODUCT_LABEL, NVIDIA_PCI_LABEL
 from labs.sim.timings import Timings
 
 OPERATOR_DEPLOYMENT = "gpu-operator"
@@ -63,6 +63,7 @@ class MetricsPort:
 
 
 OPERATOR_METRICS = MetricsPort("gpu-operator-metrics", 8080)
+DCGM_EXPORTER_METRICS = MetricsPort("gpu-metrics", 9400)  # the port its pods serve on
 
 
 @dataclass(frozen=True)
@@ -135,7 +136,7 @@ OPERANDS = (
         "dcgm-exporter",
         True,
         "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.1-4.8.0-distroless",
-        metrics=MetricsPort("gpu-metrics", 9400),
+        metrics=DCGM_EXPORTER_METRICS,
     ),
     Operand(
         "gpu-feature-discovery",
@@ -217,8 +218,9 @@ def is_enabled(policy: dict, item: Operand) -> bool:
 class GpuOperator(Controller):
     watched = (DEPLOYMENTS, DAEMONSETS, NODES, CLUSTER_POLICY)
 
-    def __init__(self, store: ObjectStore, timings: Timings) -> None:
+    def __init__(self, store: KubeApi, timings: Timings, logs: ContainerLogs) -> None:
         super().__init__(store, timings)
+        self._logs = logs
         self._seen: object = None
         self._act_at = 0.0
         self._changed_at = 0.0  # wall-clock time the current inputs were first seen
@@ -254,13 +256,28 @@ class GpuOperator(Controller):
             self._changed_at = time.time()
         if now < self._act_at:
             return self._act_at - now
-        for node in gpu_nodes:
-            self._label(node)
-        self._runtime_classes(policy)
-        statuses = self._operands(policy, namespace)
-        self._write_status(policy, statuses, bool(gpu_nodes), namespace)
+        try:
+            for node in gpu_nodes:
+                self._label(node)
+            self._runtime_classes(policy)
+            statuses = self._operands(policy, namespace, operator_pod)
+            self._still_running(operator_pod)
+            self._write_status(policy, statuses, bool(gpu_nodes), namespace)
+        except _OperatorStopped:
+            return None
         self._log(operator_pod, statuses, len(gpu_nodes))
         return None
+
+    def _still_running(self, operator_pod: dict) -> None:
+        """A pass is the operator process's work: once its pod is deleted mid-pass (scaled
+        down), the rest of the pass never happens, as when the real process is killed."""
+        meta = operator_pod["metadata"]
+        try:
+            pod = self.store.get(PODS, meta["name"], meta["namespace"])
+        except NotFound:
+            raise _OperatorStopped from None
+        if pod["metadata"]["uid"] != meta["uid"] or pod["metadata"].get("deletionTimestamp"):
+            raise _OperatorStopped
 
     def _label(self, node: dict) -> None:
         wanted = dict(GFD_LABELS)
@@ -289,12 +306,13 @@ class GpuOperator(Controller):
         for name in sorted(present & ({DEFAULT_RUNTIME_CLASS, *CDI_RUNTIME_CLASSES} - set(wanted))):
             self.store.delete(RUNTIMECLASSES, name)
 
-    def _operands(self, policy: dict, namespace: str) -> dict[str, str]:
+    def _operands(self, policy: dict, namespace: str, operator_pod: dict) -> dict[str, str]:
         statuses = {step: "ready" for step in STEP_ORDER}
         spec = policy.get("spec") or {}
         tolerations = (spec.get("daemonsets") or {}).get("tolerations") or DEFAULT_TOLERATIONS
         self._keep_service(OPERATOR_DEPLOYMENT, OPERATOR_METRICS, policy, namespace)
         for item in OPERANDS:
+            self._still_running(operator_pod)
             if item.metrics is not None:
                 wanted = is_enabled(policy, item)
                 self._keep_service(item.daemonset, item.metrics if wanted else None, policy,
@@ -372,11 +390,11 @@ class GpuOperator(Controller):
             deploy["metadata"]["namespace"],
             label_selector=",".join(f"{k}={v}" for k, v in selector.items()),
         )[0]
-        return next((p for p in pods if pod_ready(p)), None)
+        running = (p for p in pods if pod_ready(p) and not p["metadata"].get("deletionTimestamp"))
+        return next(running, None)
 
     def _log(self, operator_pod: dict, statuses: dict[str, str], gpu_node_count: int) -> None:
         pod = operator_pod["metadata"]
-        namespace = pod["namespace"]
         story = (pod["uid"], gpu_node_count, tuple(statuses[s] for s in STEP_ORDER))
         if story == self._logged:
             return
@@ -385,8 +403,12 @@ class GpuOperator(Controller):
             _log_line("ClusterPolicy step completed", **{"state:": step, "status": statuses[step]})
             for step in STEP_ORDER
         ]
-        self.store.append_pod_log(namespace, pod["name"], "".join(lines))
+        self._logs.append(operator_pod, "".join(lines))
         self._logged = story
+
+
+class _OperatorStopped(Exception):
+    """The operator's pod went away in the middle of a pass."""
 
 
 def _log_line(message: str, **fields: object) -> str:
@@ -484,7 +506,7 @@ def daemonset_manifest(
         "metadata": {"name": name, "labels": dict(labels)},
         "spec": {
             "selector": {"matchLabels": dict(labels)},
-            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "1"}},
+            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
             "template": {
                 "metadata": {"labels": dict(labels)},
                 "spec": {

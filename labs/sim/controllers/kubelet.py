@@ -14,12 +14,12 @@ What a container does is decided by the first matching program:
 - the network's programs (`labs.sim.controllers.network`): the TCP check and the all-reduce.
 - `CudaCheck`: the PyTorch one-liner that asks `torch.cuda.is_available()`.
 - `Commands`: any other container's command, run by the world's programs
-  (`labs.sim.programs`: `nvidia-smi` sees what the NVIDIA runtime injected,
-  `labs.sim.nvidia_runtime`; a container without a command prints nothing).
+  (`labs.sim.node.programs`: `nvidia-smi` sees what the NVIDIA runtime injected,
+  `labs.sim.node.nvidia_runtime`; a container without a command prints nothing).
 Only run-to-completion pods (restartPolicy Never or OnFailure) finish (Succeeded, or
 Failed when the program exits non-zero); restartPolicy Always pods keep running, and so
 does a container started with `stdin` (`kubectl debug -i`): its process waits for its
-terminal and runs when `kubectl attach` comes (`labs.sim.container_runtime`).
+terminal and runs when `kubectl attach` comes (`labs.sim.node.container_runtime`).
 """
 
 from __future__ import annotations
@@ -32,16 +32,24 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Protocol
 
-from labs.sim.api_defaults import quantity
+from kubernetes.utils import parse_quantity as quantity
+
 from labs.sim.controllers.base import Controller
 from labs.sim.controllers.events import EventRecorder
-from labs.sim.controllers.placement import pod_is_terminal, pod_requests, set_pod_condition
-from labs.sim.controllers.workloads import STARTUP_ANNOTATION, STARTUP_FROM_ANNOTATION
-from labs.sim.hardware import GPU_NAME
-from labs.sim.nvidia_runtime import injected_gpus
-from labs.sim.programs import run_container
-from labs.sim.store import NODES, PODS, NotFound, ObjectStore, now_rfc3339
-from labs.sim.timings import Timings
+from labs.sim.controllers.placement import (
+    STARTUP_ANNOTATION,
+    STARTUP_FROM_ANNOTATION,
+    pod_is_terminal,
+    pod_requests,
+    set_pod_condition,
+)
+from labs.sim.controlplane.kube_api import KubeApi
+from labs.sim.controlplane.resources import DAEMONSETS, NODES, PODS, NotFound, now_rfc3339
+from labs.sim.node.container_logs import ContainerLogs
+from labs.sim.node.hardware import GPU_NAME
+from labs.sim.node.nvidia_runtime import injected_gpus
+from labs.sim.node.programs import run_container
+from labs.sim.timings import REAL_WORLD_SECONDS, Timings
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +92,7 @@ class CudaCheck:
 class Commands:
     """Any container: its command run by the world's programs."""
 
-    def __init__(self, store: ObjectStore) -> None:
+    def __init__(self, store: KubeApi) -> None:
         self._store = store
 
     def matches(self, pod: dict) -> bool:
@@ -102,9 +110,14 @@ class Kubelet(Controller):
     watched = (PODS, NODES)
 
     def __init__(
-        self, store: ObjectStore, timings: Timings, programs: Sequence[Program] = ()
+        self,
+        store: KubeApi,
+        timings: Timings,
+        logs: ContainerLogs,
+        programs: Sequence[Program] = (),
     ) -> None:
         super().__init__(store, timings)
+        self._logs = logs
         self._programs = [*programs, CudaCheck(), Commands(store)]
         self._events = EventRecorder(store, "kubelet")
         # pod uid -> (wall time of the next step, step name)
@@ -119,6 +132,9 @@ class Kubelet(Controller):
         bound = self.store.list(PODS)[0]
         nodes = {n["metadata"]["name"]: n for n in self.store.list(NODES)[0]}
         pods = [p for p in bound if p["spec"].get("nodeName") in nodes]
+        for pod in [p for p in pods if p["metadata"].get("deletionTimestamp")]:
+            self._terminate(pod)
+            pods.remove(pod)
         live = {p["metadata"]["uid"] for p in pods}
         self._plans = {uid: plan for uid, plan in self._plans.items() if uid in live}
         self._outcomes = {uid: o for uid, o in self._outcomes.items() if uid in live}
@@ -157,6 +173,8 @@ class Kubelet(Controller):
         if rejection is not None:
             self._reject(pod, node, *rejection)
             return None
+        self._logs.start(pod)  # its containers are being created: their logs exist, empty
+        self._update(pod, _creating)
         return time.monotonic() + self.timings.container_start, "start"
 
     def _holds_resources(self, pod: dict) -> bool:
@@ -192,13 +210,13 @@ class Kubelet(Controller):
                 pod, node, self.timings
             )
             return now + outcome.duration, "finish"
-        self.store.set_pod_log(pod["metadata"]["namespace"], pod["metadata"]["name"], outcome.log)
+        self._logs.append(pod, outcome.log)
         self._update(pod, finish_container(None, outcome.exit_code))
         return None
 
     def _startup_seconds(self, pod: dict) -> float:
         """Wall seconds from now until the started pod is Ready."""
-        annotations = pod["metadata"].get("annotations") or {}
+        annotations = {**self._rollout(pod), **(pod["metadata"].get("annotations") or {})}
         startup = annotations.get(STARTUP_ANNOTATION)
         if not startup:
             return self.timings.container_ready
@@ -207,6 +225,44 @@ class Kubelet(Controller):
         if counted_from:
             seconds = float(counted_from) + seconds - time.time()
         return max(seconds, 0.0)
+
+    def _rollout(self, pod: dict) -> dict[str, str]:
+        """A DaemonSet's pod starts like an operand: the first on any node takes longer than
+        the rest, and a rollout's pods count from when the operator began it."""
+        owner = next(
+            (o for o in pod["metadata"].get("ownerReferences") or [] if o["kind"] == "DaemonSet"),
+            None,
+        )
+        if owner is None:
+            return {}
+        try:
+            ds = self.store.get(DAEMONSETS, owner["name"], pod["metadata"]["namespace"])
+        except NotFound:
+            return {}
+        siblings = [
+            p
+            for p in self.store.list(PODS, pod["metadata"]["namespace"])[0]
+            if any(o.get("uid") == owner["uid"] for o in p["metadata"].get("ownerReferences") or [])
+        ]
+        first = (
+            min(siblings, key=_arrival, default=pod)["metadata"]["uid"] == pod["metadata"]["uid"]
+        )
+        startup = "operand_first_ready" if first else "operand_all_ready"
+        found = {STARTUP_ANNOTATION: str(REAL_WORLD_SECONDS[startup])}
+        rollout_from = (ds["metadata"].get("annotations") or {}).get(STARTUP_FROM_ANNOTATION)
+        return found | ({STARTUP_FROM_ANNOTATION: rollout_from} if rollout_from else {})
+
+    def _terminate(self, pod: dict) -> None:
+        """A pod being deleted: its containers stop at once (the world's programs exit on
+        SIGTERM), and the kubelet lets the API server remove it."""
+        meta = pod["metadata"]
+        self._plans.pop(meta["uid"], None)
+        try:
+            self.store.delete(
+                PODS, meta["name"], meta["namespace"], {"uid": meta["uid"]}, grace_seconds=0
+            )
+        except NotFound:
+            pass
 
     def _program(self, pod: dict) -> Program:
         return next(p for p in self._programs if p.matches(pod))
@@ -220,7 +276,7 @@ class Kubelet(Controller):
             )
             self._events.record(pod, "Created", "Container created", host=host)
             self._events.record(pod, "Started", "Container started", host=host)
-        host_ip = _internal_ip(node)
+        host_ip = internal_ip(node)
         self._update(pod, lambda p: _run(p, host_ip, pod_ip_on(node, p)))
 
     def _update(self, pod: dict, mutate: Callable[[dict], None]) -> None:
@@ -280,7 +336,7 @@ def _arrival(pod: dict) -> tuple[str, str]:
     return pod["metadata"].get("creationTimestamp", ""), pod["metadata"]["name"]
 
 
-def _internal_ip(node: dict) -> str:
+def internal_ip(node: dict) -> str:
     for address in (node.get("status") or {}).get("addresses") or []:
         if address["type"] == "InternalIP":
             return address["address"]
@@ -290,7 +346,7 @@ def _internal_ip(node: dict) -> str:
 def pod_ip_on(node: dict, pod: dict) -> str:
     """A secondary IP in the node's /22 (the VPC CNI gives pods VPC addresses); the same
     for the same pod and node, so a peer can know it before the pod runs."""
-    network = ipaddress.ip_network(f"{_internal_ip(node)}/22", strict=False)
+    network = ipaddress.ip_network(f"{internal_ip(node)}/22", strict=False)
     uid = pod["metadata"]["uid"]
     offset = 16 + int(uid.replace("-", "")[:8], 16) % (network.num_addresses - 32)
     return str(network.network_address + offset)
@@ -321,6 +377,23 @@ def _run(pod: dict, host_ip: str, pod_ip: str) -> None:
     ]
     _set_conditions(pod, {"PodReadyToStartContainers": "True", "Initialized": "True"})
     _set_ready(pod, False)
+
+
+def _creating(pod: dict) -> None:
+    """Admitted: its containers wait in ContainerCreating (what `kubectl get pods` shows, and
+    why `kubectl logs` answers "waiting to start") until they start."""
+    pod.setdefault("status", {})["containerStatuses"] = [
+        {
+            "name": c["name"],
+            "image": c.get("image", ""),
+            "imageID": "",
+            "ready": False,
+            "restartCount": 0,
+            "started": False,
+            "state": {"waiting": {"reason": "ContainerCreating"}},
+        }
+        for c in pod["spec"].get("containers") or []
+    ]
 
 
 def _ready_if_running(pod: dict) -> None:

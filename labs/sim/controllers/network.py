@@ -21,11 +21,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from labs.sim.aws_seed import VPC_CIDR, aux_sg_name, node_sg_name
+from labs.sim.aws.seed import VPC_CIDR, aux_sg_name, node_sg_name
 from labs.sim.controllers.kubelet import Outcome, command_text, pod_ip_on
-from labs.sim.hardware import GPU_NAME
-from labs.sim.nvidia_runtime import container_env, injected_gpus
-from labs.sim.store import NODES, PODS, SERVICES, NotFound, ObjectStore
+from labs.sim.controlplane.kube_api import KubeApi
+from labs.sim.controlplane.resources import NODES, PODS, SERVICES, NotFound
+from labs.sim.node.hardware import GPU_NAME
+from labs.sim.node.nvidia_runtime import container_env, injected_gpus
 from labs.sim.timings import Timings
 
 # A rendezvous waits at least this many wall seconds, whatever the speed: a peer pod's
@@ -73,7 +74,7 @@ def _admits(rule: dict, port: int, member_of: set[str]) -> bool:
 class Network:
     """Cluster DNS and reachability between pods, read from the store and moto."""
 
-    def __init__(self, store: ObjectStore, groups: SecurityGroups) -> None:
+    def __init__(self, store: KubeApi, groups: SecurityGroups) -> None:
         self.store = store
         self._groups = groups
 

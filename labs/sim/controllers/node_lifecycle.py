@@ -10,9 +10,8 @@ after the boot delay (~5.5 min real). Scale-down cordons the node, and after the
 delay removes its pods and the Node and terminates the instance. GPU nodes carry the
 group's labels and taints plus NFD's `pci-10de.present` label, as they would once NFD has
 looked at them. Once a group's nodes match its size, its EKS updates are Successful.
-A joining node gets the Events a real one gets from the node controller
-(`RegisteredNode`) and its kubelet (`NodeReady`, referring to the node by name, as kubelet
-does); a removed one `RemovingNode`.
+A joining node gets its kubelet's `NodeReady` Event (referring to the node by name, as
+kubelet does); kube-controller-manager records `RegisteredNode` and `RemovingNode` itself.
 """
 
 from __future__ import annotations
@@ -21,11 +20,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from labs.sim.aws_seed import AMI_NAMES, aux_sg_name, node_sg_name, tag_value
+from labs.sim.aws.eks_updates import UpdateLedger
+from labs.sim.aws.seed import AMI_NAMES, aux_sg_name, node_sg_name, tag_value
 from labs.sim.controllers.base import Controller
 from labs.sim.controllers.events import EventRecorder
-from labs.sim.eks_updates import UpdateLedger
-from labs.sim.hardware import (
+from labs.sim.controlplane.kube_api import KubeApi
+from labs.sim.controlplane.resources import NODES, PODS, NotFound, now_rfc3339
+from labs.sim.node.hardware import (
     DEFAULT_RUNTIME_ANNOTATION,
     DEFAULT_RUNTIMES,
     INSTANCE_TYPE_LABEL,
@@ -34,10 +35,10 @@ from labs.sim.hardware import (
     node_name_for_ip,
     shape,
 )
-from labs.sim.store import NODES, PODS, NotFound, ObjectStore, now_rfc3339
 from labs.sim.timings import Timings
 
 NODEGROUP_TAG = "eks:nodegroup-name"
+KUBELET_PORT = 10250
 _TAINT_EFFECTS = {
     "NO_SCHEDULE": "NoSchedule",
     "NO_EXECUTE": "NoExecute",
@@ -50,7 +51,7 @@ class NodeLifecycle(Controller):
 
     def __init__(
         self,
-        store: ObjectStore,
+        store: KubeApi,
         timings: Timings,
         clients: Callable[[str], Any],
         cluster: str,
@@ -65,7 +66,6 @@ class NodeLifecycle(Controller):
         self._region = region
         self._booting: dict[str, tuple[float, dict, dict]] = {}
         self._draining: dict[str, tuple[float, str]] = {}
-        self._node_controller = EventRecorder(store, "node-controller")
         self._kubelet = EventRecorder(store, "kubelet")
 
     def reconcile(self) -> float | None:
@@ -190,17 +190,21 @@ class NodeLifecycle(Controller):
         drained = [i for i, (at, _) in self._draining.items() if at <= now]
         for instance_id in booted:
             _, instance, group = self._booting.pop(instance_id)
-            self._joined(self.store.create(NODES, build_node(instance, group, self._region)))
+            self._joined(self._register(build_node(instance, group, self._region)))
         for instance_id in drained:
             _, name = self._draining.pop(instance_id)
             self._remove_node(name)
             self._ec2.terminate_instances(InstanceIds=[instance_id])
         return bool(booted or drained)
 
+    def _register(self, node: dict) -> dict:
+        """Create the Node, then its status (the kubelet registers, then reports)."""
+        status = node.pop("status")
+        self.store.create(NODES, node)
+        return self.store.update(NODES, node["metadata"]["name"], lambda n: n.update(status=status))
+
     def _joined(self, node: dict) -> None:
         name = node["metadata"]["name"]
-        message = f"Node {name} event: Registered Node {name} in Controller"
-        self._node_controller.record(node, "RegisteredNode", message)
         by_name = {**node, "metadata": {**node["metadata"], "uid": name}}
         self._kubelet.record(by_name, "NodeReady", f"Node {name} status is now: NodeReady",
                              host=name)  # fmt: skip
@@ -209,15 +213,14 @@ class NodeLifecycle(Controller):
         pods, _ = self.store.list(PODS, field_selector=f"spec.nodeName={name}")
         for pod in pods:
             try:
-                self.store.delete(PODS, pod["metadata"]["name"], pod["metadata"]["namespace"])
+                meta = pod["metadata"]
+                self.store.delete(PODS, meta["name"], meta["namespace"], grace_seconds=0)
             except NotFound:
                 pass
         try:
-            node = self.store.delete(NODES, name)
+            self.store.delete(NODES, name)
         except NotFound:
             return
-        message = f"Node {name} event: Removing Node {name} from Controller"
-        self._node_controller.record(node, "RemovingNode", message)
 
     def _node_name(self, instance: dict) -> str:
         return node_name_for_ip(instance["PrivateIpAddress"], self._region)
@@ -307,6 +310,7 @@ def build_node(instance: dict, group: dict, region: str) -> dict:
                 "ephemeral-storage": "95551679124",
             },
             "conditions": conditions,
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": KUBELET_PORT}},
             "addresses": [
                 {"type": "InternalIP", "address": ip},
                 {"type": "InternalDNS", "address": name},

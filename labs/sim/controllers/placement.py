@@ -1,23 +1,16 @@
-"""Pod-to-node matching rules shared by the scheduler, the DaemonSet controller and kubelet.
+"""What the world's kubelet and operator model read off pods: requests, conditions, startup.
 
-Quantities, pod resource requests and conditions here; nodeSelector, required node affinity,
-pod (anti-)affinity, taints and tolerations come from `labs.kube.scheduling` (the doctor
-reads them the same way).
+The scheduling itself (selectors, affinity, taints) is kube-scheduler's and the
+controllers' now; these are the few facts the node side still needs.
 """
 
 from __future__ import annotations
 
 from decimal import Decimal
 
-from labs.kube.scheduling import (
-    daemon_pod_tolerations,
-    selector_matches,
-    tolerates,
-    tolerates_taint,
-    untolerated_taints,
-)
-from labs.sim.api_defaults import quantity
-from labs.sim.store import now_rfc3339
+from kubernetes.utils import parse_quantity as quantity
+
+from labs.sim.controlplane.resources import now_rfc3339
 
 
 def pod_requests(pod: dict) -> dict[str, Decimal]:
@@ -59,10 +52,6 @@ def pod_ready(pod: dict) -> bool:
     return _condition_true(pod, "Ready")
 
 
-def node_is_ready(node: dict) -> bool:
-    return _condition_true(node, "Ready")
-
-
 def _condition_true(obj: dict, kind: str) -> bool:
     return any(
         c.get("type") == kind and c.get("status") == "True"
@@ -70,16 +59,19 @@ def _condition_true(obj: dict, kind: str) -> bool:
     )
 
 
-__all__ = [
-    "daemon_pod_tolerations",
-    "node_is_ready",
-    "pod_is_terminal",
-    "pod_ready",
-    "pod_requests",
-    "quantity",
-    "selector_matches",
-    "set_pod_condition",
-    "tolerates",
-    "tolerates_taint",
-    "untolerated_taints",
-]
+# Real-world seconds from container start to Ready, on a pod (or its template); and when a
+# rollout began (wall-clock seconds), on an operand DaemonSet, so its pods count from then.
+STARTUP_ANNOTATION = "sim.eks-gpu-lab/startup-seconds"
+STARTUP_FROM_ANNOTATION = "sim.eks-gpu-lab/startup-from"
+
+
+def owner_reference(owner: dict) -> dict:
+    """The controller reference an object's owner puts on it (garbage collection follows it)."""
+    return {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": owner["metadata"]["name"],
+        "uid": owner["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }

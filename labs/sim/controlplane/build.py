@@ -10,6 +10,10 @@ The same module also builds the project's own node endpoint (`cmd/node-endpoint`
 API every simulated node points at). It is our code, so its cache entry is named by a hash of
 the module's Go sources, go.mod and go.sum: an edit builds it afresh, and prebuilt directories
 never supply it.
+
+metrics-server (the stack's metrics-server addon) comes from its own module,
+`go/metrics-server` (its k8s.io pins are its own release's, not the control plane's): the
+prebuilt directory supplies it when it holds one, else it is built once per version.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from pathlib import Path
 from labs.errors import LabError
 
 GO_MODULE = Path(__file__).resolve().parents[3] / "go" / "controlplane"
+METRICS_SERVER_MODULE = GO_MODULE.parent / "metrics-server"
 PREBUILT_ENV = "EKS_GPU_LAB_CONTROL_PLANE_BIN"
 ENVTEST_ENV = "KUBEBUILDER_ASSETS"
 CACHE_ENV = "EKS_GPU_LAB_CACHE"
@@ -42,6 +47,8 @@ PROGRAMS = {
 }
 NODE_ENDPOINT = "node-endpoint"
 NODE_ENDPOINT_PACKAGE = "./cmd/node-endpoint"
+METRICS_SERVER = "metrics-server"
+METRICS_SERVER_PACKAGE = "sigs.k8s.io/metrics-server/cmd/metrics-server"
 PROGRESS_EVERY = 30.0
 
 Say = Callable[[str], None]
@@ -65,15 +72,15 @@ class Versions:
 
 def pinned_versions(go_mod: Path = GO_MODULE / "go.mod") -> Versions:
     """Read both versions from the module's `require` block."""
-    text = go_mod.read_text()
+    return Versions(required(go_mod, KUBERNETES_MODULE), required(go_mod, ETCD_MODULE))
 
-    def required(module: str) -> str:
-        found = re.search(rf"^\s*{re.escape(module)}\s+(v\S+)", text, re.MULTILINE)
-        if not found:
-            raise ControlPlaneUnavailable(f"{go_mod} does not require {module}")
-        return found.group(1)
 
-    return Versions(required(KUBERNETES_MODULE), required(ETCD_MODULE))
+def required(go_mod: Path, module: str) -> str:
+    """The version `go_mod` requires of `module`."""
+    found = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+(v\S+)", go_mod.read_text(), re.M)
+    if not found:
+        raise ControlPlaneUnavailable(f"{go_mod} does not require {module}")
+    return found.group(1)
 
 
 def staging_replaces(kubernetes_go_mod: str, kubernetes_version: str) -> dict[str, str]:
@@ -173,8 +180,17 @@ def _build_one(go: str, name: str, versions: Versions, target: Path, label: str,
     _go_build(go, PROGRAMS[name], target / name, version_ldflags(versions.kubernetes), label, say)
 
 
-def _go_build(go: str, package: str, output: Path, ldflags: str, label: str, say: Say) -> None:
-    """`go build` one package into `output`, ticking while it runs; a failure says why."""
+def _go_build(
+    go: str,
+    package: str,
+    output: Path,
+    ldflags: str,
+    label: str,
+    say: Say,
+    module: Path = GO_MODULE,
+) -> None:
+    """`go build` one package of `module` into `output`, ticking while it runs; a failure says
+    why."""
     partial = output.with_name(f".{output.name}.partial")
     command = [go, "build", "-trimpath", "-ldflags", ldflags, "-o", str(partial), package]
     started = time.monotonic()
@@ -184,14 +200,14 @@ def _go_build(go: str, package: str, output: Path, ldflags: str, label: str, say
     ticker.start()
     try:
         result = subprocess.run(
-            command, cwd=GO_MODULE, env=_go_env(), capture_output=True, text=True, check=False
+            command, cwd=module, env=_go_env(), capture_output=True, text=True, check=False
         )
     finally:
         done.set()
         ticker.join()
     if result.returncode != 0:
         raise ControlPlaneUnavailable(
-            f"building {output.name} failed ({' '.join(command)} in {GO_MODULE}, exit "
+            f"building {output.name} failed ({' '.join(command)} in {module}, exit "
             f"{result.returncode}):\n{result.stderr.strip()[-3000:]}"
         )
     partial.rename(output)
@@ -225,4 +241,30 @@ def node_endpoint_binary(say: Say = print) -> Path:
     binary.parent.mkdir(parents=True, exist_ok=True)
     say(f"building the rehearsal's node endpoint ({NODE_ENDPOINT_PACKAGE}) into {binary.parent}")
     _go_build(go, NODE_ENDPOINT_PACKAGE, binary, "-s -w", NODE_ENDPOINT, say)
+    return binary
+
+
+def metrics_server_version() -> str:
+    """The metrics-server release `go/metrics-server/go.mod` pins."""
+    return required(METRICS_SERVER_MODULE / "go.mod", "sigs.k8s.io/metrics-server")
+
+
+def metrics_server_binary(say: Say = print) -> Path:
+    """metrics-server: from the prebuilt directory when it holds one, else cached per version,
+    else built now (up to 30 minutes on 2 busy cores from an empty Go build cache, about a
+    minute once its packages are in it)."""
+    explicit = os.environ.get(PREBUILT_ENV)
+    if explicit and os.access(Path(explicit, METRICS_SERVER), os.X_OK):
+        return Path(explicit, METRICS_SERVER)
+    version = metrics_server_version()
+    binary = cache_root() / METRICS_SERVER / version / METRICS_SERVER
+    if os.access(binary, os.X_OK):
+        return binary
+    go = _go()
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    say(f"building metrics-server {version} into {binary.parent}")
+    # What its Makefile stamps: the version its /version and user agent report.
+    ldflags = f"-s -w -X k8s.io/client-go/pkg/version.gitVersion={version}"
+    package, module = METRICS_SERVER_PACKAGE, METRICS_SERVER_MODULE
+    _go_build(go, package, binary, ldflags, METRICS_SERVER, say, module)
     return binary

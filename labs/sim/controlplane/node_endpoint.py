@@ -19,21 +19,13 @@ server's kubelet client certificate), and it dies with its starter, as the contr
 from __future__ import annotations
 
 import ssl
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from labs.sim.controlplane import build, pki
-from labs.sim.controlplane.run import (
-    STOP_TIMEOUT,
-    ControlPlaneError,
-    free_port,
-    reap,
-    spawn,
-    wait_answering,
-)
-from labs.sim.tls import LOOPBACK
+from labs.sim.controlplane.run import Served, free_port
+from labs.sim.controlplane.tls import LOOPBACK
 
 
 @dataclass
@@ -47,12 +39,33 @@ class NodeEndpoint:
     exec_command: list[str]
     logs_dir: Path
     ports_dir: Path
+    # Serve the API server's egress here too (`ControlPlane.egress_socket`): CONNECT tunnels to
+    # any node's kubelet port end at this endpoint, so nodes keep their VPC addresses.
+    connect_socket: Path | None = None
+    # The nodes' resource metrics (`<node IP>.prom`) and the Services' routes (`<ip>_<port>`
+    # holding the host:port behind it), both written by the world; None serves neither.
+    metrics_dir: Path | None = None
+    routes_dir: Path | None = None
+    # Serve the same CONNECT proxy on loopback TCP too (`proxy_url`), for programs that take
+    # HTTPS_PROXY (metrics-server reaching the nodes).
+    connect_tcp: bool = False
     port: int = 0
-    _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    connect_port: int = 0
+    _served: Served = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._served = Served(
+            build.NODE_ENDPOINT, self.home / "logs" / f"{build.NODE_ENDPOINT}.log"
+        )
 
     @property
     def log(self) -> Path:
-        return self.home / "logs" / f"{build.NODE_ENDPOINT}.log"
+        return self._served.log
+
+    @property
+    def proxy_url(self) -> str:
+        """HTTPS_PROXY for a program that reaches the nodes as the API server does."""
+        return f"http://{LOOPBACK}:{self.connect_port}"
 
     @property
     def url(self) -> str:
@@ -63,13 +76,9 @@ class NodeEndpoint:
         answers; returns the port. A failed start stops the process and names its log."""
         binary = build.node_endpoint_binary(say)
         self.port = free_port()
-        self.log.parent.mkdir(parents=True, exist_ok=True)
-        self._process = spawn([str(binary), *self._args()], self.log)
-        try:
-            self._wait_healthy()
-        except BaseException:
-            self.stop()
-            raise
+        self.connect_port = free_port() if self.connect_tcp else 0
+        context = ssl.create_default_context(cadata=self.ca.cert_pem)
+        self._served.start([str(binary), *self._args()], f"{self.url}/healthz", context)
         return self.port
 
     def _args(self) -> list[str]:
@@ -88,28 +97,16 @@ class NodeEndpoint:
             *(f"--exec-command={word}" for word in self.exec_command),
             f"--logs-dir={self.logs_dir}",
             f"--ports-dir={self.ports_dir}",
+            *([f"--connect-socket={self.connect_socket}"] if self.connect_socket else []),
+            *([f"--connect-listen={LOOPBACK}:{self.connect_port}"] if self.connect_port else []),
+            *([f"--metrics-dir={self.metrics_dir}"] if self.metrics_dir else []),
+            *([f"--routes-dir={self.routes_dir}"] if self.routes_dir else []),
         ]
-
-    def _wait_healthy(self) -> None:
-        def alive() -> None:
-            assert self._process is not None
-            if self._process.poll() is not None:
-                raise ControlPlaneError(
-                    f"{build.NODE_ENDPOINT} exited with {self._process.returncode}; its log is "
-                    f"{self.log}"
-                )
-
-        context = ssl.create_default_context(cadata=self.ca.cert_pem)
-        wait_answering(f"{self.url}/healthz", context, alive, build.NODE_ENDPOINT, self.log)
 
     def stop(self) -> None:
         """Stop the process (its exec children die with it); kill it if it does not stop."""
-        process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        reap(process, STOP_TIMEOUT)
+        self._served.stop()
 
     @property
     def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
+        return self._served.pid

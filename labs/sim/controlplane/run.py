@@ -1,4 +1,5 @@
-"""Run etcd, kube-apiserver, kube-controller-manager and kube-scheduler for one rehearsal lab.
+"""Run etcd, kube-apiserver, kube-controller-manager and kube-scheduler for one rehearsal lab
+(or, held still, etcd and kube-apiserver alone: nothing moves what a client puts in).
 
 Everything listens on loopback only, speaks TLS with the lab's own CA, and keeps its files
 under the lab's directory, so `lab.down --destroy` (or a test) can find and stop each process
@@ -11,6 +12,8 @@ from __future__ import annotations
 import base64
 import ctypes
 import json
+import os
+import shutil
 import signal
 import socket
 import ssl
@@ -24,12 +27,12 @@ from pathlib import Path
 
 from labs.errors import LabError
 from labs.sim.controlplane import build, pki
+from labs.sim.controlplane.kubeconfig import kubeconfig_document, write_kubeconfig
+from labs.sim.controlplane.tls import LOOPBACK
 from labs.sim.controlplane.webhook import TokenWebhook, write_webhook_config
-from labs.sim.kubeconfig import kubeconfig_document, write_kubeconfig
-from labs.sim.tls import LOOPBACK
 
 READY_TIMEOUT = 120.0
-STOP_TIMEOUT = 10.0
+STOP_TIMEOUT = 3.0
 # The admission plugins EKS enables beyond the API server's defaults: it adds the
 # nvidia.com/gpu toleration to every pod that requests a GPU (EKS documents the list).
 EXTRA_ADMISSION = "ExtendedResourceToleration"
@@ -39,6 +42,8 @@ NODE_MONITOR = {"node-monitor-period": "2s", "node-monitor-grace-period": "20s"}
 # How long the API server trusts the webhook's answer: well inside an EKS token's 15 minutes.
 WEBHOOK_CACHE = "10s"
 _PR_SET_PDEATHSIG = 1
+FRONT_PROXY_CLIENT = "front-proxy-client"
+METRICS_SERVER_USER = "metrics-server"
 
 
 class ControlPlaneError(LabError):
@@ -57,8 +62,21 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def spawn(command: list[str], log: Path) -> subprocess.Popen[bytes]:
-    """Start one of the lab's programs, its output appended to `log`; it dies with its starter."""
+@dataclass(frozen=True)
+class Credentials:
+    """Where the API server is and a client certificate to use there."""
+
+    url: str
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+
+
+def spawn(
+    command: list[str], log: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start one of the lab's programs, its output appended to `log`; it dies with its starter.
+    `env`: variables added to this process's environment."""
     with log.open("ab") as output:
         return subprocess.Popen(
             command,
@@ -67,6 +85,7 @@ def spawn(command: list[str], log: Path) -> subprocess.Popen[bytes]:
             stdin=subprocess.DEVNULL,
             preexec_fn=_die_with_parent,
             close_fds=True,
+            env={**os.environ, **env} if env else None,
         )
 
 
@@ -97,6 +116,51 @@ def wait_answering(
 
 
 @dataclass
+class Served:
+    """One of the lab's own programs beside the plane (the node endpoint, metrics-server): started,
+    waited for until it answers, stopped."""
+
+    name: str
+    log: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(
+        self,
+        command: list[str],
+        url: str,
+        context: ssl.SSLContext,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """Spawn it and wait until `url` answers; a failed start stops it and names its log."""
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        self.process = spawn(command, self.log, env)
+        try:
+            wait_answering(url, context, self._alive, self.name, self.log)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _alive(self) -> None:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise ControlPlaneError(
+                f"{self.name} exited with {self.process.returncode}; its log is {self.log}"
+            )
+
+    def stop(self) -> None:
+        """Stop the process (its children die with it); kill it if it does not stop in time."""
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        reap(process, STOP_TIMEOUT)
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+
+@dataclass
 class ControlPlane:
     """The four processes of one lab and where they keep their files."""
 
@@ -109,12 +173,18 @@ class ControlPlane:
     # The lab's CA once started: it also issues the node endpoint's serving certificate.
     ca: pki.Authority | None = None
     admin_kubeconfig: Path = field(default_factory=Path)
+    # The unix socket of the network between the API server and the nodes (the node endpoint's
+    # HTTP CONNECT proxy): the API server's egress to nodes and pods goes through it.
+    egress_socket: Path | None = None
+    # etcd and kube-apiserver only, no kube-controller-manager and no kube-scheduler: what a
+    # client puts in stays exactly as put (the tests' fixed cluster states).
+    held_still: bool = False
     _processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _webhook: TokenWebhook | None = None
 
     def start(self, say: Callable[[str], None] = print) -> None:
-        """Start etcd, then the API server, then both controllers; wait until /readyz says ok.
-        A failure stops what already started before it is raised."""
+        """Start etcd, then the API server, then both controllers (none when held still); wait
+        until /readyz says ok. A failure stops what already started before it is raised."""
         bin_dir = build.binaries(say)
         try:
             self._start(bin_dir)
@@ -123,6 +193,9 @@ class ControlPlane:
             raise
 
     def _start(self, bin_dir: Path) -> None:
+        # A plane starts empty, as the world it serves does (moto too): a previous run's data
+        # would hold objects no world controller knows.
+        shutil.rmtree(self.home / "etcd", ignore_errors=True)
         pki_dir = self.home / "pki"
         ca, files = _write_pki(pki_dir)
         self.ca, self.ca_pem = ca, ca.cert_pem
@@ -130,13 +203,18 @@ class ControlPlane:
         self.api_url = f"https://{LOOPBACK}:{api_port}"
         self._spawn(bin_dir, "etcd", _etcd_args(self.home, etcd_port, peer_port))
         apiserver = _apiserver_args(self.home, files, etcd_port, api_port)
+        if self.egress_socket is not None:
+            egress = _egress_config(self.home, self.egress_socket)
+            apiserver.append(f"--egress-selector-config-file={egress}")
         if self.accepts is not None:
             apiserver += self._start_webhook(ca, self.accepts)
         self._spawn(bin_dir, "kube-apiserver", apiserver)
-        self.admin_kubeconfig = self._write_kubeconfig(files, "admin")
+        self.admin_kubeconfig = self.write_kubeconfig("admin")
         self._wait_ready()
+        if self.held_still:
+            return
         for component in ("kube-controller-manager", "kube-scheduler"):
-            config = self._write_kubeconfig(files, component)
+            config = self.write_kubeconfig(component)
             args = _controller_args(files) if component == "kube-controller-manager" else []
             self._spawn(bin_dir, component, [f"--kubeconfig={config}", *args, *_common_args()])
 
@@ -151,11 +229,13 @@ class ControlPlane:
             f"--authentication-token-webhook-cache-ttl={WEBHOOK_CACHE}",
         ]
 
-    def _write_kubeconfig(self, files: dict[str, Path], user: str) -> Path:
-        """A kubeconfig that authenticates as `user` with its client certificate."""
+    def write_kubeconfig(self, user: str) -> Path:
+        """A kubeconfig that authenticates as `user` ("admin", a component, metrics-server)
+        with its client certificate."""
+        credentials = self.credentials(user)
         certificate = {
-            "client-certificate": str(files[f"{user}.crt"]),
-            "client-key": str(files[f"{user}.key"]),
+            "client-certificate": str(credentials.cert_file),
+            "client-key": str(credentials.key_file),
         }
         ca_data = base64.b64encode(self.ca_pem.encode()).decode()
         path = self.home / f"{user}.kubeconfig"
@@ -182,16 +262,23 @@ class ControlPlane:
                 )
 
     def stop(self) -> None:
-        """Stop the controllers, the API server, then etcd; kill what does not stop in time."""
+        """Stop the controllers, then the API server, then etcd, each after the ones that use
+        it (an API server whose etcd went first waits out its timeouts); kill what does not
+        stop in time. Nothing is kept: the next start begins with an empty etcd."""
         for process in reversed(list(self._processes.values())):
             if process.poll() is None:
                 process.terminate()
-        deadline = time.monotonic() + STOP_TIMEOUT
-        for process in self._processes.values():
-            reap(process, max(0.1, deadline - time.monotonic()))
+            reap(process, STOP_TIMEOUT)
         self._processes.clear()
         if self._webhook is not None:
             self._webhook.stop()
+
+    def credentials(self, user: str) -> Credentials:
+        """The client certificate of `user` ("admin", a component) on this plane."""
+        pki_dir = self.home / "pki"
+        return Credentials(
+            self.api_url, pki_dir / "ca.crt", pki_dir / f"{user}.crt", pki_dir / f"{user}.key"
+        )
 
     @property
     def pids(self) -> dict[str, int]:
@@ -211,6 +298,11 @@ def _write_pki(pki_dir: Path) -> tuple[pki.Authority, dict[str, Path]]:
         "apiserver-kubelet-client": ca.issue("kube-apiserver-kubelet-client", "system:masters"),
         "kube-controller-manager": ca.issue("system:kube-controller-manager"),
         "kube-scheduler": ca.issue("system:kube-scheduler"),
+        # The aggregator's identity towards extension API servers (metrics-server), which
+        # trust it for the X-Remote-* headers it sends (--requestheader-allowed-names).
+        FRONT_PROXY_CLIENT: ca.issue(FRONT_PROXY_CLIENT),
+        # metrics-server as the addon's ServiceAccount (RBAC binds to that user name).
+        METRICS_SERVER_USER: ca.issue(f"system:serviceaccount:kube-system:{METRICS_SERVER_USER}"),
     }
     for name, issued in leaves.items():
         files[f"{name}.crt"] = pki.write_private(pki_dir / f"{name}.crt", issued.cert_pem)
@@ -256,6 +348,15 @@ def _apiserver_args(home: Path, files: dict[str, Path], etcd_port: int, port: in
         f"--enable-admission-plugins={EXTRA_ADMISSION}",
         "--allow-privileged=true",
         "--endpoint-reconciler-type=none",
+        # The aggregation layer (APIService v1beta1.metrics.k8s.io): who the API server is
+        # towards extension API servers, and how they may believe the user it names.
+        f"--requestheader-client-ca-file={files['ca.crt']}",
+        f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+        "--requestheader-username-headers=X-Remote-User",
+        "--requestheader-group-headers=X-Remote-Group",
+        "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        f"--proxy-client-cert-file={files[f'{FRONT_PROXY_CLIENT}.crt']}",
+        f"--proxy-client-key-file={files[f'{FRONT_PROXY_CLIENT}.key']}",
         f"--audit-policy-file={_audit_policy(home)}",
         f"--audit-log-path={home / 'logs' / 'audit.log'}",
         "--audit-log-maxsize=50",
@@ -268,6 +369,27 @@ def _audit_policy(home: Path) -> Path:
     policy = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "rules": [{"level": "Metadata"}]}
     path = home / "audit-policy.yaml"
     path.write_text(json.dumps(policy))
+    return path
+
+
+def _egress_config(home: Path, socket: Path) -> Path:
+    """Traffic to the cluster (kubelets, pods, services) through an HTTP CONNECT proxy on a
+    unix socket, as konnectivity carries it on clusters whose nodes the API server can't reach."""
+    config = {
+        "apiVersion": "apiserver.k8s.io/v1beta1",
+        "kind": "EgressSelectorConfiguration",
+        "egressSelections": [
+            {
+                "name": "cluster",
+                "connection": {
+                    "proxyProtocol": "HTTPConnect",
+                    "transport": {"uds": {"udsName": str(socket)}},
+                },
+            }
+        ],
+    }
+    path = home / "egress-selector.yaml"
+    path.write_text(json.dumps(config))
     return path
 
 

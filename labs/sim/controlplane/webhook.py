@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from labs.sim.controlplane import pki
-from labs.sim.kubeconfig import kubeconfig_document, write_kubeconfig
-from labs.sim.tls import ServerTls
+from labs.sim.controlplane.kubeconfig import kubeconfig_document, write_kubeconfig
+from labs.sim.controlplane.tls import ServerTls
 
 # Who an accepted token is: the lab's administrator, in the group EKS's cluster creator had
 # under aws-auth (RBAC then grants everything, as on a fresh EKS cluster).

@@ -12,7 +12,15 @@
 //     or `<exec-command...> attach <namespace> <pod> <container> [--tty]`, with the stream's
 //     stdin/stdout/stderr as its own; its exit code is the command's. No terminal is allocated
 //     and resizes are ignored;
-//   - port-forward: <ports-dir>/<namespace>_<pod>/<port> holds the "host:port" to dial.
+//   - port-forward: <ports-dir>/<namespace>_<pod>/<port> holds the "host:port" to dial;
+//   - /metrics/resource (what metrics-server scrapes): <metrics-dir>/<node IP>.prom, the
+//     Prometheus text the world wrote for the node whose address the request was sent to.
+//
+// It is also the network between the control plane and the nodes: an HTTP CONNECT proxy
+// (--connect-socket for the API server's egress selector, --connect-listen for programs that
+// take HTTPS_PROXY) that ends a tunnel to any node's kubelet port here, one to an address
+// named in --routes-dir (<routes-dir>/<host>_<port> holds the "host:port" behind it, as
+// kube-proxy maps a Service's virtual IP) there, and dials anything else as asked.
 //
 // Like a kubelet with x509 authentication and anonymous access off, every path but /healthz
 // needs a client certificate signed by --client-ca-file (the API server's kubelet client
@@ -66,6 +74,7 @@ type server struct {
 	execCommand []string
 	logsDir     string
 	portsDir    string
+	metricsDir  string
 }
 
 func main() {
@@ -78,6 +87,11 @@ func main() {
 	flag.Var(&execCommand, "exec-command", "program (then its leading arguments, one per flag) that runs exec and attach")
 	flag.StringVar(&s.logsDir, "logs-dir", "", "directory of <namespace>_<pod>/<container>.log files")
 	flag.StringVar(&s.portsDir, "ports-dir", "", "directory of <namespace>_<pod>/<port> files holding host:port")
+	flag.StringVar(&s.metricsDir, "metrics-dir", "", "directory of <node IP>.prom files served as /metrics/resource")
+	connectSocket := flag.String("connect-socket", "", "unix socket for the API server's egress (HTTP CONNECT): tunnels to any node's kubelet port reach this endpoint")
+	connectListen := flag.String("connect-listen", "", "HOST:PORT serving the same CONNECT proxy over TCP (for HTTPS_PROXY)")
+	routesDir := flag.String("routes-dir", "", "directory of <host>_<port> files holding the host:port a CONNECT to that address reaches")
+	kubeletPort := flag.String("kubelet-port", "10250", "the nodes' kubelet port that --connect-socket tunnels here")
 	flag.Parse()
 	if *certFile == "" || *keyFile == "" || *caFile == "" || len(execCommand) == 0 || s.logsDir == "" || s.portsDir == "" {
 		log.Fatal("--tls-cert-file, --tls-private-key-file, --client-ca-file, --exec-command, --logs-dir and --ports-dir are required")
@@ -99,9 +113,124 @@ func main() {
 		TLSConfig:         &tls.Config{ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: clientCAs, MinVersion: tls.VersionTLS12},
 		ReadHeaderTimeout: 30 * time.Second,
 	}
+	if *connectSocket != "" || *connectListen != "" {
+		tunnels := newTunnelListener()
+		go func() { log.Fatal(httpServer.ServeTLS(tunnels, *certFile, *keyFile)) }()
+		proxy := connectProxy(*kubeletPort, *routesDir, tunnels)
+		for network, address := range map[string]string{"unix": *connectSocket, "tcp": *connectListen} {
+			if address != "" {
+				go func() { log.Fatal(serveConnect(network, address, proxy)) }()
+				log.Printf("node endpoint tunnelling CONNECT *:%s from %s:%s", *kubeletPort, network, address)
+			}
+		}
+	}
 	log.Printf("node endpoint serving on https://%s", *listen)
 	log.Fatal(httpServer.ListenAndServeTLS(*certFile, *keyFile))
 }
+
+// tunnelListener hands the connections CONNECT tunnelled to the HTTPS server, as if they
+// had been accepted from the nodes' addresses.
+type tunnelListener struct {
+	conns  chan net.Conn
+	closed chan struct{}
+}
+
+func newTunnelListener() *tunnelListener {
+	return &tunnelListener{conns: make(chan net.Conn), closed: make(chan struct{})}
+}
+
+func (l *tunnelListener) Accept() (net.Conn, error) {
+	select {
+	case conn := <-l.conns:
+		return conn, nil
+	case <-l.closed:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *tunnelListener) Close() error   { close(l.closed); return nil }
+func (l *tunnelListener) Addr() net.Addr { return &net.UnixAddr{Name: "tunnel", Net: "unix"} }
+
+// serveConnect serves the CONNECT proxy on a unix socket (the API server's egress selector's
+// "cluster" connection, proxyProtocol HTTPConnect) or a TCP address (HTTPS_PROXY).
+func serveConnect(network, address string, proxy http.Handler) error {
+	if network == "unix" {
+		_ = os.Remove(address)
+	}
+	listener, err := net.Listen(network, address)
+	if err != nil {
+		return err
+	}
+	return http.Serve(listener, proxy)
+}
+
+// connectProxy is the network between the control plane and the nodes: the nodes' addresses
+// exist only in the world, so a tunnel to any node's kubelet port ends at this endpoint, one to
+// a routed address (a Service's virtual IP) goes where its file says, one to loopback (the
+// lab's own servers) is dialled as asked, and anything else is refused: the world's addresses
+// must never reach the host's real network.
+func connectProxy(kubeletPort, routesDir string, tunnels *tunnelListener) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodConnect {
+			http.Error(w, "only CONNECT is served here", http.StatusMethodNotAllowed)
+			return
+		}
+		host, port, err := net.SplitHostPort(r.Host)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		var upstream net.Conn
+		if port != kubeletPort {
+			target, known := route(routesDir, host, port)
+			if !known {
+				http.Error(w, "no route to "+r.Host+" in the lab's network", http.StatusBadGateway)
+				return
+			}
+			if upstream, err = net.DialTimeout("tcp", target, 10*time.Second); err != nil {
+				http.Error(w, err.Error(), http.StatusBadGateway)
+				return
+			}
+		}
+		conn, buffered, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		if _, err := conn.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
+			conn.Close()
+			return
+		}
+		tunnel := &bufferedConn{Conn: conn, reader: buffered.Reader}
+		log.Printf("CONNECT %s", r.Host)
+		if upstream == nil {
+			tunnels.conns <- tunnel
+			return
+		}
+		go func() { _, _ = io.Copy(upstream, tunnel); upstream.Close() }()
+		_, _ = io.Copy(tunnel, upstream)
+		tunnel.Close()
+	})
+}
+
+// route is where a tunnel to host:port goes: the address its routes file holds, else itself
+// when it is a loopback address; known is false for any other address.
+func route(routesDir, host, port string) (target string, known bool) {
+	if routesDir != "" {
+		if routed, err := os.ReadFile(filepath.Join(routesDir, host+"_"+port)); err == nil {
+			return strings.TrimSpace(string(routed)), true
+		}
+	}
+	ip := net.ParseIP(host)
+	return net.JoinHostPort(host, port), host == "localhost" || (ip != nil && ip.IsLoopback())
+}
+
+// bufferedConn keeps what the CONNECT request's reader already read past the headers.
+type bufferedConn struct {
+	net.Conn
+	reader *bufio.Reader
+}
+
+func (c *bufferedConn) Read(b []byte) (int, error) { return c.reader.Read(b) }
 
 func (s *server) routes() http.Handler {
 	mux := http.NewServeMux()
@@ -114,6 +243,7 @@ func (s *server) routes() http.Handler {
 		mux.HandleFunc(method+" /portForward/{namespace}/{pod}/{uid}", s.portForward)
 	}
 	mux.HandleFunc("GET /containerLogs/{namespace}/{pod}/{container}", s.containerLogs)
+	mux.HandleFunc("GET /metrics/resource", s.resourceMetrics)
 	authenticated := requireClientCert(mux)
 	outer := http.NewServeMux()
 	outer.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") })
@@ -439,6 +569,28 @@ func render(record string, opts logOptions) string {
 		text = stamp.Format(time.RFC3339Nano) + " " + text
 	}
 	return text
+}
+
+// --- resource metrics ------------------------------------------------------------------------
+
+// resourceMetrics serves the file the world keeps for the node the request was addressed to
+// (its InternalIP, through a CONNECT tunnel), as the kubelet serves its resource metrics.
+func (s *server) resourceMetrics(w http.ResponseWriter, r *http.Request) {
+	host, _, err := net.SplitHostPort(r.Host)
+	if err != nil {
+		host = r.Host
+	}
+	if s.metricsDir == "" || strings.ContainsAny(host, "/\\") {
+		http.NotFound(w, r)
+		return
+	}
+	text, err := os.ReadFile(filepath.Join(s.metricsDir, host+".prom"))
+	if err != nil {
+		http.Error(w, fmt.Sprintf("no resource metrics for the node at %s: %v", host, err), http.StatusNotFound)
+		return
+	}
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	w.Write(text)
 }
 
 // --- request log -----------------------------------------------------------------------------
