@@ -1,8 +1,8 @@
 """The real control plane: build time, start time, idle CPU and resident memory.
 
 Run: `.venv/bin/python benchmarks/controlplane.py [--cold] [--idle 30]`. `--cold` builds into
-an empty binary cache and empty Go caches (the first run on a fresh machine: expect 20-35
-minutes on 2 cores); without it the build is the warm check (binaries already cached). Then it
+an empty binary cache and empty Go caches (the first run on a fresh machine: expect about 15
+minutes on 2 idle cores); without it the build is the warm check (binaries already cached). Then it
 starts etcd, kube-apiserver, kube-controller-manager and kube-scheduler, prints the seconds
 until the API server is ready, the four processes' CPU over `--idle` seconds as a percentage
 of one core, and their resident memory, and stops them.

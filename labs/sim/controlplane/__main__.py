@@ -1,7 +1,7 @@
 """`python -m labs.sim.controlplane`: build (or find) the control plane's programs, the node
 endpoint and metrics-server ahead of use.
 
-The README's set-up runs it so the first build's 20-35 minutes show as progress there, not as
+The README's set-up runs it so the first build's quarter of an hour show as progress there, not as
 a silent wait inside the first rehearsal or test.
 """
 

@@ -151,8 +151,8 @@ def _go() -> str:
         raise ControlPlaneUnavailable(
             "the rehearsal runs the real Kubernetes control plane and Go (1.25 or newer) is not "
             "on PATH to build it; install Go (https://go.dev/dl/) and run again (the first build "
-            f"takes 20-35 minutes, later ones reuse {cache_root()}), or set {PREBUILT_ENV} to "
-            f"a directory holding prebuilt {', '.join(PROGRAMS)}"
+            f"takes about 15 minutes on 2 cores, later ones reuse {cache_root()}), or set "
+            f"{PREBUILT_ENV} to a directory holding prebuilt {', '.join(PROGRAMS)}"
         )
     return go
 
@@ -169,8 +169,8 @@ def build(versions: Versions, target: Path, say: Say = print) -> None:
     missing = [name for name in PROGRAMS if not os.access(target / name, os.X_OK)]
     say(
         f"building the rehearsal's control plane (Kubernetes {versions.kubernetes}, etcd "
-        f"{versions.etcd}) into {target}: {', '.join(missing)}; the first build takes 20-35 "
-        "minutes on 2 cores, later runs reuse it"
+        f"{versions.etcd}) into {target}: {', '.join(missing)}; the first build takes about "
+        "15 minutes on 2 idle cores, later runs reuse it"
     )
     for number, name in enumerate(missing, 1):
         _build_one(go, name, versions, target, f"{name} ({number}/{len(missing)})", say)
@@ -251,7 +251,7 @@ def metrics_server_version() -> str:
 
 def metrics_server_binary(say: Say = print) -> Path:
     """metrics-server: from the prebuilt directory when it holds one, else cached per version,
-    else built now (up to 30 minutes on 2 busy cores from an empty Go build cache, about a
+    else built now (about 4 minutes on 2 idle cores from an empty Go build cache, about a
     minute once its packages are in it)."""
     explicit = os.environ.get(PREBUILT_ENV)
     if explicit and os.access(Path(explicit, METRICS_SERVER), os.X_OK):
