@@ -140,6 +140,10 @@ class StaticCluster:
 
     def examine(self, pod: str | None = None) -> Report:
         """`lab.doctor --kubeconfig F --context C` in this process."""
+        return doctor(self.lab, pod)
+
+    def lab(self) -> Lab:
+        """The cluster as the tool opens one it did not create (`--kubeconfig F --context C`)."""
         settings = load_settings(
             None,
             {
@@ -148,7 +152,7 @@ class StaticCluster:
                 "state_dir": str(self.state_dir),
             },
         )
-        return doctor(lambda: Lab.open(settings), pod)
+        return Lab.open(settings)
 
     # --- building ------------------------------------------------------------------------
 

@@ -176,9 +176,10 @@ def test_kubectl_scales_the_operator_down_and_a_restarted_operator_logs_again(
 
 def read_log(core: client.CoreV1Api, pod) -> str:
     """The pod's log; empty while its kubelet has not started the container yet (a 400, as
-    on a real cluster between the binding and the container's creation)."""
+    on a real cluster between the binding and the container's creation). The client answered
+    None once for a pod just started (a fresh-clone run): read as nothing yet."""
     try:
-        return core.read_namespaced_pod_log(pod.metadata.name, "gpu-operator")
+        return core.read_namespaced_pod_log(pod.metadata.name, "gpu-operator") or ""
     except ApiException as error:
         if error.status == 400:
             return ""

@@ -22,11 +22,10 @@ def pod_log(lab: Lab, namespace: str, name: str, tail: int | None = None) -> str
     from kubernetes import client as k8s
 
     core = k8s.CoreV1Api(lab.kube)
-    return str(
-        core.read_namespaced_pod_log(
-            name, namespace, tail_lines=tail, _request_timeout=READ_TIMEOUT
-        )
+    text = core.read_namespaced_pod_log(
+        name, namespace, tail_lines=tail, _request_timeout=READ_TIMEOUT
     )
+    return text or ""  # the client turns some answers into None (a JSON `null`): never "None"
 
 
 def operator_log(lab: Lab, objects: Objects, tail: int = 200) -> list[str]:
