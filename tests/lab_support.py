@@ -81,11 +81,18 @@ def until(check, timeout: float = 60.0, what: str = "condition"):
     """`check()`'s first truthy value, polled until `timeout`; fails naming `what`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        asked = time.monotonic()
         value = check()
         if value:
             return value
-        time.sleep(0.1)
+        pause(asked)
     raise AssertionError(f"gave up waiting for {what}")
+
+
+def pause(asked: float, least: float = 0.1) -> None:
+    """Between two polls: at least `least` seconds, and as long as the last poll (asked at
+    `asked`) took, so a costly check (a whole `invoke` process) keeps a core at most half busy."""
+    time.sleep(max(least, time.monotonic() - asked))
 
 
 def kill_when(args: list[str], env: dict[str, str], ready, what: str) -> int:

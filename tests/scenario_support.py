@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lab_support import TEST_TTL
+from lab_support import TEST_TTL, pause
 from tool_support import require_tool, require_venv_tool
 
 import scenarios
@@ -183,12 +183,15 @@ def status_facts(lab: Lab) -> dict[str, Any]:
 def status_returns_to(lab: Lab, before: dict[str, Any]) -> None:
     """Wait (bounded) until lab.status reads as `before`; fail showing both."""
     deadline = time.monotonic() + READY_TIMEOUT
-    while (after := status_facts(lab)) != before:
+    while True:
+        asked = time.monotonic()
+        if (after := status_facts(lab)) == before:
+            return
         if time.monotonic() > deadline:
             changed = {k: (before.get(k), after.get(k)) for k in before | after
                        if before.get(k) != after.get(k)}  # fmt: skip
             pytest.fail(f"lab.status did not return to what it was; (before, after): {changed}")
-        time.sleep(0.1)
+        pause(asked)
 
 
 def shown_steps(name: str) -> list[Step]:

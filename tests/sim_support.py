@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from lab_support import pause
 
 from labs.settings import LabSettings
 from labs.sim.world import World, start_world
@@ -22,15 +23,17 @@ PROBE_COMMAND = (
 
 
 def wait_for(check: Callable[[], T], timeout: float = WAIT_SECONDS, what: str = "") -> T:
-    """Poll `check` until it returns something truthy; fail the test after `timeout`."""
+    """Poll `check` until it returns something truthy; fail the test after `timeout`. A check
+    never runs more than half the time (see `pause`): the world it reads shares the cores."""
     deadline = time.monotonic() + timeout
     while True:
+        asked = time.monotonic()
         value = check()
         if value:
             return value
         if time.monotonic() > deadline:
             pytest.fail(f"gave up after {timeout}s waiting for {what or check}: last {value!r}")
-        time.sleep(0.02)
+        pause(asked)
 
 
 def lab_variables(**overrides: Any) -> dict[str, Any]:

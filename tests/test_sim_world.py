@@ -1,11 +1,11 @@
-"""The rehearsal world end to end, driven only through boto3 (moto) and the kubernetes client."""
+"""The rehearsal world end to end on one world with the lab's GPU Operator, driven only through
+boto3 (moto), the aws CLI, kubectl and the kubernetes client; each test starts with no GPU node."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,15 +18,32 @@ from tool_support import require_tool, require_venv_tool
 from labs.sim.aws.seed import moto_clients
 from labs.sim.controllers.gpu_operator import STEP_ORDER
 from labs.sim.infra import SimInfra
-from labs.sim.world import World, start_world
+from labs.sim.world import World
 
 GPU_LABEL = "node.kubernetes.io/instance-type=g5.xlarge"
 NOT_AVAILABLE = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
 
 
+@pytest.fixture(scope="module")
+def operator_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    """One world for the tests that scale GPU nodes, with the lab's GPU Operator applied."""
+    for world in running_world(tmp_path_factory.mktemp("world")):
+        SimInfra(world.endpoints).apply(lab_variables(enable_gpu_operator=True))
+        yield world
+
+
 @pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
-    yield from running_world(tmp_path)
+def world(operator_world: World) -> World:
+    """The module's world with no GPU node, as lab.up finds a new lab's before it scales."""
+    scale_gpu(operator_world, 0)
+    core = client.CoreV1Api(kube(operator_world))
+    wait_for(
+        lambda: (
+            not gpu_instances(operator_world) and not core.list_node(label_selector=GPU_LABEL).items
+        ),
+        what="no GPU node or instance left",
+    )
+    return operator_world
 
 
 def kube(world: World) -> client.ApiClient:
@@ -74,28 +91,7 @@ def gpu_allocatable(core: client.CoreV1Api) -> list:
     return [(n.status.allocatable or {}).get("nvidia.com/gpu") for n in nodes]
 
 
-def test_fresh_world_looks_like_a_new_stack(world: World) -> None:
-    core = client.CoreV1Api(kube(world))
-    nodes = core.list_node().items
-    assert [n.metadata.labels["node.kubernetes.io/instance-type"] for n in nodes] == [
-        "t3.medium",
-        "t3.medium",
-    ]
-    for node in nodes:
-        assert node.metadata.name.endswith(".ap-northeast-2.compute.internal")
-        assert node.metadata.labels["eks.amazonaws.com/nodegroup"] == "myeks-ng-1"
-        assert node.status.allocatable["pods"] == "50"
-        assert "nvidia.com/gpu" not in node.status.allocatable
-    namespaces = {n.metadata.name for n in core.list_namespace().items}
-    assert {"default", "kube-system", "kube-public"} <= namespaces
-    daemonsets = client.AppsV1Api(kube(world)).list_namespaced_daemon_set("kube-system").items
-    assert sorted(d.metadata.name for d in daemonsets) == ["aws-node", "kube-proxy"]
-    eks = moto_clients(world.endpoints)("eks")
-    assert eks.describe_cluster(name="myeks")["cluster"]["endpoint"] == world.endpoints["kube_url"]
-
-
 def test_gpu_nodes_follow_the_node_group(world: World) -> None:
-    SimInfra(world.endpoints).apply(lab_variables(enable_gpu_operator=True))
     core = client.CoreV1Api(kube(world))
     update = scale_gpu(world, 2)
     assert update_status(world, update) == "InProgress", "nodes take minutes to join"
@@ -138,7 +134,6 @@ def operator_pods(core: client.CoreV1Api) -> list:
 def test_kubectl_scales_the_operator_down_and_a_restarted_operator_logs_again(
     world: World, tmp_path: Path
 ) -> None:
-    SimInfra(world.endpoints).apply(lab_variables(enable_gpu_operator=True))
     api = kube(world)
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     first = wait_for(
@@ -187,7 +182,6 @@ def read_log(core: client.CoreV1Api, pod) -> str:
 
 
 def test_device_plugin_off_reference_scenario(world: World) -> None:
-    SimInfra(world.endpoints).apply(lab_variables(enable_gpu_operator=True))
     api = kube(world)
     core, apps, custom = client.CoreV1Api(api), client.AppsV1Api(api), client.CustomObjectsApi(api)
     scale_gpu(world, 2)
@@ -305,27 +299,3 @@ def test_aws_cli_scales_the_world(world: World) -> None:
     )
     core = client.CoreV1Api(kube(world))
     wait_for(lambda: len(core.list_node(label_selector=GPU_LABEL).items) == 2, what="2 GPU nodes")
-
-
-def is_request_handler(thread: threading.Thread) -> bool:
-    """A server's per-connection thread (socketserver.ThreadingMixIn, under moto and the token
-    webhook): a daemon that ends by itself once its client's connection is closed."""
-    return thread.daemon and thread.name.endswith("(process_request_thread)")
-
-
-def test_stop_joins_every_thread_and_frees_the_process_for_another_world(tmp_path: Path) -> None:
-    before = set(threading.enumerate())
-    first = start_world(tmp_path / "one", speed=600)
-    with pytest.raises(RuntimeError, match="already running in this process"):
-        start_world(tmp_path / "two", speed=600)
-    first.stop()
-    # stop() has joined every thread the world runs (controllers, both servers) ...
-    left = set(threading.enumerate()) - before
-    assert {t.name for t in left if not is_request_handler(t)} == set()
-    # ... and no server accepts a new connection, so the request handlers end by themselves.
-    wait_for(
-        lambda: not set(threading.enumerate()) - before, what="the request handler threads to end"
-    )
-    assert set(threading.enumerate()) - before == set()
-    second = start_world(tmp_path / "two", speed=600)
-    second.stop()
