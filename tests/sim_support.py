@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from kubernetes import client, config
 from lab_support import pause
 
 from labs.settings import LabSettings
@@ -71,3 +72,8 @@ def running_world(tmp_path: Path) -> Iterator[World]:
         yield running
     finally:
         running.stop()
+
+
+def kube(world: World) -> client.ApiClient:
+    """An official client of the world's API server, from the world's own kubeconfig."""
+    return config.new_client_from_config(config_file=str(world.kubeconfig_path))

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from sim_support import lab_variables, probe_pod, running_world, wait_for
+from sim_support import kube, lab_variables, probe_pod, running_world, wait_for
 from tool_support import require_tool, require_venv_tool
 
 from labs.sim.aws.seed import moto_clients
@@ -44,10 +44,6 @@ def world(operator_world: World) -> World:
         what="no GPU node or instance left",
     )
     return operator_world
-
-
-def kube(world: World) -> client.ApiClient:
-    return config.new_client_from_config(config_file=str(world.kubeconfig_path))
 
 
 def eks_client(world: World):

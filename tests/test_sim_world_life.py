@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kubernetes import client, config
-from sim_support import running_world, wait_for
+from kubernetes import client
+from sim_support import kube, running_world, wait_for
 
 from labs.sim.aws.seed import moto_clients
 from labs.sim.world import World, start_world
@@ -19,10 +19,6 @@ from labs.sim.world import World, start_world
 def world(tmp_path: Path) -> Iterator[World]:
     """A world just started: nothing applied to it yet."""
     yield from running_world(tmp_path)
-
-
-def kube(world: World) -> client.ApiClient:
-    return config.new_client_from_config(config_file=str(world.kubeconfig_path))
 
 
 def test_fresh_world_looks_like_a_new_stack(world: World) -> None:
