@@ -9,6 +9,7 @@ update EKS returns is then followed until it succeeds or fails with AWS's own er
 
 from __future__ import annotations
 
+import functools
 import math
 import shutil
 import time
@@ -18,6 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
+import botocore.loaders
+import botocore.session
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, ProfileNotFound
 
@@ -123,11 +126,29 @@ def aws_session(
         raise CloudError(
             f"unknown credential keys {sorted(unknown)}; use {sorted(_CREDENTIAL_KEYS)}"
         )
+    core = botocore_session()
     try:
-        session = boto3.Session(region_name=region, **dict(credentials or {}))
+        session = boto3.Session(
+            region_name=region, botocore_session=core, **dict(credentials or {})
+        )
+        core.get_scoped_config()  # a profile that does not exist fails here, not at first use
     except ProfileNotFound as error:
         raise CloudError(f"{error}; list profiles with `aws configure list-profiles`") from None
     return AwsSession(session, region, endpoint_url)
+
+
+@functools.cache
+def _model_loader() -> botocore.loaders.Loader:
+    """One loader per process: botocore parses its JSON models (EC2's alone takes a few tenths
+    of a second) once, not again for every session a long-lived process opens."""
+    return botocore.loaders.create_loader()
+
+
+def botocore_session() -> botocore.session.Session:
+    """A fresh botocore session on the process's shared model loader."""
+    session = botocore.session.get_session()
+    session.register_component("data_loader", _model_loader())
+    return session
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from labs.sim.controllers.network import AllReduce, Network, SecurityGroups, Tcp
 from labs.sim.controllers.node_lifecycle import NodeLifecycle
 from labs.sim.controllers.resource_metrics import ResourceMetrics
 from labs.sim.controllers.schedules import EventBridgeScheduler
+from labs.sim.controlplane.informers import InformedKubeApi
 from labs.sim.controlplane.kube_api import KubeApi
 from labs.sim.controlplane.kube_seed import seed_cluster, seed_metrics_server
 from labs.sim.controlplane.kubeconfig import kubeconfig_document, write_kubeconfig
@@ -67,6 +68,7 @@ class World:
     control_plane: ControlPlane
     _aws: AwsServer
     store: KubeApi | None = None
+    _informed: InformedKubeApi | None = None
     _node_endpoint: NodeEndpoint | None = None
     _metrics_server: MetricsServer | None = None
     _controllers: list[Controller] = field(default_factory=list)
@@ -92,6 +94,8 @@ class World:
                 steps.callback(self._node_endpoint.stop)
             if self._metrics_server is not None:
                 steps.callback(self._metrics_server.stop)
+            if self._informed is not None:
+                steps.callback(self._informed.stop)
             for controller in reversed(self._controllers):
                 steps.callback(controller.stop)
 
@@ -155,18 +159,19 @@ def start_world(
         seed_stack(clients, cluster_name, region, plane.api_url, ca_data)
         seed_cluster(store)
         world._metrics_server = _metrics_server(plane, world._node_endpoint, store, state_dir)
-        nodes = NodeLifecycle(store, timings, clients, cluster_name, region, updates)
+        informed = world._informed = InformedKubeApi(store)
+        nodes = NodeLifecycle(informed, timings, clients, cluster_name, region, updates)
         nodes.converge_instantly()
-        network = Network(store, SecurityGroups(clients, cluster_name))
-        schedules = EventBridgeScheduler(store, timings, clients, clock)
+        network = Network(informed, SecurityGroups(clients, cluster_name))
+        schedules = EventBridgeScheduler(informed, timings, clients, clock)
         world._controllers = [
             nodes,
-            NodeLeases(store, timings),
-            Kubelet(store, timings, logs, programs=[TcpCheck(network), AllReduce(network)]),
-            DevicePlugin(store, timings),
-            GpuOperator(store, timings, logs),
-            DcgmExporter(store, timings, ports),
-            ResourceMetrics(store, timings, state_dir / METRICS_DIR),
+            NodeLeases(informed, timings),
+            Kubelet(informed, timings, logs, programs=[TcpCheck(network), AllReduce(network)]),
+            DevicePlugin(informed, timings),
+            GpuOperator(informed, timings, logs),
+            DcgmExporter(informed, timings, ports),
+            ResourceMetrics(informed, timings, state_dir / METRICS_DIR),
             schedules,
         ]
         aws.on_write("/clusters", nodes.wake)

@@ -350,9 +350,13 @@ def moto_clients(endpoints: Mapping[str, Any]) -> Callable[[str], Any]:
     """A factory of boto3 clients for a world's moto server (its keys, its region, own session)."""
     import boto3
 
+    from labs.aws.cloud import botocore_session
+
     endpoint_url = endpoints["aws_endpoint_url"]
     session = boto3.session.Session(
-        region_name=endpoints["region"], **{key: endpoints[key] for key in CREDENTIAL_KEYS}
+        region_name=endpoints["region"],
+        botocore_session=botocore_session(),
+        **{key: endpoints[key] for key in CREDENTIAL_KEYS},
     )
     cache: dict[str, Any] = {}
     lock = threading.Lock()

@@ -2,8 +2,9 @@
 
 Controllers are level-triggered: `reconcile()` looks at the whole world and moves it one
 step towards what it should be, then says when it next wants to run (a pending delay
-expiring). API watches (or `wake()`) wake it early; `stop()` wakes it for good and joins
-its threads. With nothing pending it sleeps until woken, so an idle world uses no CPU.
+expiring). A change to a watched type (or `wake()`) wakes it early; `stop()` wakes it for
+good and joins its thread. With nothing pending it sleeps until woken, so an idle world uses
+no CPU. It reads the watched types from their informers, not from the API server.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from labs.sim.controlplane.kube_api import KubeApi, KubeWatch
+from labs.sim.controlplane.informers import InformedKubeApi
 from labs.sim.controlplane.resources import ResourceType, StoreError
 from labs.sim.timings import Timings
 
@@ -29,13 +30,12 @@ class Controller:
 
     watched: tuple[ResourceType, ...] = ()
 
-    def __init__(self, store: KubeApi, timings: Timings) -> None:
+    def __init__(self, store: InformedKubeApi, timings: Timings) -> None:
         self.store = store
         self.timings = timings
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._watches: list[KubeWatch] = []
 
     @property
     def name(self) -> str:
@@ -45,11 +45,9 @@ class Controller:
         raise NotImplementedError
 
     def start(self) -> None:
-        """Open the watches and start the loop in daemon threads."""
+        """Follow the watched types' informers and start the loop in a daemon thread."""
         for rtype in self.watched:
-            stream = self.store.watch(rtype)
-            self._watches.append(stream)
-            self._spawn(f"{self.name}-watch-{rtype.plural}", self._forward, stream)
+            self.store.informer(rtype).subscribe(self._wake.set)
         self._spawn(f"{self.name}-loop", self._loop)
 
     def wake(self) -> None:
@@ -60,21 +58,16 @@ class Controller:
         """Stop the loop and the watches and wait for the threads to end."""
         self._stopping.set()
         self._wake.set()
-        for stream in self._watches:
-            stream.close()
+        for rtype in self.watched:
+            self.store.informer(rtype).unsubscribe(self._wake.set)
         for thread in self._threads:
             thread.join(timeout)
         self._threads.clear()
-        self._watches.clear()
 
     def _spawn(self, name: str, target: Callable[..., None], *args: object) -> None:
         thread = threading.Thread(target=target, args=args, name=name, daemon=True)
         self._threads.append(thread)
         thread.start()
-
-    def _forward(self, stream: KubeWatch) -> None:
-        while stream.next() is not None:
-            self._wake.set()
 
     def _loop(self) -> None:
         while not self._stopping.is_set():

@@ -18,7 +18,7 @@ from typing import Any
 
 from labs.sim.controllers.base import Controller
 from labs.sim.controllers.gpu_operator import DCGM_EXPORTER_METRICS, OPERANDS
-from labs.sim.controlplane.kube_api import KubeApi
+from labs.sim.controlplane.informers import InformedKubeApi
 from labs.sim.controlplane.resources import PODS
 from labs.sim.controlplane.tls import LOOPBACK
 from labs.sim.node.hardware import (
@@ -97,7 +97,7 @@ class _Exporter:
 class DcgmExporter(Controller):
     watched = (PODS,)
 
-    def __init__(self, store: KubeApi, timings: Timings, ports: Path) -> None:
+    def __init__(self, store: InformedKubeApi, timings: Timings, ports: Path) -> None:
         super().__init__(store, timings)
         self._ports = ports
         self._exporters: dict[str, _Exporter] = {}  # pod uid -> its server

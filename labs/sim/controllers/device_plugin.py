@@ -14,7 +14,7 @@ import time
 
 from labs.sim.controllers.base import Controller
 from labs.sim.controllers.placement import pod_ready
-from labs.sim.controlplane.kube_api import KubeApi
+from labs.sim.controlplane.informers import InformedKubeApi
 from labs.sim.controlplane.resources import NODES, PODS, NotFound
 from labs.sim.node.hardware import GPU_RESOURCE, NVIDIA_PCI_LABEL
 from labs.sim.timings import Timings
@@ -25,7 +25,7 @@ DEVICE_PLUGIN_APP = "nvidia-device-plugin-daemonset"
 class DevicePlugin(Controller):
     watched = (PODS, NODES)
 
-    def __init__(self, store: KubeApi, timings: Timings) -> None:
+    def __init__(self, store: InformedKubeApi, timings: Timings) -> None:
         super().__init__(store, timings)
         self._ready_since: dict[str, float] = {}  # node -> when its plugin pod was seen Ready
         self._gone_since: dict[str, float] = {}  # node -> when its registered plugin went away

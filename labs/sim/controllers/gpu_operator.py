@@ -11,7 +11,9 @@ Each reconcile, `operator_reconcile` after the ClusterPolicy or the GPU node set
 - keeps its RuntimeClasses (`nvidia`, and `nvidia-cdi`/`nvidia-legacy` while CDI is on);
 - creates the DaemonSet of every enabled component and deletes it when disabled (the
   operator deletes, it never scales to 0); a re-enabled one is a new object; an existing
-  one whose rendered spec (tolerations, env, image) changed is updated in place (same uid);
+  one whose rendered spec (tolerations, env, image) changed is updated in place (same uid):
+  like the real operator it stamps the rendered object's hash (`nvidia.com/last-applied-hash`)
+  and writes only when that hash changes, so a hand edit of a DaemonSet stays until then;
   the same for the metrics Service of a component that has one (dcgm-exporter :9400), and
   its own metrics Service `gpu-operator` (:8080), all owned by the ClusterPolicy;
 - stamps each DaemonSet with when it saw the change (`STARTUP_FROM_ANNOTATION`), so its
@@ -25,6 +27,7 @@ Each reconcile, `operator_reconcile` after the ClusterPolicy or the GPU node set
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable
@@ -32,7 +35,7 @@ from dataclasses import dataclass
 
 from labs.sim.controllers.base import Controller
 from labs.sim.controllers.placement import STARTUP_FROM_ANNOTATION, owner_reference, pod_ready
-from labs.sim.controlplane.kube_api import KubeApi
+from labs.sim.controlplane.informers import InformedKubeApi
 from labs.sim.controlplane.resources import (
     CLUSTER_POLICY,
     DAEMONSETS,
@@ -51,6 +54,8 @@ from labs.sim.timings import Timings
 OPERATOR_DEPLOYMENT = "gpu-operator"
 LOGGER = "controllers.ClusterPolicy"
 DEFAULT_TOLERATIONS = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+# The annotation the real operator keeps the hash of what it rendered in.
+LAST_APPLIED_HASH = "nvidia.com/last-applied-hash"
 READY_MESSAGE = "ClusterPolicy is ready as all resources have been successfully reconciled"
 
 
@@ -216,9 +221,9 @@ def is_enabled(policy: dict, item: Operand) -> bool:
 
 
 class GpuOperator(Controller):
-    watched = (DEPLOYMENTS, DAEMONSETS, NODES, CLUSTER_POLICY)
+    watched = (DEPLOYMENTS, DAEMONSETS, NODES, CLUSTER_POLICY, SERVICES, RUNTIMECLASSES)
 
-    def __init__(self, store: KubeApi, timings: Timings, logs: ContainerLogs) -> None:
+    def __init__(self, store: InformedKubeApi, timings: Timings, logs: ContainerLogs) -> None:
         super().__init__(store, timings)
         self._logs = logs
         self._seen: object = None
@@ -328,9 +333,10 @@ class GpuOperator(Controller):
                 continue
             rendered = _operand_daemonset(item, policy, tolerations)
             rendered["metadata"]["annotations"] = {STARTUP_FROM_ANNOTATION: str(self._changed_at)}
+            _stamp_hash(rendered)
             if existing is None:
                 existing = self.store.create(DAEMONSETS, rendered, namespace)
-            else:
+            elif _applied_hash(existing) != _applied_hash(rendered):
                 existing = self.store.update(
                     DAEMONSETS, item.daemonset, _render_onto(rendered), namespace
                 )
@@ -439,6 +445,16 @@ def _daemonset_ready(ds: dict) -> bool:
     if not status.get("desiredNumberScheduled"):
         return True
     return not status.get("numberUnavailable")
+
+
+def _stamp_hash(rendered: dict) -> None:
+    """The operator's record of what it rendered: unchanged hash, nothing to write."""
+    text = json.dumps(rendered, sort_keys=True).encode()
+    rendered["metadata"]["annotations"][LAST_APPLIED_HASH] = hashlib.sha256(text).hexdigest()[:16]
+
+
+def _applied_hash(daemonset: dict) -> str | None:
+    return (daemonset["metadata"].get("annotations") or {}).get(LAST_APPLIED_HASH)
 
 
 def _render_onto(rendered: dict) -> Callable[[dict], None]:

@@ -43,6 +43,7 @@ from labs.sim.controllers.placement import (
     pod_requests,
     set_pod_condition,
 )
+from labs.sim.controlplane.informers import InformedKubeApi
 from labs.sim.controlplane.kube_api import KubeApi
 from labs.sim.controlplane.resources import DAEMONSETS, NODES, PODS, NotFound, now_rfc3339
 from labs.sim.node.container_logs import ContainerLogs
@@ -111,7 +112,7 @@ class Kubelet(Controller):
 
     def __init__(
         self,
-        store: KubeApi,
+        store: InformedKubeApi,
         timings: Timings,
         logs: ContainerLogs,
         programs: Sequence[Program] = (),

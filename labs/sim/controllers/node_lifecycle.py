@@ -24,7 +24,7 @@ from labs.sim.aws.eks_updates import UpdateLedger
 from labs.sim.aws.seed import AMI_NAMES, aux_sg_name, node_sg_name, tag_value
 from labs.sim.controllers.base import Controller
 from labs.sim.controllers.events import EventRecorder
-from labs.sim.controlplane.kube_api import KubeApi
+from labs.sim.controlplane.informers import InformedKubeApi
 from labs.sim.controlplane.resources import NODES, PODS, NotFound, now_rfc3339
 from labs.sim.node.hardware import (
     DEFAULT_RUNTIME_ANNOTATION,
@@ -51,7 +51,7 @@ class NodeLifecycle(Controller):
 
     def __init__(
         self,
-        store: KubeApi,
+        store: InformedKubeApi,
         timings: Timings,
         clients: Callable[[str], Any],
         cluster: str,

@@ -22,7 +22,7 @@ from kubernetes.utils import parse_quantity as quantity
 
 from labs.sim.controllers.base import Controller
 from labs.sim.controllers.kubelet import internal_ip
-from labs.sim.controlplane.kube_api import KubeApi
+from labs.sim.controlplane.informers import InformedKubeApi
 from labs.sim.controlplane.resources import NODES, PODS
 from labs.sim.timings import Timings
 
@@ -105,7 +105,7 @@ class ResourceMetrics(Controller):
 
     watched = (NODES, PODS)
 
-    def __init__(self, store: KubeApi, timings: Timings, directory: Path) -> None:
+    def __init__(self, store: InformedKubeApi, timings: Timings, directory: Path) -> None:
         super().__init__(store, timings)
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,7 @@ from botocore.exceptions import ClientError
 
 from labs.aws.schedules import due_at
 from labs.sim.controllers.base import Controller
-from labs.sim.controlplane.kube_api import KubeApi
+from labs.sim.controlplane.informers import InformedKubeApi
 from labs.sim.timings import Timings, WorldClock
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ class EventBridgeScheduler(Controller):
 
     def __init__(
         self,
-        store: KubeApi,
+        store: InformedKubeApi,
         timings: Timings,
         clients: Callable[[str], Any],
         clock: WorldClock,

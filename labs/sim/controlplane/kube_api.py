@@ -51,6 +51,7 @@ class KubeApi:
     """Get, list, create, update, patch, delete and watch objects of one API server."""
 
     def __init__(self, credentials: Credentials) -> None:
+        self.credentials = credentials
         self._url = credentials.url.rstrip("/")
         self._pool = urllib3.PoolManager(
             num_pools=4,
@@ -108,7 +109,7 @@ class KubeApi:
         on Conflict read again and repeat, as a controller's retry loop does."""
         rtype = resolve(ref)
         for attempt in range(UPDATE_ATTEMPTS):
-            current = self.get(rtype, name, namespace)
+            current = self._current(rtype, name, namespace, fresh=attempt > 0)
             working = json.loads(json.dumps(current))
             mutate(working)
             try:
@@ -119,13 +120,18 @@ class KubeApi:
                 time.sleep(0.02 * (attempt + 1))
         raise AssertionError("unreachable")
 
+    def _current(self, rtype: ResourceType, name: str, namespace: str | None, fresh: bool) -> dict:
+        """The object an update starts from; `fresh` after a Conflict (a cache may lag)."""
+        return self.get(rtype, name, namespace)
+
     def _write_changes(self, rtype: ResourceType, current: dict, working: dict) -> dict:
+        """The status through its subresource, the rest by a PUT, each only if it changed."""
         result = current
+        rest_changed = _without_status(working) != _without_status(current)
         if "status" in rtype.subresources and working.get("status") != current.get("status"):
             result = self.replace(rtype, working, "status")
             working["metadata"]["resourceVersion"] = result["metadata"]["resourceVersion"]
-        rest = {k: v for k, v in working.items() if k != "status"}
-        if rest != {k: v for k, v in current.items() if k != "status"}:
+        if rest_changed:
             result = self.replace(rtype, working)
         return result
 
@@ -218,7 +224,13 @@ class KubeApi:
 
 class KubeWatch:
     """("ADDED" | "MODIFIED" | "DELETED", object) events of one type, reopened when the server
-    ends a watch; `close()` shuts the connection so a blocked `next()` returns at once."""
+    ends a watch; `close()` shuts the connection so a blocked `next()` returns at once.
+
+    It begins with the current objects as `listed` ADDED events; when the server has
+    compacted past where it stopped, it lists again and reports ("RELISTED", {"items": [...]}).
+    """
+
+    RELISTED = "RELISTED"
 
     def __init__(self, api: KubeApi, rtype: ResourceType, namespace: str | None) -> None:
         self._api = api
@@ -229,6 +241,7 @@ class KubeWatch:
         self._response: urllib3.BaseHTTPResponse | None = None
         self._lock = threading.Lock()
         items, version = api.list(rtype, namespace)
+        self.listed = len(items)
         for item in items:
             self._queue.put(("ADDED", item))
         self._thread = threading.Thread(
@@ -269,8 +282,7 @@ class KubeWatch:
                 version = self._follow(version)
             except Gone:
                 items, version = self._api.list(self._rtype)
-                for item in items:  # relisted: the level-triggered readers catch up
-                    self._queue.put(("MODIFIED", item))
+                self._queue.put((self.RELISTED, {"items": items}))
             except Exception as error:  # the server restarts or stops: try again soon
                 if self._closed.is_set():
                     return
@@ -301,6 +313,10 @@ class KubeWatch:
         finally:
             response.release_conn()
         return version
+
+
+def _without_status(obj: dict) -> dict:
+    return {k: v for k, v in obj.items() if k != "status"}
 
 
 def _lines(response: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
