@@ -237,7 +237,7 @@ class Lab:
 
     def snapshot(self, *kinds: str) -> Snapshot:
         """The named standard kinds, listed once each (a kind the API does not serve is empty)."""
-        from kubernetes import client as k8s
+        from kubernetes.client.exceptions import ApiException
 
         from labs.kube.view import Snapshot, list_objects, standard_kinds
 
@@ -251,7 +251,7 @@ class Lab:
         for kind in kinds:
             try:
                 listed[kind] = list_objects(known[kind].list_call, **known[kind].kwargs)
-            except k8s.ApiException as error:
+            except ApiException as error:
                 if error.status != 404:
                     raise
         return Snapshot(listed)

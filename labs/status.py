@@ -17,8 +17,8 @@ from labs import time_limit
 from labs.aws import stack
 from labs.console import columns
 from labs.errors import explain
-from labs.kube import gpu
-from labs.kube.view import Snapshot, check_access, check_lab_kubeconfig, list_objects
+from labs.kube import gpu, rest
+from labs.kube.view import Snapshot, check_access, check_lab_kubeconfig
 from labs.lab import Lab, known_labs
 from labs.settings import LabSettings
 
@@ -100,9 +100,7 @@ def _session(lab: Lab, status: dict[str, Any]) -> str | None:
 
 
 def _nodes(lab: Lab) -> list[dict[str, Any]]:
-    from kubernetes import client as k8s
-
-    nodes = list_objects(k8s.CoreV1Api(lab.kube).list_node)
+    nodes = rest.get_items(lab.kube, rest.NODES.path())
     return [
         {
             "name": gpu.name_of(n),
@@ -125,10 +123,7 @@ def _operator(lab: Lab) -> str | None:
 
 
 def _daemonsets(lab: Lab) -> list[dict[str, Any]]:
-    from kubernetes import client as k8s
-
-    apps = k8s.AppsV1Api(lab.kube)
-    daemonsets = list_objects(apps.list_namespaced_daemon_set, namespace=lab.operator_namespace)
+    daemonsets = rest.get_items(lab.kube, rest.DAEMON_SETS.path(lab.operator_namespace))
     result = []
     for ds in sorted(daemonsets, key=gpu.name_of):
         desired, _current, ready = gpu.daemonset_counts(ds)
@@ -137,17 +132,11 @@ def _daemonsets(lab: Lab) -> list[dict[str, Any]]:
 
 
 def _cluster_policy(lab: Lab) -> dict[str, Any] | None:
-    from kubernetes import client as k8s
+    from kubernetes.client.exceptions import ApiException
 
-    custom = k8s.CustomObjectsApi(lab.kube)
     try:
-        policies = list_objects(
-            custom.list_cluster_custom_object,
-            group="nvidia.com",
-            version="v1",
-            plural="clusterpolicies",
-        )
-    except k8s.ApiException as error:
+        policies = rest.get_items(lab.kube, rest.CLUSTER_POLICIES.path())
+    except ApiException as error:
         if error.status == 404:  # the CRD is not installed: no GPU Operator
             return None
         raise

@@ -20,8 +20,7 @@ from typing import Any
 import yaml
 
 import labs
-from labs.kube import gpu, probes
-from labs.kube.changes import delete_if_present
+from labs.kube import gpu, probes, rest
 from labs.kube.view import WORKLOAD_NAMESPACE, ClusterView, Objects, WatchedKind
 from labs.lab import Lab
 from labs.run.contract import (
@@ -83,18 +82,6 @@ def by_hand_revert(scenario: str) -> list[str]:
     ]
 
 
-def _apps(lab: Lab) -> Any:
-    from kubernetes import client as k8s
-
-    return k8s.AppsV1Api(lab.kube)
-
-
-def _core(lab: Lab) -> Any:
-    from kubernetes import client as k8s
-
-    return k8s.CoreV1Api(lab.kube)
-
-
 def baseline(lab: Lab, view: ClusterView) -> dict[str, Any]:
     """Run gpu-probe on the healthy lab; keep its output, the GPU nodes and how many nodes the
     scheduler judges (GPU and system)."""
@@ -114,24 +101,20 @@ def submit(lab: Lab, scenario: str) -> None:
     Deployments."""
     probes.delete_probe(lab, lab.settings.probe_timeout)
     for obj in objects_of(scenario):
-        if obj["kind"] == "Deployment":
-            _apps(lab).create_namespaced_deployment(WORKLOAD_NAMESPACE, obj)
-        else:
-            _core(lab).create_namespaced_pod(WORKLOAD_NAMESPACE, obj)
+        kind = rest.DEPLOYMENTS if obj["kind"] == "Deployment" else rest.PODS
+        rest.create(lab.kube, kind.path(WORKLOAD_NAMESPACE), obj)
 
 
 def undo(lab: Lab, scenario: str) -> None:
     """Delete the scenario's Deployments and pods (waiting until the pods are gone), then
     apply the lab's probe unless a gpu-probe is there already. Safe to repeat."""
-    selector = f"{SCENARIO_LABEL}={fault_tag(scenario)}"
-    apps = _apps(lab)
-    owners = apps.list_namespaced_deployment(WORKLOAD_NAMESPACE, label_selector=selector)
-    for deployment in owners.items:
-        name = deployment.metadata.name
-        delete_if_present(apps.delete_namespaced_deployment, name, WORKLOAD_NAMESPACE)
-    labelled = _core(lab).list_namespaced_pod(WORKLOAD_NAMESPACE, label_selector=selector)
-    for pod in labelled.items:
-        probes.delete_probe(lab, lab.settings.probe_timeout, name=pod.metadata.name)
+    selector = {"labelSelector": f"{SCENARIO_LABEL}={fault_tag(scenario)}"}
+    deployments = rest.DEPLOYMENTS.path(WORKLOAD_NAMESPACE)
+    for deployment in rest.read(lab.kube, deployments, selector)["items"]:
+        rest.delete(lab.kube, rest.DEPLOYMENTS.path(WORKLOAD_NAMESPACE, gpu.name_of(deployment)))
+    labelled = rest.read(lab.kube, rest.PODS.path(WORKLOAD_NAMESPACE), selector)["items"]
+    for pod in labelled:
+        probes.delete_probe(lab, lab.settings.probe_timeout, name=gpu.name_of(pod))
     if gpu.pod(lab.snapshot("pods"), PROBE) is None:
         probes.create_probe(lab)
 

@@ -19,8 +19,8 @@ from typing import Any
 from labs import lifecycle
 from labs.aws.cloud import describe_gpu_nodegroup
 from labs.aws.stack import NODE_TEMPLATE_TAG_PREFIX
-from labs.kube import gpu, probes
-from labs.kube.view import ClusterView, Objects, list_objects
+from labs.kube import gpu, probes, rest
+from labs.kube.view import ClusterView, Objects
 from labs.lab import Lab
 from labs.run.contract import ByHand, Check, Context, Finding, Needs, Scenario, Step, Trap, Verdict
 from scenarios import _checks, _workload
@@ -125,9 +125,7 @@ symptoms = [
 
 def autoscalers(lab: Lab) -> list[str]:
     """Deployments in any namespace that look like a node autoscaler."""
-    from kubernetes import client as k8s
-
-    listed = list_objects(k8s.AppsV1Api(lab.kube).list_deployment_for_all_namespaces)
+    listed = rest.get_items(lab.kube, rest.DEPLOYMENTS.path())
     return sorted(
         f"{d['metadata'].get('namespace')}/{gpu.name_of(d)}"
         for d in listed

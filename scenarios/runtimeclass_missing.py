@@ -21,7 +21,7 @@ import json
 from typing import Any
 
 from labs.errors import LabError
-from labs.kube import gpu
+from labs.kube import gpu, rest
 from labs.kube.view import WORKLOAD_NAMESPACE, ClusterView, Objects, WatchedKind, standard_kinds
 from labs.lab import Lab
 from labs.run.contract import Check, Context, Finding, Step, Trap, Verdict
@@ -48,14 +48,13 @@ traps = [
 
 def watch(lab: Lab) -> list[WatchedKind]:
     """The lab's standard kinds, the RuntimeClasses and the workloads' Deployments."""
-    from kubernetes import client as k8s
-
-    classes = WatchedKind("runtimeclasses", k8s.NodeV1Api(lab.kube).list_runtime_class)
-    deployments = WatchedKind(
-        WORKLOADS, k8s.AppsV1Api(lab.kube).list_namespaced_deployment,
-        {"namespace": WORKLOAD_NAMESPACE},
-    )  # fmt: skip
-    return [*standard_kinds(lab.kube, lab.operator_namespace), classes, deployments]
+    classes = WatchedKind("runtimeclasses", rest.lister(lab.kube, rest.RUNTIME_CLASSES.path()))
+    deployments = rest.lister(lab.kube, rest.DEPLOYMENTS.path(WORKLOAD_NAMESPACE))
+    return [
+        *standard_kinds(lab.kube, lab.operator_namespace),
+        classes,
+        WatchedKind(WORKLOADS, deployments),
+    ]
 
 
 def runtime_classes(objects: Objects) -> dict[str, str]:

@@ -14,8 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from labs.doctor.model import Evidence
 from labs.errors import LabError
-from labs.kube import gpu
-from labs.kube.rest import get_items
+from labs.kube import gpu, rest
 from labs.kube.view import api_server_url, find_in
 
 if TYPE_CHECKING:
@@ -112,14 +111,14 @@ class Facts:
 
 # Where each kind is listed, every namespace at once.
 PATHS = {
-    "nodes": "/api/v1/nodes",
-    "pods": "/api/v1/pods",
-    "events": "/api/v1/events",
-    "daemonsets": "/apis/apps/v1/daemonsets",
-    "deployments": "/apis/apps/v1/deployments",
-    "replicasets": "/apis/apps/v1/replicasets",
-    "clusterpolicies": "/apis/nvidia.com/v1/clusterpolicies",
-    "runtimeclasses": "/apis/node.k8s.io/v1/runtimeclasses",
+    "nodes": rest.NODES.path(),
+    "pods": rest.PODS.path(),
+    "events": rest.EVENTS.path(),
+    "daemonsets": rest.DAEMON_SETS.path(),
+    "deployments": rest.DEPLOYMENTS.path(),
+    "replicasets": rest.REPLICA_SETS.path(),
+    "clusterpolicies": rest.CLUSTER_POLICIES.path(),
+    "runtimeclasses": rest.RUNTIME_CLASSES.path(),
 }
 
 
@@ -141,7 +140,7 @@ def _read(client: Any, path: str, kind: str) -> list[Obj] | None:
 
     server = api_server_url(client)
     try:
-        return get_items(client, path, LIST_TIMEOUT)
+        return rest.get_items(client, path, LIST_TIMEOUT)
     except ApiException as error:
         if error.status == 404 and kind in OPTIONAL:
             return None

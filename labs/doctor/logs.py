@@ -17,9 +17,8 @@ from typing import TYPE_CHECKING
 from labs.doctor.catalog import kind
 from labs.doctor.facts import Facts, Obj, node_subject
 from labs.doctor.model import DoctorFinding, Evidence, Link, LogRequest
-from labs.kube import gpu
+from labs.kube import gpu, rest
 from labs.kube.logs import READ_TIMEOUT
-from labs.kube.rest import get
 
 if TYPE_CHECKING:
     from labs.lab import Lab
@@ -93,9 +92,9 @@ def api_reader(lab: Lab) -> Reader:
     """Read a container's log tail through the lab's client, as `kubectl logs --tail` does."""
 
     def read(request: LogRequest) -> str:
-        path = f"/api/v1/namespaces/{request.namespace}/pods/{request.pod}/log"
+        path = rest.PODS.path(request.namespace, request.pod, "log")
         query = {"container": request.container, "tailLines": TAIL_LINES}
-        return get(lab.kube, path, query, READ_TIMEOUT).decode("utf-8", "replace")
+        return rest.get(lab.kube, path, query, READ_TIMEOUT).decode("utf-8", "replace")
 
     return read
 

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from labs.kube import rest
 from labs.kube.gpu import CLUSTER_POLICY_NAME, has_taint, name_of, taints_of
 
 if TYPE_CHECKING:
     from labs.lab import Lab
 
-MERGE_PATCH = "application/merge-patch+json"
 T = TypeVar("T")
 
 
@@ -83,36 +83,20 @@ def patch_cluster_policy(
 
     With `resource_version` the API refuses the patch (409) if the policy changed since.
     """
-    from kubernetes import client as k8s
-
     validate_policy_patch(patch)
     body = dict(patch)
     if resource_version:
         body["metadata"] = {"resourceVersion": resource_version}
-    patched = k8s.CustomObjectsApi(lab.kube).patch_cluster_custom_object(
-        "nvidia.com",
-        "v1",
-        "clusterpolicies",
-        CLUSTER_POLICY_NAME,
-        body,
-        _content_type=MERGE_PATCH,
-    )
-    return cast(dict[str, Any], patched)  # custom objects come back as the JSON body
+    return rest.patch(lab.kube, rest.CLUSTER_POLICIES.path(name=CLUSTER_POLICY_NAME), body)
 
 
 def set_component_env(lab: Lab, component: str, name: str, value: str | None) -> bool:
     """Set one env var of ClusterPolicy `spec.<component>.env` (None removes it), keeping the
     others in place; an env left empty is removed, as the chart renders none. True when the
     policy changed."""
-    from kubernetes import client as k8s
 
     def attempt() -> bool:
-        policy = cast(
-            dict[str, Any],
-            k8s.CustomObjectsApi(lab.kube).get_cluster_custom_object(
-                "nvidia.com", "v1", "clusterpolicies", CLUSTER_POLICY_NAME
-            ),
-        )
+        policy = rest.read(lab.kube, rest.CLUSTER_POLICIES.path(name=CLUSTER_POLICY_NAME))
         env = list(((policy.get("spec") or {}).get(component) or {}).get("env") or [])
         wanted = [e for e in env if e.get("name") != name]
         if value is not None:
@@ -129,52 +113,25 @@ def set_component_env(lab: Lab, component: str, name: str, value: str | None) ->
 
 def scale_deployment(lab: Lab, namespace: str, name: str, replicas: int) -> None:
     """Set a Deployment's replicas through its scale subresource (like `kubectl scale`)."""
-    from kubernetes import client as k8s
-
-    k8s.AppsV1Api(lab.kube).patch_namespaced_deployment_scale(
-        name, namespace, {"spec": {"replicas": replicas}}, _content_type=MERGE_PATCH
-    )
-
-
-def delete_if_present(
-    delete: Callable[..., Any], name: str, namespace: str, **options: Any
-) -> bool:
-    """Call a client's `delete_namespaced_*` for `name`; False when it was already gone (404),
-    so a revert or a clean-up can run twice."""
-    from kubernetes import client as k8s
-
-    try:
-        delete(name, namespace, **options)
-    except k8s.ApiException as error:
-        if error.status != 404:
-            raise
-        return False
-    return True
+    path = rest.DEPLOYMENTS.path(namespace, name, "scale")
+    rest.patch(lab.kube, path, {"spec": {"replicas": replicas}})
 
 
 def delete_daemonset(lab: Lab, namespace: str, name: str) -> bool:
     """Delete a DaemonSet (its pods follow); False when it was already gone."""
-    from kubernetes import client as k8s
-
-    return delete_if_present(k8s.AppsV1Api(lab.kube).delete_namespaced_daemon_set, name, namespace)
+    return rest.delete(lab.kube, rest.DAEMON_SETS.path(namespace, name))
 
 
 def label_node(lab: Lab, node: str, key: str, value: str) -> None:
     """Set one label on a node (like `kubectl label node N key=value --overwrite`)."""
-    from kubernetes import client as k8s
-
-    body = {"metadata": {"labels": {key: value}}}
-    k8s.CoreV1Api(lab.kube).patch_node(node, body, _content_type=MERGE_PATCH)
+    rest.patch(lab.kube, rest.NODES.path(name=node), {"metadata": {"labels": {key: value}}})
 
 
 def taint_node(lab: Lab, node: str, key: str, value: str, effect: str) -> bool:
     """Add a taint to a node (like `kubectl taint node N key=value:effect`); False if it has it."""
-    from kubernetes import client as k8s
-
-    core = k8s.CoreV1Api(lab.kube)
 
     def attempt() -> bool:
-        current = core.api_client.sanitize_for_serialization(core.read_node(node))
+        current = rest.read(lab.kube, rest.NODES.path(name=node))
         if has_taint(current, key, effect):
             return False
         _set_taints(
@@ -187,44 +144,38 @@ def taint_node(lab: Lab, node: str, key: str, value: str, effect: str) -> bool:
 
 def untaint_nodes(lab: Lab, key: str, effect: str) -> list[str]:
     """Remove the taint `key:effect` from every node that has it; the nodes it was removed from."""
-    from kubernetes import client as k8s
-
-    from labs.kube.view import list_objects
-
-    core = k8s.CoreV1Api(lab.kube)
 
     def attempt(name: str) -> bool:
-        current = core.api_client.sanitize_for_serialization(core.read_node(name))
+        current = rest.read(lab.kube, rest.NODES.path(name=name))
         if not has_taint(current, key, effect):
             return False
         kept = [t for t in taints_of(current) if (t.get("key"), t.get("effect")) != (key, effect)]
         _set_taints(lab, current, kept)
         return True
 
-    names = [name_of(n) for n in list_objects(core.list_node) if has_taint(n, key, effect)]
+    nodes = rest.get_items(lab.kube, rest.NODES.path())
+    names = [name_of(n) for n in nodes if has_taint(n, key, effect)]
     return [name for name in names if _retry_on_conflict(functools.partial(attempt, name))]
 
 
 def _set_taints(lab: Lab, node: Mapping[str, Any], taints: list[dict[str, Any]]) -> None:
     """Replace a node's taints, refused (409) if the node changed since it was read."""
-    from kubernetes import client as k8s
-
     body = {
         "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
         "spec": {"taints": taints},
     }
-    k8s.CoreV1Api(lab.kube).patch_node(name_of(node), body, _content_type=MERGE_PATCH)
+    rest.patch(lab.kube, rest.NODES.path(name=name_of(node)), body)
 
 
 def _retry_on_conflict(attempt: Callable[[], T], tries: int = 5) -> T:
     """Run a read-modify-write again when the object changed under it (409), as client-go's
     RetryOnConflict does; kubelet and controllers write nodes and policies all the time."""
-    from kubernetes import client as k8s
+    from kubernetes.client.exceptions import ApiException
 
     for left in range(tries - 1, -1, -1):
         try:
             return attempt()
-        except k8s.ApiException as error:
+        except ApiException as error:
             if error.status != 409 or not left:
                 raise
     raise AssertionError("unreachable")

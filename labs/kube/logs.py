@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from labs.kube import rest
 from labs.kube.gpu import name_of, operator_deployment, operator_step_line, running_pods_of
 
 if TYPE_CHECKING:
@@ -19,13 +20,10 @@ READ_TIMEOUT = 10.0  # seconds for one log read (connect and read)
 
 def pod_log(lab: Lab, namespace: str, name: str, tail: int | None = None) -> str:
     """What the pod printed (its last `tail` lines when given)."""
-    from kubernetes import client as k8s
-
-    core = k8s.CoreV1Api(lab.kube)
-    text = core.read_namespaced_pod_log(
-        name, namespace, tail_lines=tail, _request_timeout=READ_TIMEOUT
+    path = rest.PODS.path(namespace, name, "log")
+    return rest.get(lab.kube, path, {"tailLines": tail}, timeout=READ_TIMEOUT).decode(
+        errors="replace"
     )
-    return text or ""  # the client turns some answers into None (a JSON `null`): never "None"
 
 
 def operator_log(lab: Lab, objects: Objects, tail: int = 200) -> list[str]:

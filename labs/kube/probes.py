@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from labs.errors import LabError
-from labs.kube.changes import delete_if_present
+from labs.kube import rest
 from labs.kube.gpu import pod_story, scheduling_failure
 from labs.kube.logs import pod_log
 from labs.kube.view import WORKLOAD_NAMESPACE, ClusterView, WatchedKind
@@ -78,17 +78,10 @@ def gpu_summary(log: str) -> str:
     return "\n".join(lines[header + 1 :])
 
 
-def _core(lab: Lab) -> Any:
-    from kubernetes import client as k8s
-
-    return k8s.CoreV1Api(lab.kube)
-
-
 def _pod_view(lab: Lab, name: str, namespace: str) -> ClusterView:
     """A watched view of just this one pod."""
-    core = _core(lab)
-    kwargs = {"namespace": namespace, "field_selector": f"metadata.name={name}"}
-    return ClusterView([WatchedKind("pods", core.list_namespaced_pod, kwargs)])
+    pods = rest.lister(lab.kube, rest.PODS.path(namespace))
+    return ClusterView([WatchedKind("pods", pods, {"field_selector": f"metadata.name={name}"})])
 
 
 def delete_probe(
@@ -99,8 +92,7 @@ def delete_probe(
     with _pod_view(lab, name, WORKLOAD_NAMESPACE) as view:
         if view.find("pods", name) is None:
             return
-        delete = _core(lab).delete_namespaced_pod
-        delete_if_present(delete, name, WORKLOAD_NAMESPACE, grace_period_seconds=0)
+        rest.delete(lab.kube, rest.PODS.path(WORKLOAD_NAMESPACE, name), grace_seconds=0)
         view.wait_for(
             lambda v: v.find("pods", name) is None, timeout, what=f"pod {name} to be deleted"
         )
@@ -110,9 +102,8 @@ def create_probe(
     lab: Lab, manifest: Path = PROBE_MANIFEST, name: str | None = None, node: str | None = None
 ) -> dict[str, Any]:
     """Create the probe pod (like `kubectl apply -f gpu-probe.yaml` on a free name)."""
-    core = _core(lab)
-    created = core.create_namespaced_pod(WORKLOAD_NAMESPACE, load_probe(manifest, name, node))
-    return core.api_client.sanitize_for_serialization(created)
+    pod = load_probe(manifest, name, node)
+    return rest.create(lab.kube, rest.PODS.path(WORKLOAD_NAMESPACE), pod)
 
 
 def recreate_probe(

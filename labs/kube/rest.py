@@ -1,18 +1,96 @@
-"""Plain GETs through a kubernetes ApiClient, without the generated API classes.
+"""The lab's requests to the Kubernetes API, by path, through a kubernetes ApiClient.
 
-The generated `CoreV1Api` and its siblings take seconds to import (thousands of validated
-methods); a read-only tool that needs a few GETs would pay that on every run. `get` builds
-the request the way they do, with the client's own credentials (a bearer token or an exec
-plugin such as `aws eks get-token`, refreshed as needed) and TLS settings.
+The generated `CoreV1Api` and its siblings take about a second to import (thousands of
+validated methods); every command that reads or changes the cluster would pay that on each
+run. These helpers build each request the way those classes do, with the client's own
+credentials (a bearer token or an exec plugin such as `aws eks get-token`, refreshed as
+needed) and TLS settings, and raise the same ApiException (with status and reason).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 DEFAULT_TIMEOUT = 15.0  # seconds for one request (connect and read)
+MERGE_PATCH = "application/merge-patch+json"
+# A typed client's list-call keywords, as the API's query parameters.
+_QUERY_NAMES = {
+    "watch": "watch",
+    "resource_version": "resourceVersion",
+    "timeout_seconds": "timeoutSeconds",
+    "label_selector": "labelSelector",
+    "field_selector": "fieldSelector",
+    "allow_watch_bookmarks": "allowWatchBookmarks",
+    "limit": "limit",
+}
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One kind's REST collection: `/api/v1` + `pods`, namespaced or not."""
+
+    prefix: str
+    plural: str
+    namespaced: bool = True
+
+    def path(self, namespace: str | None = None, name: str | None = None, sub: str = "") -> str:
+        """The collection (in `namespace`, or across all), one object, or its subresource."""
+        parts = [self.prefix]
+        if self.namespaced and namespace:
+            parts += ["namespaces", namespace]
+        parts += [p for p in (self.plural, name, sub) if p]
+        return "/".join(parts)
+
+
+NAMESPACES = Resource("/api/v1", "namespaces", namespaced=False)
+NODES = Resource("/api/v1", "nodes", namespaced=False)
+PODS = Resource("/api/v1", "pods")
+EVENTS = Resource("/api/v1", "events")
+SERVICES = Resource("/api/v1", "services")
+CONFIG_MAPS = Resource("/api/v1", "configmaps")
+SERVICE_ACCOUNTS = Resource("/api/v1", "serviceaccounts")
+DAEMON_SETS = Resource("/apis/apps/v1", "daemonsets")
+DEPLOYMENTS = Resource("/apis/apps/v1", "deployments")
+REPLICA_SETS = Resource("/apis/apps/v1", "replicasets")
+RUNTIME_CLASSES = Resource("/apis/node.k8s.io/v1", "runtimeclasses", namespaced=False)
+CLUSTER_POLICIES = Resource("/apis/nvidia.com/v1", "clusterpolicies", namespaced=False)
+
+
+def send(
+    client: Any,
+    method: str,
+    path: str,
+    query: Mapping[str, object] | None = None,
+    body: Any = None,
+    content_type: str | None = None,
+    timeout: float | None = DEFAULT_TIMEOUT,
+    stream: bool = False,
+) -> Any:
+    """The response to one request, its body read (unless `stream`: a watch reads it as it
+    comes); ApiException unless 2xx. `timeout` None waits as long as the server streams."""
+    from kubernetes.client.exceptions import ApiException
+
+    headers = {"Accept": "application/json, */*"}
+    if content_type:
+        headers["Content-Type"] = content_type
+    method, url, headers, body, post = client.param_serialize(
+        method=method,
+        resource_path=path,
+        query_params=[(k, v) for k, v in (query or {}).items() if v is not None],
+        header_params=headers,
+        body=body,
+        auth_settings=["BearerToken"],
+    )
+    response = client.call_api(method, url, headers, body, post, _request_timeout=timeout)
+    if stream and 200 <= response.status < 300:
+        return response.response
+    response.read()
+    if not 200 <= response.status < 300:
+        raise ApiException(http_resp=response)
+    return response
 
 
 def get(
@@ -21,23 +99,69 @@ def get(
     query: Mapping[str, object] | None = None,
     timeout: float = DEFAULT_TIMEOUT,
 ) -> bytes:
-    """The body of `GET path?query`; ApiException (with status and reason) unless 2xx."""
-    from kubernetes.client.exceptions import ApiException
+    """The body of `GET path?query`."""
+    return bytes(send(client, "GET", path, query, timeout=timeout).data)
 
-    method, url, headers, body, post = client.param_serialize(
-        method="GET",
-        resource_path=path,
-        query_params=[(k, v) for k, v in (query or {}).items() if v is not None],
-        header_params={"Accept": "application/json, */*"},
-        auth_settings=["BearerToken"],
-    )
-    response = client.call_api(method, url, headers, body, post, _request_timeout=timeout)
-    response.read()
-    if not 200 <= response.status < 300:
-        raise ApiException(http_resp=response)
-    return bytes(response.data)
+
+def read(client: Any, path: str, query: Mapping[str, object] | None = None) -> dict[str, Any]:
+    """One object (or list) as the API serves it."""
+    return dict(json.loads(get(client, path, query)))
 
 
 def get_items(client: Any, path: str, timeout: float = DEFAULT_TIMEOUT) -> list[dict[str, Any]]:
     """The items of a list (`/api/v1/pods`), as the API serves them (no model classes)."""
     return list(json.loads(get(client, path, timeout=timeout)).get("items", []))
+
+
+def create(client: Any, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+    """POST an object to its collection; the object as created."""
+    return dict(json.loads(send(client, "POST", path, body=dict(body)).data))
+
+
+def patch(
+    client: Any, path: str, body: Mapping[str, Any], content_type: str = MERGE_PATCH
+) -> dict[str, Any]:
+    """A merge patch (like `kubectl patch --type=merge`); the object as patched."""
+    answer = send(client, "PATCH", path, body=dict(body), content_type=content_type)
+    return dict(json.loads(answer.data))
+
+
+def delete(client: Any, path: str, grace_seconds: int | None = None) -> bool:
+    """Delete one object (dependents in the background); False when it was already gone
+    (404), so a revert or a clean-up can run twice."""
+    from kubernetes.client.exceptions import ApiException
+
+    options: dict[str, Any] = {
+        "kind": "DeleteOptions",
+        "apiVersion": "v1",
+        "propagationPolicy": "Background",
+    }
+    if grace_seconds is not None:
+        options["gracePeriodSeconds"] = grace_seconds
+    try:
+        send(client, "DELETE", path, body=options)
+    except ApiException as error:
+        if error.status != 404:
+            raise
+        return False
+    return True
+
+
+def lister(client: Any, path: str) -> Callable[..., Any]:
+    """A list call for `path` that takes a typed client's list keywords (`watch`,
+    `resource_version`, `label_selector`, ...) and answers the raw response, as those calls do
+    with `_preload_content=False`: what a ClusterView and `kubernetes.watch` consume."""
+
+    def call(**kwargs: Any) -> Any:
+        kwargs.pop("_preload_content", None)
+        timeout = kwargs.pop("_request_timeout", DEFAULT_TIMEOUT)
+        query = {_QUERY_NAMES[k]: _query_value(v) for k, v in kwargs.items()}
+        watching = bool(kwargs.get("watch"))
+        return send(client, "GET", path, query, timeout=None if watching else timeout,
+                    stream=watching)  # fmt: skip
+
+    return call
+
+
+def _query_value(value: object) -> object:
+    return str(value).lower() if isinstance(value, bool) else value

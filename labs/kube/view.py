@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from labs.errors import LabError
+from labs.kube import rest
 
 T = TypeVar("T")
 # Where the lab's own workloads (the probe, scenario pods) run.
@@ -89,9 +90,7 @@ def _message_of(body: str) -> str:
 
 def check_access(client: Any) -> None:
     """One authenticated read (a namespace), so refused credentials show before a change."""
-    from kubernetes import client as k8s
-
-    k8s.CoreV1Api(client).list_namespace(limit=1, _request_timeout=ACCESS_TIMEOUT_SECONDS)
+    rest.get(client, rest.NAMESPACES.path(), {"limit": 1}, timeout=ACCESS_TIMEOUT_SECONDS)
 
 
 def api_server_url(client: Any) -> str:
@@ -131,7 +130,8 @@ def find_in(objects: list[dict[str, Any]], name: str, namespace: str) -> dict[st
 
 @dataclass(frozen=True)
 class WatchedKind:
-    """One kind to keep in the view: a typed client's list function and its arguments."""
+    """One kind to keep in the view: a list function (`rest.lister`, or a typed client's) and
+    its arguments."""
 
     name: str
     list_call: Callable[..., Any]
@@ -143,30 +143,19 @@ def standard_kinds(
 ) -> list[WatchedKind]:
     """The kinds a GPU lab watches: nodes, workload pods and events, operator DaemonSets,
     the operator Deployment, pods and events, and ClusterPolicies."""
-    from kubernetes import client as k8s
 
-    core = k8s.CoreV1Api(client)
-    apps = k8s.AppsV1Api(client)
-    custom = k8s.CustomObjectsApi(client)
+    def kind(name: str, resource: rest.Resource, namespace: str | None = None) -> WatchedKind:
+        return WatchedKind(name, rest.lister(client, resource.path(namespace)))
+
     return [
-        WatchedKind("nodes", core.list_node),
-        WatchedKind("pods", core.list_namespaced_pod, {"namespace": workload_namespace}),
-        WatchedKind("events", core.list_namespaced_event, {"namespace": workload_namespace}),
-        WatchedKind(
-            "daemonsets", apps.list_namespaced_daemon_set, {"namespace": operator_namespace}
-        ),
-        WatchedKind(
-            "deployments", apps.list_namespaced_deployment, {"namespace": operator_namespace}
-        ),
-        WatchedKind("operator_pods", core.list_namespaced_pod, {"namespace": operator_namespace}),
-        WatchedKind(
-            "operator_events", core.list_namespaced_event, {"namespace": operator_namespace}
-        ),
-        WatchedKind(
-            "clusterpolicies",
-            custom.list_cluster_custom_object,
-            {"group": "nvidia.com", "version": "v1", "plural": "clusterpolicies"},
-        ),
+        kind("nodes", rest.NODES),
+        kind("pods", rest.PODS, workload_namespace),
+        kind("events", rest.EVENTS, workload_namespace),
+        kind("daemonsets", rest.DAEMON_SETS, operator_namespace),
+        kind("deployments", rest.DEPLOYMENTS, operator_namespace),
+        kind("operator_pods", rest.PODS, operator_namespace),
+        kind("operator_events", rest.EVENTS, operator_namespace),
+        kind("clusterpolicies", rest.CLUSTER_POLICIES),
     ]
 
 

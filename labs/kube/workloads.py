@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from labs.kube.changes import delete_if_present
+from labs.kube import rest
 from labs.kube.probes import FINISHED_PHASES, HOSTNAME_LABEL
 from labs.kube.view import WORKLOAD_NAMESPACE, ClusterView, WatchedKind
 
@@ -74,39 +74,36 @@ class PodRun:
     log: str
 
 
-def _core(lab: Lab) -> Any:
-    from kubernetes import client as k8s
-
-    return k8s.CoreV1Api(lab.kube)
+# What a workload's manifest List may hold, by kind.
+_RESOURCES = {"Pod": rest.PODS, "Service": rest.SERVICES, "ConfigMap": rest.CONFIG_MAPS}
 
 
 def _view(lab: Lab) -> ClusterView:
-    core = _core(lab)
-    return ClusterView(
-        [WatchedKind("pods", core.list_namespaced_pod, {"namespace": WORKLOAD_NAMESPACE})]
-    )
+    pods = rest.lister(lab.kube, rest.PODS.path(WORKLOAD_NAMESPACE))
+    return ClusterView([WatchedKind("pods", pods)])
+
+
+def _delete(lab: Lab, kind: str, name: str) -> None:
+    rest.delete(lab.kube, _RESOURCES[kind].path(WORKLOAD_NAMESPACE, name), grace_seconds=0)
+
+
+def _create(lab: Lab, obj: dict[str, Any]) -> None:
+    rest.create(lab.kube, _RESOURCES[obj["kind"]].path(WORKLOAD_NAMESPACE), obj)
 
 
 def remove(lab: Lab, workload: Workload, timeout: float) -> None:
     """Delete the workload's pods, Services and ConfigMap if present; wait for the pods."""
-    core = _core(lab)
-    deleters = {
-        "Pod": core.delete_namespaced_pod,
-        "Service": core.delete_namespaced_service,
-        "ConfigMap": core.delete_namespaced_config_map,
-    }
     names = [(i["kind"], i["metadata"]["name"]) for i in workload.items()]
     if workload.config_map:
         names.append(("ConfigMap", workload.config_map))
     for kind, name in names:
-        delete_if_present(deleters[kind], name, WORKLOAD_NAMESPACE, grace_period_seconds=0)
+        _delete(lab, kind, name)
     _wait_gone(lab, [p["metadata"]["name"] for p in workload.pods()], timeout)
 
 
 def _delete_pods(lab: Lab, names: list[str], timeout: float) -> None:
-    delete = _core(lab).delete_namespaced_pod
     for name in names:
-        delete_if_present(delete, name, WORKLOAD_NAMESPACE, grace_period_seconds=0)
+        _delete(lab, "Pod", name)
     _wait_gone(lab, names, timeout)
 
 
@@ -122,13 +119,11 @@ def _wait_gone(lab: Lab, names: list[str], timeout: float) -> None:
 def start(lab: Lab, workload: Workload, timeout: float) -> None:
     """Remove any earlier run, then create the ConfigMap, the Services and the pods."""
     remove(lab, workload, timeout)
-    core, ns = _core(lab), WORKLOAD_NAMESPACE
     config = workload.script_map()
     if config:
-        core.create_namespaced_config_map(ns, config)
-    creators = {"Service": core.create_namespaced_service, "Pod": core.create_namespaced_pod}
+        _create(lab, config)
     for item in workload.items():
-        creators[item["kind"]](ns, item)
+        _create(lab, item)
 
 
 def wait_finished(
@@ -185,7 +180,6 @@ def run_on_each(
     lab: Lab, view: ClusterView, pod: dict[str, Any], nodes: list[str], timeout: float
 ) -> dict[str, PodRun]:
     """Run one copy of `pod` pinned to each node, wait for all, remove them; runs by node."""
-    core, ns = _core(lab), WORKLOAD_NAMESPACE
     copies = {
         node: pinned(pod, f"{pod['metadata']['name']}-{i}", node) for i, node in enumerate(nodes)
     }
@@ -193,7 +187,7 @@ def run_on_each(
     _delete_pods(lab, names, timeout)
     try:
         for copy in copies.values():
-            core.create_namespaced_pod(ns, copy)
+            _create(lab, copy)
         runs = _finished_runs(lab, view, names, timeout, f"{pod['metadata']['name']} on each node")
         return dict(zip(copies, runs, strict=True))
     finally:

@@ -25,6 +25,7 @@ import yaml
 
 from labs.aws import stack
 from labs.errors import InfraError
+from labs.kube import rest
 from labs.sim.aws.auth import CREDENTIAL_KEYS
 from labs.sim.aws.seed import (
     AUX_VPC_ALLOW_RULE,
@@ -324,22 +325,15 @@ class SimInfra:
         return self._kube
 
     def _installed_release(self) -> tuple[str, str] | None:
-        from kubernetes import client
-
-        found = (
-            client.AppsV1Api(self._api())
-            .list_deployment_for_all_namespaces(
-                field_selector=f"metadata.name={OPERATOR}",
-                label_selector="app.kubernetes.io/managed-by=Helm",
-            )
-            .items
-        )
+        query = {
+            "fieldSelector": f"metadata.name={OPERATOR}",
+            "labelSelector": "app.kubernetes.io/managed-by=Helm",
+        }
+        found = rest.read(self._api(), rest.DEPLOYMENTS.path(), query)["items"]
         if not found:
             return None
-        meta = found[0].metadata
-        if meta is None or meta.namespace is None:  # a listed Deployment always has both
-            raise InfraError(f"the API server listed a {OPERATOR} Deployment without a namespace")
-        return meta.namespace, (meta.labels or {}).get("app.kubernetes.io/version", "")
+        meta = found[0]["metadata"]
+        return meta["namespace"], (meta.get("labels") or {}).get("app.kubernetes.io/version", "")
 
     def _reinstall(self, release: tuple[str, str], namespace: str, version: str) -> None:
         """An update in place: the old release out, the wanted one in."""
@@ -347,15 +341,12 @@ class SimInfra:
         self._install(namespace, version)
 
     def _install(self, namespace: str, version: str) -> None:
-        from kubernetes import client
         from kubernetes.client.exceptions import ApiException
 
-        core, apps = client.CoreV1Api(self._api()), client.AppsV1Api(self._api())
-        custom = client.CustomObjectsApi(self._api())
+        api = self._api()
         labels = _chart_labels(version)
         try:
-            # The ignores here and below: the client takes plain dicts for its model-typed bodies.
-            core.create_namespace({"metadata": {"name": namespace}})  # type: ignore[arg-type]
+            rest.create(api, rest.NAMESPACES.path(), {"metadata": {"name": namespace}})
         except ApiException as error:
             if error.status != 409:
                 raise
@@ -369,14 +360,13 @@ class SimInfra:
         )
         nfd["metadata"]["labels"] |= labels
         account = {"metadata": {"name": OPERATOR, "labels": labels}}
-        core.create_namespaced_service_account(namespace, account)  # type: ignore[arg-type]
-        apps.create_namespaced_daemon_set(namespace, nfd)  # type: ignore[arg-type]
+        rest.create(api, rest.SERVICE_ACCOUNTS.path(namespace), account)
+        rest.create(api, rest.DAEMON_SETS.path(namespace), nfd)
         deployment = _operator_deployment(version, labels)
-        apps.create_namespaced_deployment(namespace, deployment)  # type: ignore[arg-type]
-        custom.create_cluster_custom_object(
-            "nvidia.com",
-            "v1",
-            "clusterpolicies",
+        rest.create(api, rest.DEPLOYMENTS.path(namespace), deployment)
+        rest.create(
+            api,
+            rest.CLUSTER_POLICIES.path(),
             {
                 "apiVersion": "nvidia.com/v1",
                 "kind": "ClusterPolicy",
@@ -386,26 +376,14 @@ class SimInfra:
         )
 
     def _uninstall(self, release: tuple[str, str]) -> None:
-        from kubernetes import client
-        from kubernetes.client.exceptions import ApiException
-
         namespace, _ = release
-        apps = client.AppsV1Api(self._api())
-        core = client.CoreV1Api(self._api())
-        custom = client.CustomObjectsApi(self._api())
-        for delete in (
-            lambda: custom.delete_cluster_custom_object(
-                "nvidia.com", "v1", "clusterpolicies", CLUSTER_POLICY_NAME
-            ),
-            lambda: apps.delete_namespaced_deployment(OPERATOR, namespace),
-            lambda: apps.delete_namespaced_daemon_set(NFD_WORKER, namespace),
-            lambda: core.delete_namespaced_service_account(OPERATOR, namespace),
+        for path in (
+            rest.CLUSTER_POLICIES.path(name=CLUSTER_POLICY_NAME),
+            rest.DEPLOYMENTS.path(namespace, OPERATOR),
+            rest.DAEMON_SETS.path(namespace, NFD_WORKER),
+            rest.SERVICE_ACCOUNTS.path(namespace, OPERATOR),
         ):
-            try:
-                delete()
-            except ApiException as error:
-                if error.status != 404:
-                    raise
+            rest.delete(self._api(), path)
 
 
 def _plain(value: Any) -> Any:
