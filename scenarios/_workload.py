@@ -110,9 +110,9 @@ def undo(lab: Lab, scenario: str) -> None:
     apply the lab's probe unless a gpu-probe is there already. Safe to repeat."""
     selector = {"labelSelector": f"{SCENARIO_LABEL}={fault_tag(scenario)}"}
     deployments = rest.DEPLOYMENTS.path(WORKLOAD_NAMESPACE)
-    for deployment in rest.read(lab.kube, deployments, selector)["items"]:
+    for deployment in rest.get_items(lab.kube, deployments, query=selector):
         rest.delete(lab.kube, rest.DEPLOYMENTS.path(WORKLOAD_NAMESPACE, gpu.name_of(deployment)))
-    labelled = rest.read(lab.kube, rest.PODS.path(WORKLOAD_NAMESPACE), selector)["items"]
+    labelled = rest.get_items(lab.kube, rest.PODS.path(WORKLOAD_NAMESPACE), query=selector)
     for pod in labelled:
         probes.delete_probe(lab, lab.settings.probe_timeout, name=gpu.name_of(pod))
     if gpu.pod(lab.snapshot("pods"), PROBE) is None:

@@ -108,9 +108,14 @@ def read(client: Any, path: str, query: Mapping[str, object] | None = None) -> d
     return dict(json.loads(get(client, path, query)))
 
 
-def get_items(client: Any, path: str, timeout: float = DEFAULT_TIMEOUT) -> list[dict[str, Any]]:
-    """The items of a list (`/api/v1/pods`), as the API serves them (no model classes)."""
-    return list(json.loads(get(client, path, timeout=timeout)).get("items", []))
+def get_items(
+    client: Any,
+    path: str,
+    timeout: float = DEFAULT_TIMEOUT,
+    query: Mapping[str, object] | None = None,
+) -> list[dict[str, Any]]:
+    """The items of a list (`/api/v1/pods`, a selector in `query`), as the API serves them."""
+    return list(json.loads(get(client, path, query, timeout)).get("items", []))
 
 
 def create(client: Any, path: str, body: Mapping[str, Any]) -> dict[str, Any]:

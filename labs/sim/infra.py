@@ -329,7 +329,7 @@ class SimInfra:
             "fieldSelector": f"metadata.name={OPERATOR}",
             "labelSelector": "app.kubernetes.io/managed-by=Helm",
         }
-        found = rest.read(self._api(), rest.DEPLOYMENTS.path(), query)["items"]
+        found = rest.get_items(self._api(), rest.DEPLOYMENTS.path(), query=query)
         if not found:
             return None
         meta = found[0]["metadata"]

@@ -55,7 +55,7 @@ class Controller:
         self._wake.set()
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop the loop and the watches and wait for the threads to end."""
+        """Stop following the informers, stop the loop and wait for its thread to end."""
         self._stopping.set()
         self._wake.set()
         for rtype in self.watched:
@@ -64,8 +64,8 @@ class Controller:
             thread.join(timeout)
         self._threads.clear()
 
-    def _spawn(self, name: str, target: Callable[..., None], *args: object) -> None:
-        thread = threading.Thread(target=target, args=args, name=name, daemon=True)
+    def _spawn(self, name: str, target: Callable[[], None]) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
         self._threads.append(thread)
         thread.start()
 

@@ -173,11 +173,6 @@ class KubeApi:
 
     # ---- watches ---------------------------------------------------------------------
 
-    def watch(self, ref: ResourceType | str, namespace: str | None = None) -> KubeWatch:
-        """Events for one type from now on, the current objects first as ADDED."""
-        rtype = resolve(ref)
-        return KubeWatch(self, rtype, namespace)
-
     def open_stream(self, path: str, query: dict[str, str]) -> urllib3.BaseHTTPResponse:
         url = f"{self._url}{path}?{urlencode(query)}"
         timeout = urllib3.Timeout(connect=5, read=WATCH_SECONDS + 30)
