@@ -110,7 +110,9 @@ def pinned_ran_on_node(ctx: Context) -> Verdict:
     phase, events = gpu.pod_story(ctx.view, PINNED)
     on = (found.get("spec") or {}).get("nodeName")
     held = phase == "Succeeded" and on == ctx.baseline["node"] and gpu.waited_then_scheduled(events)
-    return held, f"{PINNED} {phase} on {on}; events: {', '.join(gpu.event_reasons(events))}"
+    why = (found.get("status") or {}).get("message")  # a rejection names its cause
+    seen = f"{PINNED} {phase} on {on}{f' ({why})' if why else ''}"
+    return held, f"{seen}; events: {', '.join(gpu.event_reasons(events))}"
 
 
 def pinned_story(reason: str) -> Step:

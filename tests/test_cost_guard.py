@@ -1,7 +1,7 @@
 """The cost guard holds whatever the local files say (damaged journal or state, a state dir
-that cannot be written, a node group deleted out of band), whatever stops a run (a closed
-terminal, `kill`, two quick Ctrl-Cs, `lab.down`), and whoever else is on the machine (a
-second command on the lab, other local users, a closed pipe).
+that cannot be written, a node group deleted out of band, a kubeconfig pointed at another cluster),
+whatever stops a run (a closed terminal, `kill`, two quick Ctrl-Cs, `lab.down`), and whoever
+else is on the machine (a second command on the lab, other local users, a closed pipe).
 
 Every test drives `invoke` on its own lab record of one shared rehearsal world and reads the
 outcome off the backend (moto's node group, the cluster's objects). Tests that scale the world
@@ -35,6 +35,7 @@ from guard_support import (
 )
 from lab_support import INVOKE, ROOT
 from scenario_support import GPU_NODES, SimLab, wait_ready
+from still_support import StillPlane
 from tool_support import require_tool, require_venv_tool
 
 import scenarios
@@ -380,6 +381,25 @@ def test_the_rehearsal_endpoints_answer_only_the_labs_credentials(
 
     status = user.invoke("lab.status")  # nothing above changed the lab
     assert "min 0 max 2 desired 2" in status.stdout and "state ready" in status.stdout
+
+
+# --- 8. a kubeconfig that points at another cluster ---------------------------------------------
+
+
+def test_a_kubeconfig_pointing_at_another_cluster_stops_scale_and_down(
+    world_lab: SimLab, user: CliLab, still: StillPlane
+):
+    kubeconfig = user.lab.paths.kubeconfig
+    document = yaml.safe_load(kubeconfig.read_text())
+    document["clusters"][0]["cluster"]["server"] = still.url  # another API server
+    kubeconfig.write_text(yaml.safe_dump(document))
+
+    for command in (("lab.scale", "0"), ("lab.down",)):
+        result = user.invoke(*command)
+        assert result.returncode == 1, command
+        assert f"refusing to change the cluster at {still.url}" in result.stderr
+        assert "Nothing was changed" in result.stderr
+    assert gpu_scaling(world_lab)["desiredSize"] == GPU_NODES, "the guard let a scale through"
 
 
 # --- 9. output to a pipe that closes ------------------------------------------------------------

@@ -7,6 +7,9 @@ import pytest
 from labs.kube import changes
 from labs.kube import gpu as gpu_facts
 from labs.kube.probes import gpu_summary, load_probe
+from labs.kube.view import Snapshot
+from labs.run.contract import Context
+from scenarios._one_node import pinned_ran_on_node
 
 PROBE_LOG = """GPU 0: NVIDIA A10G (UUID: GPU-1a2b3c4d-0000-1111-2222-333344445555)
 name, driver_version, memory.total [MiB]
@@ -91,3 +94,19 @@ def test_event_story_order_and_repeats():
     assert not gpu_facts.waited_then_scheduled([scheduled, failed])
     assert not gpu_facts.waited_then_scheduled([scheduled])
     assert gpu_facts.event_reasons([failed, scheduled]) == ["FailedScheduling (x3)", "Scheduled"]
+
+
+def test_a_pinned_probe_its_kubelet_rejected_is_reported_with_the_kubelets_reason():
+    rejected = "Pod was rejected: Allocate failed due to no healthy devices present"
+    pod = {
+        "metadata": {"name": "gpu-probe-pinned", "namespace": "default"},
+        "spec": {"nodeName": "ip-192-168-12-5"},
+        "status": {"phase": "Failed", "reason": "UnexpectedAdmissionError", "message": rejected},
+    }
+    view = Snapshot({"pods": [pod], "events": []})
+    context = Context(lab=None, view=view, baseline={"node": "ip-192-168-12-5"})  # type: ignore[arg-type]
+
+    held, seen = pinned_ran_on_node(context)
+
+    assert not held
+    assert seen.startswith(f"gpu-probe-pinned Failed on ip-192-168-12-5 ({rejected})")

@@ -10,6 +10,7 @@ from sim_support import wait_for
 from still_support import StillPlane
 
 from labs.sim.controlplane.informers import InformedKubeApi
+from labs.sim.controlplane.kube_api import KubeWatch
 from labs.sim.controlplane.resources import CONFIGMAPS, PODS, NotFound
 
 NAMESPACE = "default"
@@ -53,6 +54,27 @@ def test_the_answer_to_an_older_write_never_brings_a_deleted_object_back(informe
 
     informed.informer(CONFIGMAPS).remember(written)  # as if that answer came in only now
     assert gone(informed, "late")
+
+
+def test_a_relist_read_before_our_write_keeps_the_write_and_drops_what_it_lacks(informed, still):
+    informed.create(CONFIGMAPS, config_map("old"), NAMESPACE)
+    items, read_at = still.api.list(CONFIGMAPS, NAMESPACE)  # the list a relist would bring
+    informed.update(CONFIGMAPS, "old", lambda cm: cm["data"].update(k="new"), NAMESPACE)
+    informed.create(CONFIGMAPS, config_map("after"), NAMESPACE)
+    listing = {"items": [i for i in items if i["metadata"]["name"] != "old"],
+               "metadata": {"resourceVersion": read_at}}  # fmt: skip
+
+    informed.informer(CONFIGMAPS)._apply(KubeWatch.RELISTED, listing)
+
+    assert informed.get(CONFIGMAPS, "old", NAMESPACE)["data"] == {"k": "new"}
+    assert not gone(informed, "after")
+    never = config_map("never")
+    never["metadata"].update(namespace=NAMESPACE, resourceVersion="1")
+    stale = {"items": [*items, never], "metadata": {"resourceVersion": read_at}}
+    informed.informer(CONFIGMAPS)._apply(KubeWatch.RELISTED, stale)
+    assert gone(informed, "never") is False  # what the list holds, the cache holds
+    informed.informer(CONFIGMAPS)._apply(KubeWatch.RELISTED, listing)
+    assert gone(informed, "never"), "an object the newer list lacks stays in the cache"
 
 
 @pytest.mark.parametrize(

@@ -5,14 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import yaml
 from lab_support import invoke_env, run_invoke
 from moto.server import ThreadedMotoServer
 from tool_support import require_tool, require_venv_tool
 
 from labs.lab import Lab
 from labs.settings import load_settings
-from labs.sim.aws.seed import moto_clients
 
 
 def _nothing_created(state_dir: Path, lab: str) -> bool:
@@ -79,29 +77,6 @@ def test_aws_lab_up_without_credentials_says_how_to_provide_them(tmp_path):
     assert "no AWS credentials found" in result.stderr
     assert "Traceback" not in result.stderr
     assert _nothing_created(tmp_path, "nocreds")
-
-
-def test_guard_refuses_a_kubeconfig_that_points_at_another_cluster(tmp_path, still):
-    env = invoke_env(tmp_path)
-    up = run_invoke("lab.up", "--sim", "--lab", "g1", "--gpus", "1", "--no-operator", env=env)
-    assert up.returncode == 0, up.stdout + up.stderr
-    kubeconfig = tmp_path / "g1" / "kubeconfig"
-    original = kubeconfig.read_text()
-    document = yaml.safe_load(original)
-    document["clusters"][0]["cluster"]["server"] = still.url  # another API server
-    kubeconfig.write_text(yaml.safe_dump(document))
-    for command in (("lab.scale", "0"), ("lab.down",)):
-        result = run_invoke(*command, "--lab", "g1", env=env)
-        assert result.returncode == 1, command
-        assert f"refusing to change the cluster at {still.url}" in result.stderr
-        assert "Nothing was changed" in result.stderr
-    endpoints = yaml.safe_load((tmp_path / "g1" / "sim" / "endpoints.json").read_text())
-    eks = moto_clients(endpoints)("eks")
-    group = eks.describe_nodegroup(clusterName="g1", nodegroupName="g1-ng-gpu")["nodegroup"]
-    assert group["scalingConfig"]["desiredSize"] == 1, "the guard let a scale through"
-    kubeconfig.write_text(original)
-    down = run_invoke("lab.down", "--lab", "g1", "--destroy", "--yes", env=env)
-    assert down.returncode == 0, down.stdout + down.stderr
 
 
 def _aws_lab_record(state_dir: Path, lab: str) -> Path:

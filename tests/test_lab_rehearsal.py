@@ -127,25 +127,6 @@ def test_a_lab_remembers_its_backend_without_sim(rehearsal):
     assert "backend sim" in status.stdout
 
 
-def test_lab_down_destroy_stops_the_backend_and_is_safe_twice(tmp_path: Path):
-    env = invoke_env(tmp_path)
-    up = run_invoke("lab.up", "--sim", "--lab", "t2", "--gpus", "1", env=env)
-    assert up.returncode == 0, up.stdout + up.stderr
-    pid = sim_pid(tmp_path, "t2")
-    first = run_invoke("lab.down", "--lab", "t2", "--destroy", "--yes", env=env)
-    assert first.returncode == 0, first.stdout + first.stderr
-    assert "wait until no GPU node remains" in first.stdout
-    deadline = time.monotonic() + 10
-    while pid_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not pid_alive(pid), "the rehearsal process survived lab.down --destroy"
-    second = run_invoke("lab.down", "--lab", "t2", "--destroy", "--yes", env=env)
-    assert second.returncode == 0
-    assert "does not exist" in second.stdout
-    status = run_invoke("lab.status", "--lab", "t2", env=env)
-    assert status.returncode == 1 and "no lab named 't2'" in status.stderr
-
-
 def test_lab_up_dry_run_on_a_new_rehearsal_lab_creates_nothing(tmp_path: Path):
     result = run_invoke("lab.up", "--sim", "--lab", "d1", "--dry-run", env=invoke_env(tmp_path))
     assert result.returncode == 0, result.stderr
@@ -154,7 +135,7 @@ def test_lab_up_dry_run_on_a_new_rehearsal_lab_creates_nothing(tmp_path: Path):
     assert not (tmp_path / "d1").exists()
 
 
-def test_a_restarted_rehearsal_backend_is_rebuilt_by_lab_up(tmp_path: Path):
+def test_a_killed_backend_is_rebuilt_by_lab_up_and_lab_down_destroy_stops_it(tmp_path: Path):
     env = invoke_env(tmp_path)
     first = run_invoke("lab.up", "--sim", "--lab", "t3", "--gpus", "1", env=env)
     assert first.returncode == 0, first.stdout + first.stderr
@@ -167,6 +148,17 @@ def test_a_restarted_rehearsal_backend_is_rebuilt_by_lab_up(tmp_path: Path):
         assert again.returncode == 0, again.stdout + again.stderr
         assert "restarted with an empty world: rebuilding the lab" in again.stdout
         assert "NVIDIA A10G, 580.126.09, 23028 MiB" in again.stdout
+        pid = sim_pid(tmp_path, "t3")
     finally:
         down = run_invoke("lab.down", "--lab", "t3", "--destroy", "--yes", env=env)
     assert down.returncode == 0, down.stdout + down.stderr
+    assert "wait until no GPU node remains" in down.stdout
+    deadline = time.monotonic() + 10
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not pid_alive(pid), "the rehearsal process survived lab.down --destroy"
+    second = run_invoke("lab.down", "--lab", "t3", "--destroy", "--yes", env=env)
+    assert second.returncode == 0
+    assert "does not exist" in second.stdout
+    status = run_invoke("lab.status", "--lab", "t3", env=env)
+    assert status.returncode == 1 and "no lab named 't3'" in status.stderr

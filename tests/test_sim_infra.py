@@ -19,9 +19,10 @@ from labs.sim.world import World
 OUTPUTS_TF = Path(__file__).resolve().parents[1] / "terraform" / "outputs.tf"
 
 
-@pytest.fixture
-def world(tmp_path: Path) -> Iterator[World]:
-    yield from running_world(tmp_path)
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    """One world for the module: each test leaves the stack's default variables applied."""
+    yield from running_world(tmp_path_factory.mktemp("world"))
 
 
 def ingress_rules(world: World, group_id: str) -> list[dict]:

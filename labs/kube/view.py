@@ -165,7 +165,9 @@ def _key(obj: dict[str, Any]) -> str:
 
 
 class _Informer(threading.Thread):
-    """List, then watch from the list's resourceVersion; re-list whenever the watch ends badly."""
+    """List, then watch from the list's resourceVersion, and again from the last version seen
+    each time the server ends the watch (bookmarks keep that version fresh); re-list only when
+    the watch fails (410 Gone included), as client-go's reflector does."""
 
     def __init__(
         self,
@@ -198,14 +200,15 @@ class _Informer(threading.Thread):
             pass
 
     def run(self) -> None:
+        version = ""
         while not self._stopping.is_set():
             try:
-                version = self._relist()
-                self._stream(version)
+                version = self._stream(version or self._relist())
             except Exception as exc:  # noqa: BLE001 - keep the view alive, report the cause
                 if self._stopping.is_set():
                     return
                 self.error = f"{self.kind.name}: {exc}"
+                version = ""
                 self._stopping.wait(self._relist_pause)
 
     def _relist(self) -> str:
@@ -221,22 +224,28 @@ class _Informer(threading.Thread):
         self.synced.set()
         return str(body.get("metadata", {}).get("resourceVersion", ""))
 
-    def _stream(self, version: str) -> None:
+    def _stream(self, version: str) -> str:
+        """Follow the watch until the server ends it; the last resourceVersion it reported."""
         from kubernetes import watch
 
         if self._stopping.is_set():
-            return
+            return version
         self._watch = watch.Watch()
         for event in self._watch.stream(
             self.kind.list_call,
             **self.kind.kwargs,
             resource_version=version,
             timeout_seconds=30,
+            allow_watch_bookmarks=True,
             deserialize=False,
         ):
             if self._stopping.is_set():
-                return
-            self._apply(functools.partial(self._record, event))
+                break
+            metadata = (event.get("object") or {}).get("metadata") or {}
+            version = metadata.get("resourceVersion") or version
+            if event.get("type") != "BOOKMARK":
+                self._apply(functools.partial(self._record, event))
+        return version
 
     def _record(self, event: dict[str, Any]) -> None:
         obj = event.get("object") or {}

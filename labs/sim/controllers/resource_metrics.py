@@ -26,8 +26,10 @@ from labs.sim.controlplane.informers import InformedKubeApi
 from labs.sim.controlplane.resources import NODES, PODS
 from labs.sim.timings import Timings
 
-# How often the files are rewritten: the cAdvisor housekeeping a kubelet's figures come from.
+# How often the files are rewritten: the cAdvisor housekeeping a kubelet's figures come from;
+# after a change, the next write waits at least WRITE_GAP since the last.
 WRITE_EVERY = 5.0
+WRITE_GAP = 1.0
 # The system's share of a node: CPU (cores per core) and working-set memory (of capacity).
 SYSTEM_CPU_SHARE = 0.03
 SYSTEM_MEMORY_SHARE = 0.12
@@ -101,7 +103,9 @@ Series = dict[str, list[str]]
 
 
 class ResourceMetrics(Controller):
-    """Rewrites every node's file every few seconds; a gone node's file goes with it."""
+    """Rewrites every node's file every few seconds, and after a change it watches, but at most
+    once a second (a busy world changes pods many times a second); a gone node's file goes
+    with it."""
 
     watched = (NODES, PODS)
 
@@ -111,9 +115,13 @@ class ResourceMetrics(Controller):
         directory.mkdir(parents=True, exist_ok=True)
         # CPU counters (core-seconds, when last advanced) by node name and by container
         self._counters: dict[str, tuple[float, float]] = {}
+        self._next_write = 0.0
 
     def reconcile(self) -> float | None:
         now = time.time()
+        if now < self._next_write:
+            return self._next_write - now
+        self._next_write = now + WRITE_GAP
         pods = [p for p in self.store.list(PODS)[0] if _running(p)]
         written: set[str] = set()
         seen: set[str] = set()

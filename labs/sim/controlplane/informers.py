@@ -82,15 +82,28 @@ class Informer:
 
     def _apply(self, kind: str, obj: dict) -> None:
         if kind == KubeWatch.RELISTED:
-            fresh = {_key(o): (_version(o), o) for o in obj["items"]}
-            with self._lock:
-                self._objects, self._deleted = fresh, {}
+            self._relisted(obj)
         elif kind == "DELETED":
             with self._lock:
                 self._objects.pop(_key(obj), None)
                 self._deleted[_key(obj)] = _version(obj)
         else:
             self._keep(_key(obj), obj)
+
+    def _relisted(self, listing: dict) -> None:
+        """The list replaces what the cache holds, except what changed after the list was read:
+        a write of ours answered since (the watch reports it again) and a delete seen since."""
+        read_at = _version(listing)
+        fresh = {_key(o): (_version(o), o) for o in listing["items"]}
+        with self._lock:
+            deleted = {k: v for k, v in self._deleted.items() if v > read_at}
+            for key, (version, kept) in self._objects.items():
+                if version > max(read_at, fresh.get(key, (0, None))[0]):
+                    fresh[key] = (version, kept)
+            for key, version in deleted.items():
+                if fresh.get(key, (0, None))[0] < version:
+                    fresh.pop(key, None)
+            self._objects, self._deleted = fresh, deleted
 
     def _keep(self, key: tuple[str, str], obj: dict) -> None:
         """Newer versions win: a write of ours may come back before or after its watch event,

@@ -222,7 +222,8 @@ class KubeWatch:
     ends a watch; `close()` shuts the connection so a blocked `next()` returns at once.
 
     It begins with the current objects as `listed` ADDED events; when the server has
-    compacted past where it stopped, it lists again and reports ("RELISTED", {"items": [...]}).
+    compacted past where it stopped, it lists again and reports ("RELISTED", the list: its
+    "items" and the "metadata.resourceVersion" it was read at).
     """
 
     RELISTED = "RELISTED"
@@ -277,7 +278,8 @@ class KubeWatch:
                 version = self._follow(version)
             except Gone:
                 items, version = self._api.list(self._rtype)
-                self._queue.put((self.RELISTED, {"items": items}))
+                listing = {"items": items, "metadata": {"resourceVersion": version}}
+                self._queue.put((self.RELISTED, listing))
             except Exception as error:  # the server restarts or stops: try again soon
                 if self._closed.is_set():
                     return
