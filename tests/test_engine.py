@@ -12,6 +12,7 @@ import dataclasses
 import importlib.util
 import json
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -24,7 +25,7 @@ from labs.backends import REHEARSAL
 from labs.guard import GuardError
 from labs.journal import INJECTED, KEPT, REVERTED
 from labs.lab import Lab
-from labs.run.contract import Check, Needs, Scenario
+from labs.run.contract import Check, Context, Needs, Scenario
 from labs.run.engine import (
     EXIT_CHECK_FAILED,
     EXIT_ERROR,
@@ -197,6 +198,29 @@ def test_recovery_that_never_comes_fails_and_names_the_check(toggle, lab, still)
     assert mode(still) == "on" and journal_states(lab) == [REVERTED]
     report = (result.report_dir / "report.md").read_text()
     assert "FAILED" in report and "mode reads 'restored'" in report
+
+
+def test_symptom_time_limits_count_from_when_a_slow_inject_is_done(toggle, lab, still):
+    def slow_inject(lab: Lab) -> None:  # as one that waits for a rollout before its fault
+        time.sleep(3.5)
+        toggle.inject(lab)
+
+    def off(ctx: Context) -> tuple[bool, str]:
+        found = ctx.view.find("configmaps", "lab-toggle") or {}
+        return found.get("data", {}).get("mode") == "off", str(found.get("data"))
+
+    def still_off(ctx: Context) -> tuple[bool, str]:
+        since = ctx.seconds_since("off") or 0.0
+        return off(ctx)[0] and since >= 0.3, f"off for {since:.1f} s"
+
+    checks = [Check("mode is off", off, 3.0, then=lambda ctx: ctx.mark("off")),
+              Check("mode still off 0.3 s later", still_off, 3.0)]  # fmt: skip
+    result = run_scenario(lab, variant(toggle, inject=slow_inject, symptoms=checks),
+                          out=lambda _line: None)  # fmt: skip
+
+    assert result.ok, result.failed_checks
+    report = json.loads((result.report_dir / "report.json").read_text())
+    assert all(c["t"] < 3.0 for c in report["checks"] if c["phase"] == "symptom"), report
 
 
 def test_an_error_after_injection_reverts_first_then_reports(toggle, lab, still):

@@ -362,11 +362,8 @@ def _run(lab: Lab, scenario: Scenario, keep_fault: bool, out: Out, plan: list[st
             _take_baseline(scenario, ctx, run, out)
             run_dir, entry = _record_injecting(lab, name)
             run.journal_id = entry
-            injected_at = timeline.origin = time.monotonic()
             try:
-                _inject_observe_revert(
-                    lab, scenario, ctx, run, story, entry, keep_fault, injected_at
-                )
+                _inject_observe_revert(lab, scenario, ctx, run, story, entry, keep_fault)
             except BaseException as error:
                 finishing.enter_context(shielded())
                 _stopped(lab, scenario, run, entry, error, out)
@@ -452,14 +449,14 @@ def _inject_observe_revert(
     story: _Story,
     entry: str,
     keep_fault: bool,
-    injected_at: float,
 ) -> None:
-    """The part of a run that happens with the fault in the lab (T+0 is `injected_at`)."""
+    """The part of a run that happens with the fault in the lab (T+0: the inject returned)."""
     out = story.out
     scale = story.scale
     out(f"inject: {_first_line(scenario.inject)} (journal entry {entry})")
+    injected_at = _injected(scenario, lab)
+    story.timeline.origin = injected_at
     story.timeline.mark("inject", at=injected_at)
-    scenario.inject(lab)
     lab.journal.mark(entry, INJECTED)
     report = story.check_reporter(injected_at)
     run.checks += watch_checks(ctx, scenario.symptoms, "symptom", injected_at, scale, report)
@@ -523,6 +520,13 @@ def inject_scenario(
     return entry
 
 
+def _injected(scenario: Scenario, lab: Lab) -> float:
+    """Inject; the moment the fault is in, T+0 of its symptoms. An inject may wait first (for
+    a rollout, for a pod to exit): the symptoms' time limits must not be spent on that."""
+    scenario.inject(lab)
+    return time.monotonic()
+
+
 def _inject_and_watch(lab: Lab, scenario: Scenario, out: Out) -> str:
     baseline = _healthy_baseline(lab, scenario, out)
     return _inject_watched(lab, scenario, baseline, out, hidden=False)
@@ -548,8 +552,7 @@ def _inject_watched(
         entry = lab.journal.record_injecting(scenario.name, None, hidden=hidden)
         try:
             out(f"inject: {_first_line(scenario.inject)} (journal entry {entry})")
-            injected_at = time.monotonic()
-            scenario.inject(lab)
+            injected_at = _injected(scenario, lab)
             lab.journal.mark(entry, KEPT)
             report = story.check_reporter(injected_at)
             watch_checks(ctx, scenario.symptoms, "symptom", injected_at, scale, report)

@@ -154,7 +154,7 @@ def _timeline_section(run: RunRecord) -> list[str]:
             [check.phase, _seconds(check.t), *real, check.name, "yes" if check.held else "NO",
              check.seen]
         )  # fmt: skip
-    origin = "Symptom times count from the injection"
+    origin = "Symptom times count from the injection's end (the fault in place)"
     if run.reverted_at is not None:
         origin += f", recovery times from the revert (T+{run.reverted_at:.2f} s after injection)"
     return ["## Timeline", "", f"{origin}.", "", *_table(header, rows)]
