@@ -1,7 +1,7 @@
 """The cost guard holds whatever the local files say (damaged journal or state, a state dir
-that cannot be written, a node group deleted out of band, a kubeconfig pointed at another cluster),
-whatever stops a run (a closed terminal, `kill`, two quick Ctrl-Cs, `lab.down`), and whoever
-else is on the machine (a second command on the lab, other local users, a closed pipe).
+that cannot be written, a node group deleted out of band, a kubeconfig pointed at another
+cluster), whatever stops a run (a closed terminal, `kill`, two quick Ctrl-Cs, `lab.down`), and
+whoever else is on the machine (a second command on the lab, other local users, a closed pipe).
 
 Every test drives `invoke` on its own lab record of one shared rehearsal world and reads the
 outcome off the backend (moto's node group, the cluster's objects). Tests that scale the world

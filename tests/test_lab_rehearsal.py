@@ -7,11 +7,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from lab_support import ROOT, in_order, invoke_env, pid_alive, run_invoke, sim_pid
+from lab_support import ROOT, in_order, invoke_env, pid_alive, run_invoke, sim_pid, until
 
 LAB = "t1"
 
@@ -153,10 +152,7 @@ def test_a_killed_backend_is_rebuilt_by_lab_up_and_lab_down_destroy_stops_it(tmp
         down = run_invoke("lab.down", "--lab", "t3", "--destroy", "--yes", env=env)
     assert down.returncode == 0, down.stdout + down.stderr
     assert "wait until no GPU node remains" in down.stdout
-    deadline = time.monotonic() + 10
-    while pid_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not pid_alive(pid), "the rehearsal process survived lab.down --destroy"
+    until(lambda: not pid_alive(pid), 10, "the rehearsal process to end after lab.down --destroy")
     second = run_invoke("lab.down", "--lab", "t3", "--destroy", "--yes", env=env)
     assert second.returncode == 0
     assert "does not exist" in second.stdout
