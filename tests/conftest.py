@@ -1,4 +1,5 @@
-"""Shared fixtures: a rehearsal world per module, and an API server held still per session."""
+"""Shared fixtures: a ready rehearsal world handed from module to module, and an API server held
+still per session."""
 
 from __future__ import annotations
 
@@ -7,7 +8,13 @@ from pathlib import Path
 
 import pytest
 from controlplane_support import rehearsals_under
-from scenario_support import SimLab, another_lab_record, ready_sim_lab, wait_ready
+from scenario_support import (
+    SimLab,
+    another_lab_record,
+    release_shared_world,
+    shared_ready_world,
+    wait_ready,
+)
 from still_support import StillPlane, held_still
 
 
@@ -21,10 +28,17 @@ def no_rehearsal_left_behind(tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 
 @pytest.fixture(scope="module")
-def world_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimLab]:
-    """One ready rehearsal world per test module (each test takes its own lab record on it)."""
-    with ready_sim_lab(tmp_path_factory.mktemp("world")) as ready:
-        yield ready
+def world_lab(tmp_path_factory: pytest.TempPathFactory, worlds_stop: None) -> SimLab:
+    """A ready rehearsal world for the module, on a lab record of its own (each test takes
+    another); the process's world of the module before when it is young and ready."""
+    return shared_ready_world(tmp_path_factory.mktemp("world"))
+
+
+@pytest.fixture(scope="session")
+def worlds_stop() -> Iterator[None]:
+    """The shared world stops with the test session (that is, the worker)."""
+    yield
+    release_shared_world()
 
 
 @pytest.fixture

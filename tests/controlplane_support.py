@@ -1,9 +1,5 @@
-"""The real control plane for tests: one per test module, nodes copied from a rehearsal world.
-
-Until the GPU world runs on the real control plane, tests hold the two side by side: the same
-nodes, the same manifests, and what kube-scheduler and kube-apiserver say against what the
-rehearsal says.
-"""
+"""The real control plane for tests: a plane of a test's own, with node heartbeats; kubectl on it;
+the rehearsal processes still running under a directory; the verbs its audit log records."""
 
 from __future__ import annotations
 

@@ -100,14 +100,30 @@ def lab_ready(view) -> bool:
     )
 
 
+def own_world(state_dir: Path, **options: Any) -> World:
+    """`start_world` for a test that needs a world of its own: the worker's shared one stops
+    first (moto's state is per process, so a process runs one world at a time)."""
+    release_shared_world()
+    return start_world(state_dir, **options)
+
+
 @contextmanager
 def ready_sim_lab(state_dir: Path, speed: float = SCENARIO_SPEED) -> Iterator[SimLab]:
     """Start a world under `state_dir`'s lab, install the operator, scale GPUs, wait for ready."""
+    ready = _bring_up(state_dir, speed)
+    try:
+        yield ready
+    finally:
+        ready.world.stop()
+
+
+def _bring_up(state_dir: Path, speed: float) -> SimLab:
+    """`ready_sim_lab`'s world, which the caller stops."""
     settings = load_settings(
         None, {"lab": LAB_NAME, "state_dir": str(state_dir), "speed": speed, "ttl": TEST_TTL}
     )
     lab = Lab.create(settings, REHEARSAL)
-    world = start_world(lab.paths.sim_dir, speed=speed, cluster_name=LAB_NAME)
+    world = own_world(lab.paths.sim_dir, speed=speed, cluster_name=LAB_NAME)
     try:
         variables = settings.stack_variables(operator_enabled=True)
         outputs = SimInfra(world.endpoints).apply(variables)
@@ -118,9 +134,51 @@ def ready_sim_lab(state_dir: Path, speed: float = SCENARIO_SPEED) -> Iterator[Si
             lab.aws_client("eks"), LAB_NAME, outputs["gpu_node_group_name"], GPU_NODES, GPU_NODES
         )
         wait_ready(lab)
-        yield SimLab(lab, world)
-    finally:
+    except BaseException:
         world.stop()
+        raise
+    return SimLab(lab, world)
+
+
+@dataclass
+class _Shared:
+    ready: SimLab | None = None
+    started: float = 0.0
+
+
+# A test process's ready world, handed from one module to the next (a world costs half a minute
+# to bring up on a busy machine) without the GPU time limits the module before set, and while
+# it is young: a time limit (TEST_TTL, 168 h) fires 17 minutes after it is set at SCENARIO_SPEED.
+SHARE_FOR = 600.0  # wall seconds after its start that a world is still handed on
+_shared = _Shared()
+
+
+def shared_ready_world(state_dir: Path) -> SimLab:
+    """This process's ready world, on a fresh lab record under `state_dir` (empty journal, no
+    runs); a new world when there is none, it is too old, or it does not come back to ready at
+    the tests' speed (a module left it so)."""
+    if _shared.ready is not None and time.monotonic() - _shared.started < SHARE_FOR:
+        fresh = another_lab_record(_shared.ready, state_dir)
+        fresh.lab.backend.set_speed(fresh.lab, SCENARIO_SPEED)
+        scheduler = fresh.lab.aws_client("scheduler")
+        for schedule in scheduler.list_schedules()["Schedules"]:
+            scheduler.delete_schedule(Name=schedule["Name"], GroupName=schedule["GroupName"])
+        try:
+            wait_ready(fresh.lab)
+            return fresh
+        except TimeoutError:
+            pass
+    release_shared_world()
+    _shared.started = time.monotonic()
+    _shared.ready = _bring_up(state_dir / "world", SCENARIO_SPEED)
+    return another_lab_record(_shared.ready, state_dir / "lab")
+
+
+def release_shared_world() -> None:
+    """Stop this process's shared world, if it runs."""
+    if _shared.ready is not None:
+        ready, _shared.ready = _shared.ready, None
+        ready.world.stop()
 
 
 def quiet(_line: str) -> None:
@@ -150,8 +208,8 @@ def another_lab_record(ready: SimLab, state_dir: Path) -> SimLab:
     lab.journal.start()
     lab.paths.sim_dir.mkdir(parents=True)
     for name in ("endpoints.json", "kubeconfig"):
-        shutil.copyfile(source.paths.sim_dir / name, lab.paths.sim_dir / name)
-    shutil.copyfile(source.paths.kubeconfig, lab.paths.kubeconfig)
+        shutil.copy(source.paths.sim_dir / name, lab.paths.sim_dir / name)  # 0600 kept
+    shutil.copy(source.paths.kubeconfig, lab.paths.kubeconfig)
     return SimLab(lab, ready.world)
 
 

@@ -10,9 +10,10 @@ from typing import Any, TypeVar
 import pytest
 from kubernetes import client, config
 from lab_support import pause
+from scenario_support import own_world
 
 from labs.settings import LabSettings
-from labs.sim.world import World, start_world
+from labs.sim.world import World
 
 T = TypeVar("T")
 # Tests are not about timing: a fast world, and generous bounds on every wait.
@@ -67,7 +68,7 @@ def probe_pod(name: str = "gpu-probe") -> dict:
 
 def running_world(tmp_path: Path) -> Iterator[World]:
     """For a fixture: a fresh world at test speed, stopped (threads joined) afterwards."""
-    running = start_world(tmp_path / "sim", speed=TEST_SPEED)
+    running = own_world(tmp_path / "sim", speed=TEST_SPEED)
     try:
         yield running
     finally:

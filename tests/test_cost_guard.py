@@ -363,7 +363,8 @@ def test_the_rehearsal_endpoints_answer_only_the_labs_credentials(
     stranger = subprocess.run(aws, env=env, capture_output=True, text=True, timeout=60)
     assert stranger.returncode != 0 and "InvalidClientTokenId" in stranger.stderr
 
-    for secret in (world_lab.world.kubeconfig_path, world_lab.lab.paths.sim_dir / "endpoints.json"):
+    world_kubeconfig = world_lab.world.kubeconfig_path  # the world's own files, not lab copies
+    for secret in (world_kubeconfig, world_kubeconfig.parent / "endpoints.json"):
         assert secret.stat().st_mode & 0o777 == 0o600, secret  # token, CA; keys
     kubeconfig = user.lab.paths.kubeconfig
     document = yaml.safe_load(kubeconfig.read_text())

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from lab_support import invoke_env, run_invoke
+from scenario_support import own_world
 from tool_support import require_tool, require_venv_tool
 
 import scenarios
@@ -31,7 +32,6 @@ from labs.lab import Lab
 from labs.lifecycle import LifecycleError
 from labs.settings import load_settings
 from labs.sim.aws.seed import moto_clients
-from labs.sim.world import start_world
 
 FIXTURE_STACK = Path(__file__).parent / "fixtures" / "stack"
 LAB = "awslab"
@@ -85,7 +85,7 @@ def aws_world(tmp_path_factory: pytest.TempPathFactory):
     require_aws_backend_tools()
     require_venv_tool("aws")  # the lab kubeconfig's `aws eks get-token`
     root = tmp_path_factory.mktemp("aws")
-    world = start_world(root / "world", speed=300, cluster_name=LAB, region=REGION)
+    world = own_world(root / "world", speed=300, cluster_name=LAB, region=REGION)
     stack_dir = root / "stack"
     shutil.copytree(FIXTURE_STACK, stack_dir)
     standin = root / "helm_standin.py"

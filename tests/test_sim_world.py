@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from sim_support import kube, lab_variables, probe_pod, running_world, wait_for
+from sim_support import TEST_SPEED, kube, lab_variables, probe_pod, running_world, wait_for
 from tool_support import require_tool, require_venv_tool
 
+from labs.sim import pace
 from labs.sim.aws.seed import moto_clients
 from labs.sim.controllers.gpu_operator import STEP_ORDER
 from labs.sim.infra import SimInfra
@@ -89,6 +90,16 @@ def gpu_allocatable(core: client.CoreV1Api) -> list:
 
 def test_gpu_nodes_follow_the_node_group(world: World) -> None:
     core = client.CoreV1Api(kube(world))
+    # a node boots in 2.75 s at this pace (0.55 s at the tests'): long enough that the update is
+    # still in progress when a busy machine asks
+    pace.write_speed(world.endpoints, 120)
+    try:
+        _scale_up_and_down(world, core)
+    finally:
+        pace.write_speed(world.endpoints, TEST_SPEED)
+
+
+def _scale_up_and_down(world: World, core: client.CoreV1Api) -> None:
     update = scale_gpu(world, 2)
     assert update_status(world, update) == "InProgress", "nodes take minutes to join"
     assert gpu_nodes_once_successful(world, core, update) == 2

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from kubernetes import client
+from scenario_support import own_world
 from sim_support import kube, running_world, wait_for
 
 from labs.sim.aws.seed import moto_clients
@@ -49,7 +50,7 @@ def is_request_handler(thread: threading.Thread) -> bool:
 
 def test_stop_joins_every_thread_and_frees_the_process_for_another_world(tmp_path: Path) -> None:
     before = set(threading.enumerate())
-    first = start_world(tmp_path / "one", speed=600)
+    first = own_world(tmp_path / "one", speed=600)
     with pytest.raises(RuntimeError, match="already running in this process"):
         start_world(tmp_path / "two", speed=600)
     first.stop()

@@ -11,15 +11,19 @@ aws CLI after `eval "$(invoke lab.env)"` would read another cluster. So, once pe
   step by `resize_group`, no instances of its own: the world's node lifecycle launches
   them), and goes with the group;
 - `get-service-quota ec2 L-DB2E81BA` answers the account's G/VT On-Demand vCPU quota.
+It also checks each role ARN once: moto's check loads botocore's endpoint data anew for every
+cluster and node group (0.2 s each).
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any
 
 from moto.autoscaling.models import autoscaling_backends
 from moto.ec2.models import ec2_backends
+from moto.eks import models as eks_models
 from moto.eks.models import EKSBackend
 from moto.servicequotas.models import ServiceQuotasBackend
 
@@ -126,3 +130,5 @@ def install() -> None:
         EKSBackend.create_nodegroup = _create_nodegroup  # type: ignore[method-assign]
         EKSBackend.delete_nodegroup = _delete_nodegroup  # type: ignore[method-assign]
         ServiceQuotasBackend.get_service_quota = _get_service_quota  # type: ignore[method-assign]
+        # a valid ARN stays valid; an invalid one raises every time (nothing is cached then)
+        eks_models.validate_role_arn = functools.cache(eks_models.validate_role_arn)

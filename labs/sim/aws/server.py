@@ -18,6 +18,7 @@ from __future__ import annotations
 import hmac
 import io
 import json
+import os
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -43,8 +44,13 @@ StartResponse = Callable[..., Any]
 
 
 def reset_moto() -> None:
-    """Empty every moto backend of this process (what `POST /moto-api/reset` did)."""
+    """Empty every moto backend of this process (what `POST /moto-api/reset` did).
+
+    Without moto's thousands of public AMIs: the stack registers the images it uses, and
+    loading them took 0.6 s a reset and slowed every filtered describe-images."""
     from moto.moto_api import _internal
+
+    os.environ["MOTO_EC2_LOAD_DEFAULT_AMIS"] = "false"
 
     _internal.moto_api_backend.reset()
 

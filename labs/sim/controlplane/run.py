@@ -262,13 +262,14 @@ class ControlPlane:
                 )
 
     def stop(self) -> None:
-        """Stop the controllers, then the API server, then etcd, each after the ones that use
-        it (an API server whose etcd went first waits out its timeouts); kill what does not
-        stop in time. Nothing is kept: the next start begins with an empty etcd."""
-        for process in reversed(list(self._processes.values())):
+        """Kill the four processes and wait for them. Nothing a plane holds outlives it (the next
+        start begins with an empty etcd; the audit log is written as requests come), and the
+        API server's graceful shutdown alone took a second of every world's stop."""
+        for process in self._processes.values():
             if process.poll() is None:
-                process.terminate()
-            reap(process, STOP_TIMEOUT)
+                process.kill()
+        for process in self._processes.values():
+            process.wait()
         self._processes.clear()
         if self._webhook is not None:
             self._webhook.stop()
