@@ -5,7 +5,8 @@ temporary directory, runs `bash .ci/run` there (its output goes to `ci_run.log` 
 directory, kept when the run fails) and prints the wall-clock and CPU time of the run and
 pytest's summary line. The same tree took from 14 to 18.5 minutes within one afternoon on
 the same 2-core machine, its CPU time moving in step, so it also times a fixed pure-Python
-loop before and after: compare runs only where that figure is alike.
+loop before and after the run: a slow loop explains a slow run; a fast one does not rule out
+a host busy meanwhile (15.5 minutes once with the loop at its fastest).
 """
 
 from __future__ import annotations
