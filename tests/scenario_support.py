@@ -33,6 +33,7 @@ from labs import status as lab_status
 from labs.aws.cloud import scale_gpu_nodegroup
 from labs.backends import REHEARSAL
 from labs.journal import INJECTED, REVERTED
+from labs.kube import rest, workloads
 from labs.kube.gpu import (
     DCGM_EXPORTER_DAEMONSET,
     DEVICE_PLUGIN_DAEMONSET,
@@ -47,6 +48,7 @@ from labs.kube.gpu import (
     policy_state,
     schedulable_gpu_nodes,
 )
+from labs.kube.view import WORKLOAD_NAMESPACE
 from labs.lab import Lab
 from labs.run.contract import Step
 from labs.run.engine import (
@@ -163,6 +165,7 @@ def shared_ready_world(state_dir: Path) -> SimLab:
         scheduler = fresh.lab.aws_client("scheduler")
         for schedule in scheduler.list_schedules()["Schedules"]:
             scheduler.delete_schedule(Name=schedule["Name"], GroupName=schedule["GroupName"])
+        clear_workloads(fresh.lab)
         try:
             wait_ready(fresh.lab)
             return fresh
@@ -172,6 +175,13 @@ def shared_ready_world(state_dir: Path) -> SimLab:
     _shared.started = time.monotonic()
     _shared.ready = _bring_up(state_dir / "world", SCENARIO_SPEED)
     return another_lab_record(_shared.ready, state_dir / "lab")
+
+
+def clear_workloads(lab: Lab) -> None:
+    """Delete every pod the last module left in the workload namespace (a scenario leaves its
+    recovered probe, as on EKS), so the next module's world holds only what a new lab does."""
+    left = rest.get_items(lab.kube, rest.PODS.path(WORKLOAD_NAMESPACE))
+    workloads.delete_pods(lab, [p["metadata"]["name"] for p in left], READY_TIMEOUT)
 
 
 def release_shared_world() -> None:

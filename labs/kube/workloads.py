@@ -101,7 +101,8 @@ def remove(lab: Lab, workload: Workload, timeout: float) -> None:
     _wait_gone(lab, [p["metadata"]["name"] for p in workload.pods()], timeout)
 
 
-def _delete_pods(lab: Lab, names: list[str], timeout: float) -> None:
+def delete_pods(lab: Lab, names: list[str], timeout: float) -> None:
+    """Delete these workload-namespace pods at once and wait until every one is gone."""
     for name in names:
         _delete(lab, "Pod", name)
     _wait_gone(lab, names, timeout)
@@ -184,11 +185,11 @@ def run_on_each(
         node: pinned(pod, f"{pod['metadata']['name']}-{i}", node) for i, node in enumerate(nodes)
     }
     names = [c["metadata"]["name"] for c in copies.values()]
-    _delete_pods(lab, names, timeout)
+    delete_pods(lab, names, timeout)
     try:
         for copy in copies.values():
             _create(lab, copy)
         runs = _finished_runs(lab, view, names, timeout, f"{pod['metadata']['name']} on each node")
         return dict(zip(copies, runs, strict=True))
     finally:
-        _delete_pods(lab, names, timeout)
+        delete_pods(lab, names, timeout)
