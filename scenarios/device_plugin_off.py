@@ -243,6 +243,7 @@ SCENARIO = Scenario(
     diagnose=diagnose,
     traps=traps,
     doctor_finding="device-plugin-disabled",
+    alerts=("GpuAllocatableZeroOnGpuNode", "GpuPodUnschedulable"),
     detect=detect,
     state=state,
     gauges=gauges,

@@ -194,6 +194,7 @@ SCENARIO = Scenario(
     diagnose=diagnose,
     traps=traps,
     doctor_finding="deploy-label-false",
+    alerts=("GpuAllocatableZeroOnGpuNode", "GpuPodUnschedulable"),
     detect=detect,
     state=_one_node.state_rows,
     gauges=gpu.gpu_gauges(PINNED),

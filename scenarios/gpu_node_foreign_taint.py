@@ -228,6 +228,7 @@ SCENARIO = Scenario(
     diagnose=diagnose,
     traps=traps,
     doctor_finding="gpu-node-taint-not-tolerated",
+    alerts=("GpuAllocatableZeroOnGpuNode", "GpuPodUnschedulable"),
     detect=detect,
     state=_one_node.state_rows,
     gauges=gpu.gpu_gauges(PINNED),

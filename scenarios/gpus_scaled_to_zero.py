@@ -245,6 +245,8 @@ SCENARIO = Scenario(
     "nodes counted, and nothing scales it up",
     area="capacity",
     doctor_finding="gpu-nodes-scaled-to-zero",
+    # The naive absent() rule fires here, and only here: no GPU node is left to report a 0.
+    alerts=("GpuNodesAtZeroWhileGpuPodsWait", "GpuPodUnschedulable", "GpuAllocatableAbsentNaive"),
     detect=detect,
     about=__doc__ or "",
     needs=NEEDS,

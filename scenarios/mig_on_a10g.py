@@ -162,6 +162,7 @@ look = [
 
 SCENARIO = _workload.scenario(
     doctor_finding="mig-resource-unavailable",
+    alerts=("GpuPodUnschedulable",),
     name=NAME,
     summary=f"a pod asking for {MIG_RESOURCE} on A10G nodes: Pending, Insufficient on every "
     "node, for good",

@@ -182,6 +182,8 @@ look = [
 
 SCENARIO = _workload.scenario(
     doctor_finding="pod-without-gpu-limit",
+    # No alert: the pods ask for no GPU, so no metric ties them to one (the doctor reads the spec).
+    alerts=(),
     name=NAME,
     summary="GPU pods without a nvidia.com/gpu limit: on a system node no GPU at all, on a GPU "
     "node the whole GPU, unallocated",

@@ -144,6 +144,8 @@ look = [
 
 SCENARIO = _workload.scenario(
     doctor_finding="pod-untolerated-taint",
+    # No alert: the Pending pod asks for no GPU (the GPU probe itself runs).
+    alerts=(),
     name=NAME,
     summary="pods without the nvidia.com/gpu toleration: the GPU pod runs anyway (EKS adds it), "
     "the GPU-node pod that asks for no GPU stays Pending",

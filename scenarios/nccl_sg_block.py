@@ -306,6 +306,8 @@ SCENARIO = Scenario(
     state=state,
     preview=preview,
     doctor_finding="sg-blocks-nccl",
+    # Only the job's end shows: no metric here sees a security group.
+    alerts=("GpuPodFailed",),
     detect=detect,
     area="network",
 )

@@ -342,6 +342,7 @@ SCENARIO = Scenario(
     diagnose=diagnose,
     traps=traps,
     doctor_finding="operator-scaled-to-zero",
+    alerts=("GpuOperatorDown",),
     detect=detect,
     state=state,
     gauges={

@@ -195,6 +195,7 @@ look = [
 
 SCENARIO = _workload.scenario(
     doctor_finding="runtimeclass-missing",
+    alerts=("DeploymentPodsRefused",),
     name=NAME,
     summary=f"a Deployment whose pods name RuntimeClass {RUNTIME_CLASS}, which does not exist: "
     "every pod create refused (403), FailedCreate events, no pod",

@@ -281,6 +281,7 @@ def test_prebuilt_binaries_are_used_as_they_are(tmp_path: Path) -> None:
     # Our own node endpoint never comes from a prebuilt directory: built into the (empty) cache.
     endpoint = tmp_path / "empty-cache" / build.NODE_ENDPOINT / build.source_digest()
     assert f"node endpoint: {endpoint / build.NODE_ENDPOINT}" in lines
-    # Nor does metrics-server when the directory lacks it: built per version into the cache.
-    server = tmp_path / "empty-cache" / build.METRICS_SERVER / build.metrics_server_version()
-    assert lines[-1] == f"metrics-server: {server / build.METRICS_SERVER}"
+    # Nor do metrics-server and promtool when the directory lacks them: built per version.
+    for program in (build.METRICS_SERVER_PROGRAM, build.PROMTOOL_PROGRAM):
+        cached = tmp_path / "empty-cache" / program.name / program.version() / program.name
+        assert f"{program.name}: {cached}" in lines

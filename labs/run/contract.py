@@ -180,6 +180,8 @@ class Scenario:
     probable cause while the fault is in: the doctor's accuracy is measured against it. None
     for a fault that leaves nothing in the cluster to read (the module says why): the doctor
     must then find no problem rather than a wrong one.
+    `alerts` names the alerts of the lab's rules (`monitoring/gpu-alerts.yaml`) that fire while
+    the fault is in; empty for a fault no cluster metric shows (the module says why).
     """
 
     name: str
@@ -204,6 +206,7 @@ class Scenario:
     by_hand: ByHand | None = None
     preview: Preview | None = None
     clean_up: Mutation | None = None
+    alerts: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         if not DASHED_NAME.fullmatch(self.name):

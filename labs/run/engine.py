@@ -99,6 +99,8 @@ def describe_scenario(scenario: Scenario) -> str:
             for t in scenario.traps
         ),
         "",
+        f"alerts that fire (monitoring/gpu-alerts.yaml): {', '.join(scenario.alerts) or 'none'}",
+        "",
         f"revert:   {_doc(scenario.revert)}",
         "recovery to expect:",
         *(f"  - {c.name} (within {c.timeout:g} s)" for c in scenario.recovery),

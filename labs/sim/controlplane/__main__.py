@@ -1,5 +1,5 @@
 """`python -m labs.sim.controlplane`: build (or find) the control plane's programs, the node
-endpoint and metrics-server ahead of use.
+endpoint, metrics-server and promtool ahead of use.
 
 The README's set-up runs it so the first build's quarter of an hour show as progress there, not as
 a silent wait inside the first rehearsal or test.
@@ -10,10 +10,12 @@ from __future__ import annotations
 import sys
 
 from labs.sim.controlplane.build import (
+    METRICS_SERVER_PROGRAM,
+    PROMTOOL_PROGRAM,
     ControlPlaneUnavailable,
     binaries,
-    metrics_server_binary,
     node_endpoint_binary,
+    pinned_binary,
 )
 
 
@@ -25,7 +27,8 @@ def main() -> int:
     try:
         print(f"control plane programs: {binaries(say)}", flush=True)
         print(f"node endpoint: {node_endpoint_binary(say)}", flush=True)
-        print(f"metrics-server: {metrics_server_binary(say)}")
+        for program in (METRICS_SERVER_PROGRAM, PROMTOOL_PROGRAM):
+            print(f"{program.name}: {pinned_binary(program, say)}", flush=True)
     except ControlPlaneUnavailable as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

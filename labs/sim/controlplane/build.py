@@ -12,8 +12,9 @@ the module's Go sources, go.mod and go.sum: an edit builds it afresh, and prebui
 never supply it.
 
 metrics-server (the stack's metrics-server addon) comes from its own module,
-`go/metrics-server` (its k8s.io pins are its own release's, not the control plane's): the
-prebuilt directory supplies it when it holds one, else it is built once per version.
+`go/metrics-server` (its k8s.io pins are its own release's, not the control plane's), and
+promtool (which tests the lab's alert rules) from `go/prometheus`: the prebuilt directory
+supplies each when it holds one, else it is built once per version.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ from pathlib import Path
 from labs.errors import LabError
 
 GO_MODULE = Path(__file__).resolve().parents[3] / "go" / "controlplane"
-METRICS_SERVER_MODULE = GO_MODULE.parent / "metrics-server"
 PREBUILT_ENV = "EKS_GPU_LAB_CONTROL_PLANE_BIN"
 ENVTEST_ENV = "KUBEBUILDER_ASSETS"
 CACHE_ENV = "EKS_GPU_LAB_CACHE"
@@ -48,7 +48,7 @@ PROGRAMS = {
 NODE_ENDPOINT = "node-endpoint"
 NODE_ENDPOINT_PACKAGE = "./cmd/node-endpoint"
 METRICS_SERVER = "metrics-server"
-METRICS_SERVER_PACKAGE = "sigs.k8s.io/metrics-server/cmd/metrics-server"
+PROMTOOL = "promtool"
 PROGRESS_EVERY = 30.0
 
 Say = Callable[[str], None]
@@ -244,27 +244,58 @@ def node_endpoint_binary(say: Say = print) -> Path:
     return binary
 
 
+@dataclass(frozen=True)
+class PinnedProgram:
+    """A program built from a Go module of its own under `go/`, at the release its go.mod
+    requires of `pins` (the cache entry's name), stamped with that version."""
+
+    name: str
+    module: Path
+    pins: str
+    package: str
+    version_variable: str
+    about: str
+
+    def version(self) -> str:
+        return required(self.module / "go.mod", self.pins)
+
+
+METRICS_SERVER_PROGRAM = PinnedProgram(
+    METRICS_SERVER,
+    GO_MODULE.parent / "metrics-server",
+    "sigs.k8s.io/metrics-server",
+    "sigs.k8s.io/metrics-server/cmd/metrics-server",
+    "k8s.io/client-go/pkg/version.gitVersion",  # what its Makefile stamps
+    "about 4 minutes on 2 idle cores from an empty Go build cache",
+)
+PROMTOOL_PROGRAM = PinnedProgram(
+    PROMTOOL,
+    GO_MODULE.parent / "prometheus",
+    "github.com/prometheus/prometheus",
+    "github.com/prometheus/prometheus/cmd/promtool",
+    "github.com/prometheus/common/version.Version",
+    "about 7 minutes on 2 idle cores from an empty Go build cache",
+)
+
+
 def metrics_server_version() -> str:
     """The metrics-server release `go/metrics-server/go.mod` pins."""
-    return required(METRICS_SERVER_MODULE / "go.mod", "sigs.k8s.io/metrics-server")
+    return METRICS_SERVER_PROGRAM.version()
 
 
-def metrics_server_binary(say: Say = print) -> Path:
-    """metrics-server: from the prebuilt directory when it holds one, else cached per version,
-    else built now (about 4 minutes on 2 idle cores from an empty Go build cache, about a
-    minute once its packages are in it)."""
+def pinned_binary(program: PinnedProgram, say: Say = print) -> Path:
+    """`program`: from the prebuilt directory when it holds one, else cached per version, else
+    built now (once its packages are in Go's build cache, a minute or so)."""
     explicit = os.environ.get(PREBUILT_ENV)
-    if explicit and os.access(Path(explicit, METRICS_SERVER), os.X_OK):
-        return Path(explicit, METRICS_SERVER)
-    version = metrics_server_version()
-    binary = cache_root() / METRICS_SERVER / version / METRICS_SERVER
+    if explicit and os.access(Path(explicit, program.name), os.X_OK):
+        return Path(explicit, program.name)
+    version = program.version()
+    binary = cache_root() / program.name / version / program.name
     if os.access(binary, os.X_OK):
         return binary
     go = _go()
     binary.parent.mkdir(parents=True, exist_ok=True)
-    say(f"building metrics-server {version} into {binary.parent}")
-    # What its Makefile stamps: the version its /version and user agent report.
-    ldflags = f"-s -w -X k8s.io/client-go/pkg/version.gitVersion={version}"
-    package, module = METRICS_SERVER_PACKAGE, METRICS_SERVER_MODULE
-    _go_build(go, package, binary, ldflags, METRICS_SERVER, say, module)
+    say(f"building {program.name} {version} into {binary.parent} ({program.about})")
+    ldflags = f"-s -w -X {program.version_variable}={version}"
+    _go_build(go, program.package, binary, ldflags, program.name, say, program.module)
     return binary

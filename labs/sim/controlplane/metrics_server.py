@@ -47,7 +47,7 @@ class MetricsServer:
     def start(self, say: Callable[[str], None] = print) -> None:
         """Build (or find) the program, start it and wait until /livez answers."""
         assert self.plane.ca is not None, "the control plane starts first"
-        binary = build.metrics_server_binary(say)
+        binary = build.pinned_binary(build.METRICS_SERVER_PROGRAM, say)
         context = ssl.create_default_context(cadata=self.plane.ca.cert_pem)
         url = f"https://{self.address}/livez"
         env = {"HTTPS_PROXY": self.proxy_url}
