@@ -16,7 +16,12 @@ from kubernetes import config
 from kubernetes.client import CoordinationV1Api
 from tool_support import require_tool
 
-from labs.sim.controlplane.build import METRICS_SERVER, NODE_ENDPOINT, PROGRAMS
+from labs.sim.controlplane.build import (
+    KUBE_STATE_METRICS,
+    METRICS_SERVER,
+    NODE_ENDPOINT,
+    PROGRAMS,
+)
 from labs.sim.controlplane.run import ControlPlane
 
 
@@ -33,13 +38,16 @@ def processes(matching: Callable[[list[str]], bool]) -> list[str]:
     return found
 
 
+OUR_PROGRAMS = (*PROGRAMS, NODE_ENDPOINT, METRICS_SERVER, KUBE_STATE_METRICS)
+
+
 def rehearsals_under(root: Path) -> list[str]:
-    """`labs.sim serve`, control-plane, node-endpoint and metrics-server processes whose files
-    lie under `root`, as their command lines."""
+    """`labs.sim serve`, control-plane, node-endpoint, metrics-server and kube-state-metrics
+    processes whose files lie under `root`, as their command lines."""
 
     def rehearsal(argv: list[str]) -> bool:
         serves = "labs.sim" in argv and "serve" in argv
-        component = Path(argv[0]).name in (*PROGRAMS, NODE_ENDPOINT, METRICS_SERVER)
+        component = Path(argv[0]).name in OUR_PROGRAMS
         return (serves or component) and any(str(root) in arg for arg in argv)
 
     return processes(rehearsal)

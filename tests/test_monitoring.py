@@ -1,19 +1,27 @@
 """The lab's alert rules under promtool, Prometheus' own checker and rule test runner: each
-rule fires on its fault and stays quiet beside it, and each scenario fires what it declares."""
+rule fires on its fault and stays quiet beside it, each scenario fires what it declares, and
+real kube-state-metrics, watching a real API server, gives the series the rules expect."""
 
 from __future__ import annotations
 
 import subprocess
+import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from alert_series import FAULTS, firing_test
-from lab_support import ROOT
+from lab_support import ROOT, until
+from still_support import StillPlane
 
 import scenarios
 from labs.run.engine import describe_scenario
-from labs.sim.controlplane.build import PROMTOOL_PROGRAM, pinned_binary
+from labs.sim.controlplane.build import KUBE_STATE_METRICS_PROGRAM, PROMTOOL_PROGRAM, pinned_binary
+from labs.sim.controlplane.resources import NODES, PODS
+from labs.sim.controlplane.run import free_port
+from labs.sim.controlplane.tls import LOOPBACK
 
 RULES = ROOT / "monitoring" / "gpu-alerts.yaml"
 RULE_TESTS = ROOT / "monitoring" / "tests" / "rules.test.yaml"
@@ -84,3 +92,113 @@ def test_scenario_show_names_the_alerts_and_the_naive_rule_misses_the_device_plu
     assert f"{line}GpuAllocatableZeroOnGpuNode, GpuPodUnschedulable\n" in shown
     assert f"{line}none\n" in describe_scenario(scenarios.get("missing-toleration"))
     assert NAIVE in scenarios.get("gpus-scaled-to-zero").alerts  # it sees only no node at all
+
+
+@pytest.fixture
+def state_metrics(still: StillPlane, tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """Real kube-state-metrics (the release `go/kube-state-metrics` pins) watching the held-still
+    plane, with the node label the rules join on allowed; its /metrics URL and its log."""
+    binary = pinned_binary(KUBE_STATE_METRICS_PROGRAM, print)
+    port, log = free_port(), tmp_path / "kube-state-metrics.log"
+    args = [f"--kubeconfig={still.kubeconfig}", f"--host={LOOPBACK}", f"--port={port}",
+            f"--telemetry-host={LOOPBACK}", f"--telemetry-port={free_port()}",
+            "--resources=nodes,pods,deployments,daemonsets",
+            "--metric-labels-allowlist=nodes=[nvidia.com/gpu.present]"]  # fmt: skip
+    with log.open("w") as out:
+        program = subprocess.Popen([str(binary), *args], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        yield f"http://{LOOPBACK}:{port}/metrics", log
+    finally:
+        program.terminate()
+        program.wait(timeout=30)
+
+
+def scrape(url: str) -> list[str]:
+    """Each sample line (`name{labels} value`) of one scrape; [] while it does not answer."""
+    try:
+        with urllib.request.urlopen(url, timeout=5) as answer:
+            text = answer.read().decode()
+    except OSError:
+        return []
+    return [line for line in text.splitlines() if line and not line.startswith("#")]
+
+
+def gpu_node(name: str, gpus: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"nvidia.com/gpu.present": "true"}},
+        "status": {"capacity": {"cpu": "4", "nvidia.com/gpu": "1"},
+                   "allocatable": {"cpu": "4", "nvidia.com/gpu": gpus}},
+    }  # fmt: skip
+
+
+def waiting_gpu_pod(name: str) -> dict[str, Any]:
+    gpu = {"nvidia.com/gpu": "1"}
+    container = {"name": "cuda", "image": "nvcr.io/nvidia/cuda:12.9.1-base-ubuntu24.04",
+                 "resources": {"limits": gpu, "requests": gpu}}  # fmt: skip
+    message = "0/3 nodes are available: 2 Insufficient nvidia.com/gpu, 1 ..."
+    unschedulable = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                     "message": message}  # fmt: skip
+    return {
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"containers": [container]},
+        "status": {"phase": "Pending", "conditions": [unschedulable]},
+    }
+
+
+def alerts_on(
+    promtool: str, samples: list[str], expected: list[str], tmp_path: Path
+) -> subprocess.CompletedProcess[str]:
+    """promtool's verdict on these samples held for the window: exactly `expected` fire."""
+    test = firing_test("device-plugin-off", expected)
+    test["input_series"] = [
+        {"series": series, "values": f"{value}x15"}
+        for series, value in (line.rsplit(" ", 1) for line in samples)
+    ]
+    suite = {"rule_files": [str(RULES)], "evaluation_interval": "1m", "tests": [test]}
+    path = tmp_path / "scraped.test.yaml"
+    path.write_text(yaml.safe_dump(suite, sort_keys=False))
+    return run(promtool, "test", "rules", path)
+
+
+GPU_B = 'kube_node_status_allocatable{node="gpu-b",resource="nvidia_com_gpu",unit="integer"}'
+UNSCHEDULABLE = 'kube_pod_status_unschedulable{namespace="default",pod="gpu-probe"'
+
+
+def scraped_when(url: str, ready: Callable[[list[str]], bool]) -> list[str]:
+    """One scrape's samples once `ready` holds of them; [] before."""
+    lines = scrape(url)
+    return lines if lines and ready(lines) else []
+
+
+def waits(lines: list[str]) -> bool:
+    return any(line.startswith(UNSCHEDULABLE) for line in lines)
+
+
+def test_real_kube_state_metrics_gives_the_series_the_rules_read(
+    still: StillPlane, state_metrics: tuple[str, Path], promtool: str, tmp_path: Path
+) -> None:
+    url, log = state_metrics
+    for name in ("gpu-a", "gpu-b"):
+        still.put(NODES, gpu_node(name, "0"))  # the device plugin is off: the key stays, at 0
+    still.put(NODES, {"metadata": {"name": "sys-a"}, "status": {"allocatable": {"cpu": "4"}}})
+    still.put(PODS, waiting_gpu_pod("gpu-probe"), "default")
+    faulty = until(
+        lambda: scraped_when(url, lambda lines: f"{GPU_B} 0" in lines and waits(lines)),
+        what=f"kube-state-metrics to report the GPU nodes at 0 and the waiting pod ({log})",
+    )
+    assert 'kube_node_labels{node="gpu-a",label_nvidia_com_gpu_present="true"} 1' in faulty
+    declared = sorted(scenarios.get("device-plugin-off").alerts)
+    verdict = alerts_on(promtool, faulty, declared, tmp_path)
+    assert verdict.returncode == 0, verdict.stdout + verdict.stderr
+
+    for name in ("gpu-a", "gpu-b"):  # the plugin back: each node offers its GPU, the pod ran
+        gpus = {"status": {"allocatable": {"nvidia.com/gpu": "1"}}}
+        still.api.patch(NODES, name, gpus, subresource="status")
+    ran = {"phase": "Succeeded", "conditions": [{"type": "PodScheduled", "status": "True"}]}
+    still.api.patch(PODS, "gpu-probe", {"status": ran}, "default", subresource="status")
+    healthy = until(
+        lambda: scraped_when(url, lambda lines: f"{GPU_B} 1" in lines and not waits(lines)),
+        what=f"kube-state-metrics to report the GPUs back and the pod scheduled ({log})",
+    )
+    verdict = alerts_on(promtool, healthy, [], tmp_path)
+    assert verdict.returncode == 0, verdict.stdout + verdict.stderr

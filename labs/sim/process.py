@@ -24,7 +24,10 @@ from labs.state import DamagedFile, load_json
 
 ENDPOINTS = "endpoints.json"
 
-START_TIMEOUT = 60.0
+# A start takes 10-15 s on 2 idle cores; on a busy machine the process can spend a minute just
+# importing before it writes a line (seen with a Go build beside it), so death is caught at once
+# by its exit code and only a hang waits this long.
+START_TIMEOUT = 120.0
 ANSWER_SECONDS = 2.0
 STOP_TIMEOUT = 15.0
 

@@ -1,5 +1,5 @@
 """`python -m labs.sim.controlplane`: build (or find) the control plane's programs, the node
-endpoint, metrics-server and promtool ahead of use.
+endpoint, metrics-server, promtool and kube-state-metrics ahead of use.
 
 The README's set-up runs it so the first build's quarter of an hour show as progress there, not as
 a silent wait inside the first rehearsal or test.
@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 
 from labs.sim.controlplane.build import (
+    KUBE_STATE_METRICS_PROGRAM,
     METRICS_SERVER_PROGRAM,
     PROMTOOL_PROGRAM,
     ControlPlaneUnavailable,
@@ -27,7 +28,7 @@ def main() -> int:
     try:
         print(f"control plane programs: {binaries(say)}", flush=True)
         print(f"node endpoint: {node_endpoint_binary(say)}", flush=True)
-        for program in (METRICS_SERVER_PROGRAM, PROMTOOL_PROGRAM):
+        for program in (METRICS_SERVER_PROGRAM, PROMTOOL_PROGRAM, KUBE_STATE_METRICS_PROGRAM):
             print(f"{program.name}: {pinned_binary(program, say)}", flush=True)
     except ControlPlaneUnavailable as error:
         print(f"error: {error}", file=sys.stderr)

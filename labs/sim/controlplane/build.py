@@ -12,9 +12,10 @@ the module's Go sources, go.mod and go.sum: an edit builds it afresh, and prebui
 never supply it.
 
 metrics-server (the stack's metrics-server addon) comes from its own module,
-`go/metrics-server` (its k8s.io pins are its own release's, not the control plane's), and
-promtool (which tests the lab's alert rules) from `go/prometheus`: the prebuilt directory
-supplies each when it holds one, else it is built once per version.
+`go/metrics-server` (its k8s.io pins are its own release's, not the control plane's); the
+alert rules' tools likewise: promtool from `go/prometheus` and kube-state-metrics from
+`go/kube-state-metrics`. The prebuilt directory supplies each when it holds one, else it is
+built once per version.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ NODE_ENDPOINT = "node-endpoint"
 NODE_ENDPOINT_PACKAGE = "./cmd/node-endpoint"
 METRICS_SERVER = "metrics-server"
 PROMTOOL = "promtool"
+KUBE_STATE_METRICS = "kube-state-metrics"
 PROGRESS_EVERY = 30.0
 
 Say = Callable[[str], None]
@@ -275,6 +277,15 @@ PROMTOOL_PROGRAM = PinnedProgram(
     "github.com/prometheus/prometheus/cmd/promtool",
     "github.com/prometheus/common/version.Version",
     "about 7 minutes on 2 idle cores from an empty Go build cache",
+)
+
+KUBE_STATE_METRICS_PROGRAM = PinnedProgram(
+    KUBE_STATE_METRICS,
+    GO_MODULE.parent / "kube-state-metrics",
+    "k8s.io/kube-state-metrics/v2",
+    "k8s.io/kube-state-metrics/v2",
+    "github.com/prometheus/common/version.Version",
+    "about 4 minutes on 2 idle cores from an empty Go build cache",
 )
 
 
