@@ -122,6 +122,11 @@ FAULTS: dict[str, dict[str, float | None]] = {
 }
 
 
+def held(series: str, value: str) -> dict[str, str]:
+    """A promtool input series: `value` from the window's start to its end."""
+    return {"series": series, "values": f"{value}x{SAMPLES}"}
+
+
 def firing_test(name: str, alerts: list[str]) -> dict[str, Any]:
     """A promtool test group: the lab under `name`'s fault for the window, then exactly
     `alerts` firing (`ALERTS` grouped by name; none for an empty list)."""
@@ -130,9 +135,7 @@ def firing_test(name: str, alerts: list[str]) -> dict[str, Any]:
         "name": name,
         "interval": "1m",
         "input_series": [
-            {"series": key, "values": f"{value:g}x{SAMPLES}"}
-            for key, value in series.items()
-            if value is not None
+            held(key, f"{value:g}") for key, value in series.items() if value is not None
         ],
         "promql_expr_test": [
             {

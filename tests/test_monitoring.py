@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from alert_series import FAULTS, firing_test
+from alert_series import FAULTS, firing_test, held
 from lab_support import ROOT, until
 from still_support import StillPlane
 
@@ -40,6 +40,16 @@ def run(promtool: str, *args: str | Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def verdict(
+    promtool: str, group: dict[str, Any], tmp_path: Path
+) -> subprocess.CompletedProcess[str]:
+    """`promtool test rules` on one test group against the lab's rules."""
+    suite = {"rule_files": [str(RULES)], "evaluation_interval": "1m", "tests": [group]}
+    path = tmp_path / f"{group['name']}.test.yaml"
+    path.write_text(yaml.safe_dump(suite, sort_keys=False))
+    return run(promtool, "test", "rules", path)
+
+
 def rule_names() -> list[str]:
     groups = yaml.safe_load(RULES.read_text())["groups"]
     return [rule["alert"] for group in groups for rule in group["rules"]]
@@ -61,12 +71,7 @@ def test_each_rule_fires_on_its_fault_and_stays_quiet_beside_it(promtool: str) -
 
 
 def test_a_broken_expectation_fails_promtool(promtool: str, tmp_path: Path) -> None:
-    suite = yaml.safe_load(RULE_TESTS.read_text())
-    suite["rule_files"] = [str(RULES)]
-    suite["tests"] = [firing_test("device-plugin-off", [NAIVE])]
-    broken = tmp_path / "broken.test.yaml"
-    broken.write_text(yaml.safe_dump(suite))
-    tested = run(promtool, "test", "rules", broken)
+    tested = verdict(promtool, firing_test("device-plugin-off", [NAIVE]), tmp_path)
     assert tested.returncode == 1, tested.stdout
     assert 'alertname="GpuAllocatableZeroOnGpuNode"' in tested.stdout + tested.stderr
 
@@ -78,11 +83,7 @@ def test_a_scenario_fires_the_alerts_it_declares_and_no_other(
     declared = list(scenarios.get(name).alerts)
     assert set(declared) <= set(rule_names()), f"{name} declares an alert no rule defines"
     assert name in FAULTS, f"add {name}'s series to tests/alert_series.py"
-    suite = {"rule_files": [str(RULES)], "evaluation_interval": "1m",
-             "tests": [firing_test(name, declared)]}  # fmt: skip
-    path = tmp_path / f"{name}.test.yaml"
-    path.write_text(yaml.safe_dump(suite, sort_keys=False))
-    tested = run(promtool, "test", "rules", path)
+    tested = verdict(promtool, firing_test(name, declared), tmp_path)
     assert tested.returncode == 0, tested.stdout + tested.stderr
 
 
@@ -148,16 +149,11 @@ def waiting_gpu_pod(name: str) -> dict[str, Any]:
 def alerts_on(
     promtool: str, samples: list[str], expected: list[str], tmp_path: Path
 ) -> subprocess.CompletedProcess[str]:
-    """promtool's verdict on these samples held for the window: exactly `expected` fire."""
-    test = firing_test("device-plugin-off", expected)
-    test["input_series"] = [
-        {"series": series, "values": f"{value}x15"}
-        for series, value in (line.rsplit(" ", 1) for line in samples)
-    ]
-    suite = {"rule_files": [str(RULES)], "evaluation_interval": "1m", "tests": [test]}
-    path = tmp_path / "scraped.test.yaml"
-    path.write_text(yaml.safe_dump(suite, sort_keys=False))
-    return run(promtool, "test", "rules", path)
+    """promtool's verdict on these scraped samples held for the window: exactly `expected`
+    fire."""
+    group = firing_test("device-plugin-off", expected)
+    group["input_series"] = [held(*line.rsplit(" ", 1)) for line in samples]
+    return verdict(promtool, group, tmp_path)
 
 
 GPU_B = 'kube_node_status_allocatable{node="gpu-b",resource="nvidia_com_gpu",unit="integer"}'

@@ -278,7 +278,6 @@ PROMTOOL_PROGRAM = PinnedProgram(
     "github.com/prometheus/common/version.Version",
     "about 7 minutes on 2 idle cores from an empty Go build cache",
 )
-
 KUBE_STATE_METRICS_PROGRAM = PinnedProgram(
     KUBE_STATE_METRICS,
     GO_MODULE.parent / "kube-state-metrics",
