@@ -13,8 +13,8 @@ from typing import Any
 
 GPU_NODES = ("gpu-a", "gpu-b")
 SYSTEM_NODES = ("sys-a", "sys-b")
-WINDOW = "15m"
 SAMPLES = 15  # one a minute after the first: 0m .. 15m
+WINDOW = f"{SAMPLES}m"
 
 
 def node_label(node: str) -> str:
@@ -127,16 +127,19 @@ def held(series: str, value: str) -> dict[str, str]:
     return {"series": series, "values": f"{value}x{SAMPLES}"}
 
 
-def firing_test(name: str, alerts: list[str]) -> dict[str, Any]:
-    """A promtool test group: the lab under `name`'s fault for the window, then exactly
-    `alerts` firing (`ALERTS` grouped by name; none for an empty list)."""
+def scenario_series(name: str) -> list[dict[str, str]]:
+    """The lab under `name`'s fault for the whole window, as promtool input series."""
     series = {**healthy(), **FAULTS[name]}
+    return [held(key, f"{value:g}") for key, value in series.items() if value is not None]
+
+
+def firing_test(name: str, input_series: list[dict[str, str]], alerts: list[str]) -> dict[str, Any]:
+    """A promtool test group: `input_series` for the window, then exactly `alerts` firing
+    (`ALERTS` grouped by name; none for an empty list)."""
     return {
         "name": name,
         "interval": "1m",
-        "input_series": [
-            held(key, f"{value:g}") for key, value in series.items() if value is not None
-        ],
+        "input_series": input_series,
         "promql_expr_test": [
             {
                 "expr": 'group by (alertname) (ALERTS{alertstate="firing"})',

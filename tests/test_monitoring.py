@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from alert_series import FAULTS, firing_test, held
+from alert_series import FAULTS, firing_test, held, scenario_series
 from lab_support import ROOT, until
 from still_support import StillPlane
 
@@ -71,7 +71,8 @@ def test_each_rule_fires_on_its_fault_and_stays_quiet_beside_it(promtool: str) -
 
 
 def test_a_broken_expectation_fails_promtool(promtool: str, tmp_path: Path) -> None:
-    tested = verdict(promtool, firing_test("device-plugin-off", [NAIVE]), tmp_path)
+    wrong = firing_test("broken", scenario_series("device-plugin-off"), [NAIVE])
+    tested = verdict(promtool, wrong, tmp_path)
     assert tested.returncode == 1, tested.stdout
     assert 'alertname="GpuAllocatableZeroOnGpuNode"' in tested.stdout + tested.stderr
 
@@ -83,7 +84,7 @@ def test_a_scenario_fires_the_alerts_it_declares_and_no_other(
     declared = list(scenarios.get(name).alerts)
     assert set(declared) <= set(rule_names()), f"{name} declares an alert no rule defines"
     assert name in FAULTS, f"add {name}'s series to tests/alert_series.py"
-    tested = verdict(promtool, firing_test(name, declared), tmp_path)
+    tested = verdict(promtool, firing_test(name, scenario_series(name), declared), tmp_path)
     assert tested.returncode == 0, tested.stdout + tested.stderr
 
 
@@ -151,9 +152,8 @@ def alerts_on(
 ) -> subprocess.CompletedProcess[str]:
     """promtool's verdict on these scraped samples held for the window: exactly `expected`
     fire."""
-    group = firing_test("device-plugin-off", expected)
-    group["input_series"] = [held(*line.rsplit(" ", 1)) for line in samples]
-    return verdict(promtool, group, tmp_path)
+    series = [held(*line.rsplit(" ", 1)) for line in samples]
+    return verdict(promtool, firing_test("scraped", series, expected), tmp_path)
 
 
 GPU_B = 'kube_node_status_allocatable{node="gpu-b",resource="nvidia_com_gpu",unit="integer"}'
