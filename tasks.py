@@ -135,6 +135,8 @@ def _open(
         **LAB_HELP,
         "gpus": flag_help()["gpus"],
         "no-operator": "do not install the NVIDIA GPU Operator",
+        "monitoring": flag_help()["monitoring"]
+        + "; once on, it stays on through later lab.up runs and scenarios",
         "sim": "create a local rehearsal lab (moto + a Kubernetes control plane), no AWS needed",
         "dry-run": "print the plan and the API calls it would make; change nothing",
         "smoke": "end with lab.smoke (probe, CUDA check, NCCL all-reduce on the GPU nodes)",
@@ -148,6 +150,7 @@ def up(
     lab: str | None = None,
     gpus: str | None = None,
     no_operator: bool = False,
+    monitoring: bool = False,
     sim: bool = False,
     dry_run: bool = False,
     smoke: bool = False,
@@ -156,13 +159,15 @@ def up(
     kubeconfig: str | None = None,
     context: str | None = None,
 ) -> None:
-    """Bring up the lab: infra, kubeconfig, GPU Operator, GPU time limit, GPU nodes, probe."""
+    """Bring up the lab: infra (with --monitoring, Prometheus and the GPU alert rules),
+    kubeconfig, GPU Operator, GPU time limit, GPU nodes, probe."""
     from labs import lifecycle
 
     operator = False if no_operator else None
     settings = _settings(
-        c, lab=lab, gpus=gpus, operator=operator, ttl=ttl, kubeconfig=kubeconfig, context=context
-    )
+        c, lab=lab, gpus=gpus, operator=operator, monitoring=True if monitoring else None,
+        ttl=ttl, kubeconfig=kubeconfig, context=context,
+    )  # fmt: skip
     made = lifecycle.up(
         settings, sim=sim, dry_run=dry_run, console=_console(), confirm=_confirmer(yes),
         keep_later=ttl is None,
@@ -543,15 +548,28 @@ def start(
     help={
         "lab": LAB_HELP["lab"],
         "wait": "real-cluster seconds each check may take to hold (default 120)",
+        "rules": "instead: load your Prometheus alert rules from this file into the lab's "
+        "Prometheus (lab.up --monitoring) and say whether they fire on the fault",
     }
 )
 @_friendly
-def check(c: Context, lab: str | None = None, wait: float = 120.0) -> None:
-    """Check my fix: the faults' recovery checks on the lab as you left it; exit 0 when fixed."""
+def check(
+    c: Context, lab: str | None = None, wait: float = 120.0, rules: str | None = None
+) -> None:
+    """Check my fix (the faults' recovery checks; exit 0 when fixed), or with --rules my alert
+    rules (exit 0 when one fires on the fault)."""
     import scenarios
     from labs.practice import exercise
 
-    if not exercise.check(_practice_lab(c, lab), scenarios.all_scenarios(), wait):
+    target = _practice_lab(c, lab)
+    if rules is not None:
+        from pathlib import Path
+
+        from labs.practice.rules import check_rules
+
+        if not check_rules(target, Path(rules)):
+            raise Exit(code=1)
+    elif not exercise.check(target, scenarios.all_scenarios(), wait):
         raise Exit(code=1)
 
 

@@ -1,8 +1,8 @@
 """`invoke demo`: the whole lab story on the local rehearsal backend, in well under a minute.
 
-It is the first thing a newcomer runs: a rehearsal lab comes up, the reference
-scenario runs with its live timeline, the report's path is printed, and the lab is
-torn down again (its report kept), even when the scenario fails.
+It is the first thing a newcomer runs: a rehearsal lab comes up (with monitoring), the
+reference scenario runs with its live timeline and the alerts it fires, the report's path is
+printed, and the lab is torn down again (its report kept), even when the scenario fails.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def run_demo(
     from labs import lifecycle
     from labs.run.engine import revert_scenarios, run_scenario
 
-    settings = replace(settings, gpus=max(settings.gpus, 2), operator=True)
+    settings = replace(settings, gpus=max(settings.gpus, 2), operator=True, monitoring=True)
     if settings.paths.exists():
         raise LabError(
             f"lab {settings.lab!r} already exists; the demo only tears down a rehearsal lab it "

@@ -83,10 +83,23 @@ def open_or_create(settings: LabSettings, sim: bool) -> tuple[Lab, bool]:
 
 
 def full_variables(lab: Lab, **changes: Any) -> dict[str, Any]:
-    """The lab's full current variable set with `changes` on top (never a partial set)."""
-    base = lab.variables or lab.settings.stack_variables(operator_enabled=False)
+    """The lab's full current variable set with `changes` on top (never a partial set).
+
+    Every variable keeps the value last applied (a scenario's toggle, lab.down's revert never
+    reset the operator or monitoring); one the lab's record lacks (a lab applied before the
+    variable existed, so Terraform used its default) comes from the settings.
+    """
+    base = {**lab.settings.stack_variables(operator_enabled=False), **lab.variables}
     base[stack.GPU_OPERATOR_CHART_VERSION] = lab.settings.chart_version
     return {**base, **changes}
+
+
+def up_variables(lab: Lab, **changes: Any) -> dict[str, Any]:
+    """What lab.up applies: like the operator, the `monitoring` setting (--monitoring) turns
+    monitoring on; without it the lab keeps what was last applied (a new lab: off)."""
+    if lab.settings.monitoring:
+        changes = {stack.ENABLE_MONITORING: True, **changes}
+    return full_variables(lab, **changes)
 
 
 # --- lab.up ------------------------------------------------------------------------
@@ -125,14 +138,12 @@ def _up(lab: Lab, new: bool, console: Console, keep_later: bool) -> None:
 
 
 def _bring_up(lab: Lab, settings: LabSettings, console: Console, keep_later: bool) -> None:
-    _apply(lab, full_variables(lab), "base infrastructure (GPU nodes 0, operator off)", console)
+    _apply(lab, up_variables(lab), "base infrastructure (GPU nodes 0, operator off)", console)
     with console.phase("lab kubeconfig"):
         _write_kubeconfig(lab, console)
         check_lab_target(lab, cluster=True, account=True)
     if settings.operator:
-        _apply(
-            lab, full_variables(lab, **{stack.ENABLE_GPU_OPERATOR: True}), "GPU Operator", console
-        )
+        _apply(lab, up_variables(lab, **{stack.ENABLE_GPU_OPERATOR: True}), "GPU Operator", console)
         with console.phase("wait for the ClusterPolicy to be ready"):
             _wait_operator_ready(lab, console)
     scale(lab, settings.gpus, console, confirm=_already_confirmed, keep_later=keep_later)
@@ -148,7 +159,7 @@ def _print_up_plan(lab: Lab, new: bool, console: Console) -> None:
     console.say(
         f"Dry run for lab {lab.name!r} on the {lab.backend.name} backend: nothing is changed."
     )
-    wanted = full_variables(lab, **{stack.ENABLE_GPU_OPERATOR: s.operator})
+    wanted = up_variables(lab, **{stack.ENABLE_GPU_OPERATOR: s.operator})
     if lab.backend.preview(lab, new, console):
         lines = lab.infra().plan(wanted)
         console.say(

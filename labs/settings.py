@@ -90,6 +90,13 @@ class LabSettings:
     operator: bool = dataclasses.field(
         default=True, metadata=_help("install the NVIDIA GPU Operator (default true)")
     )
+    monitoring: bool = dataclasses.field(
+        default=False,
+        metadata=_help(
+            "install kube-prometheus-stack with the lab's GPU alert rules (costs money on EKS; "
+            "the rehearsal runs a real Prometheus and kube-state-metrics)"
+        ),
+    )
     gpu_az_index: int = dataclasses.field(
         default=0, metadata=_help("which availability zone (0-2) holds the GPU nodes")
     )
@@ -154,6 +161,8 @@ class LabSettings:
         `gpu_desired_size` is always 0: the node group ignores later changes to it, so
         GPU nodes are scaled through the EKS API, never through Terraform.
         `cross_node_traffic=False` removes both node-to-node allow rules (nccl-sg-block).
+        `enable_monitoring` is the `monitoring` setting (a lab's first apply; later applies
+        keep the value last applied, see lifecycle.full_variables).
         """
         return {
             stack.CLUSTER_BASE_NAME: self.lab,
@@ -164,6 +173,7 @@ class LabSettings:
             stack.GPU_DESIRED_SIZE: 0,
             stack.GPU_AZ_INDEX: self.gpu_az_index,
             stack.ENABLE_GPU_OPERATOR: operator_enabled,
+            stack.ENABLE_MONITORING: self.monitoring,
             stack.GPU_OPERATOR_NAMESPACE: OPERATOR_NAMESPACE,
             stack.GPU_OPERATOR_CHART_VERSION: self.chart_version,
             stack.ENABLE_AUX_SG_VPC_ALLOW: cross_node_traffic,

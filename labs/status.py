@@ -17,7 +17,7 @@ from labs import time_limit
 from labs.aws import stack
 from labs.console import columns
 from labs.errors import explain
-from labs.kube import gpu, rest
+from labs.kube import alerts, gpu, rest
 from labs.kube.view import Snapshot, check_access, check_lab_kubeconfig
 from labs.lab import Lab, known_labs
 from labs.settings import LabSettings
@@ -57,6 +57,7 @@ def gather(lab: Lab) -> dict[str, Any]:
     _read(status, "daemonsets", "operator DaemonSets", lambda: _daemonsets(lab))
     _read(status, "operator", "GPU Operator controller", lambda: _operator(lab))
     _read(status, "clusterpolicy", "ClusterPolicy", lambda: _cluster_policy(lab))
+    _read(status, "alerts", "Prometheus' alerts", lambda: _alerts(lab))
     return status
 
 
@@ -152,6 +153,16 @@ def _cluster_policy(lab: Lab) -> dict[str, Any] | None:
     }
 
 
+def _alerts(lab: Lab) -> list[dict[str, str]] | None:
+    """The alerts pending or firing now; None when the lab has no monitoring."""
+    if not alerts.monitoring_installed(lab.kube):
+        return None
+    return [
+        {"name": a.name, "state": a.state, "since": a.active_at, "summary": a.summary}
+        for a in sorted(alerts.read_alerts(lab.kube), key=lambda a: (a.state != "firing", a.name))
+    ]
+
+
 def _cost(lab: Lab, status: dict[str, Any]) -> dict[str, Any]:
     from labs.aws.pricing import estimate_hourly_cost
 
@@ -206,6 +217,7 @@ def render(status: dict[str, Any]) -> str:
         lines.append(f"ClusterPolicy {policy['name']}: state {policy['state']}  {toggles}")
     elif "clusterpolicy" in status:
         lines.append("ClusterPolicy: none (GPU Operator not installed)")
+    lines += _alert_lines(status)
     if status.get("time_limit"):
         lines.append(f"GPU time limit: {status['time_limit']}")
     if status.get("gpu_session"):
@@ -222,6 +234,21 @@ def render(status: dict[str, Any]) -> str:
     for problem in status["problems"]:
         lines.append(f"! {problem}")
     return "\n".join(lines)
+
+
+def _alert_lines(status: dict[str, Any]) -> list[str]:
+    if "alerts" not in status:
+        return []
+    if status["alerts"] is None:
+        return ["alerts: no monitoring (invoke lab.up --monitoring)"]
+    if not status["alerts"]:
+        return ["alerts: none pending or firing"]
+    lines = ["alerts (Prometheus):"]
+    for alert in status["alerts"]:
+        lines.append(f"  {alert['state']:<8} {alert['name']:<34} since {alert['since']}")
+        if alert["summary"]:
+            lines.append(f"           {alert['summary']}")
+    return lines
 
 
 def _toggles(variables: dict[str, Any]) -> str:

@@ -37,5 +37,13 @@ resource "helm_release" "gpu_operator" {
   # driver and toolkit come with the AL2023 NVIDIA AMI; the operator runs the rest.
   values = [file("${path.module}/gpu_operator_values.yaml")]
 
-  depends_on = [module.eks]
+  # dcgm-exporter's ServiceMonitor only with Prometheus (monitoring.tf): while it is on and
+  # the ServiceMonitor CRD is missing, the operator keeps the dcgm-exporter state NotReady.
+  set {
+    name  = "dcgmExporter.serviceMonitor.enabled"
+    value = var.enable_monitoring
+  }
+
+  # With monitoring, Prometheus' CRDs come first (an empty list while it is off).
+  depends_on = [module.eks, helm_release.kube_prometheus_stack]
 }

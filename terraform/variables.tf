@@ -207,6 +207,27 @@ variable "gpu_operator_chart_version" {
 }
 
 ########################
+# Monitoring (helm), off by default
+########################
+
+variable "enable_monitoring" {
+  description = "Install kube-prometheus-stack (namespace monitoring) with the lab's GPU alert rules (monitoring/gpu-alerts.yaml), and the GPU Operator's dcgm-exporter ServiceMonitor. Costs money: Prometheus', its operator's and kube-state-metrics' pods on the system nodes and node-exporter on every node (CPU and memory the nodes are billed for), and Prometheus' data volume (an emptyDir on the node's root volume: the stack has no EBS CSI driver for a volume of its own)."
+  type        = bool
+  default     = false
+}
+
+variable "kube_prometheus_stack_chart_version" {
+  description = "Pinned kube-prometheus-stack chart version (never latest): 88.5.3, whose values monitoring_values.yaml was checked against."
+  type        = string
+  default     = "88.5.3"
+
+  validation {
+    condition     = can(regex("^[0-9]+\\.[0-9]+\\.[0-9]+$", var.kube_prometheus_stack_chart_version))
+    error_message = "kube_prometheus_stack_chart_version must be an exact chart version such as \"88.5.3\" (a pinned MAJOR.MINOR.PATCH without a v, never empty or a range)."
+  }
+}
+
+########################
 # Security group toggles (nccl-sg-block scenario)
 ########################
 

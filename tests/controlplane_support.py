@@ -21,6 +21,7 @@ from labs.sim.controlplane.build import (
     METRICS_SERVER,
     NODE_ENDPOINT,
     PROGRAMS,
+    PROMETHEUS,
 )
 from labs.sim.controlplane.run import ControlPlane
 
@@ -38,12 +39,12 @@ def processes(matching: Callable[[list[str]], bool]) -> list[str]:
     return found
 
 
-OUR_PROGRAMS = (*PROGRAMS, NODE_ENDPOINT, METRICS_SERVER, KUBE_STATE_METRICS)
+OUR_PROGRAMS = (*PROGRAMS, NODE_ENDPOINT, METRICS_SERVER, KUBE_STATE_METRICS, PROMETHEUS)
 
 
 def rehearsals_under(root: Path) -> list[str]:
-    """`labs.sim serve`, control-plane, node-endpoint, metrics-server and kube-state-metrics
-    processes whose files lie under `root`, as their command lines."""
+    """`labs.sim serve`, control-plane, node-endpoint, metrics-server, kube-state-metrics and
+    Prometheus processes whose files lie under `root`, as their command lines."""
 
     def rehearsal(argv: list[str]) -> bool:
         serves = "labs.sim" in argv and "serve" in argv

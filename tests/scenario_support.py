@@ -120,10 +120,13 @@ def ready_sim_lab(state_dir: Path, speed: float = SCENARIO_SPEED) -> Iterator[Si
 
 
 def _bring_up(state_dir: Path, speed: float) -> SimLab:
-    """`ready_sim_lab`'s world, which the caller stops."""
+    """`ready_sim_lab`'s world, which the caller stops: with monitoring (the real Prometheus and
+    kube-state-metrics), so every scenario run there records the alerts its fault fires."""
     settings = load_settings(
-        None, {"lab": LAB_NAME, "state_dir": str(state_dir), "speed": speed, "ttl": TEST_TTL}
-    )
+        None,
+        {"lab": LAB_NAME, "state_dir": str(state_dir), "speed": speed, "ttl": TEST_TTL,
+         "monitoring": True},
+    )  # fmt: skip
     lab = Lab.create(settings, REHEARSAL)
     world = own_world(lab.paths.sim_dir, speed=speed, cluster_name=LAB_NAME)
     try:
@@ -244,7 +247,8 @@ def status_facts(lab: Lab) -> dict[str, Any]:
     ones) and sorted by what they are."""
     facts = lab_status.gather(lab)
     nodes = [{k: v for k, v in n.items() if k != "name"} for n in facts["nodes"] or []]
-    steady = {k: v for k, v in facts.items() if k not in ("time_limit", "gpu_session")}
+    # Alerts follow the cluster a scrape and an evaluation later (and `for:` after that).
+    steady = {k: v for k, v in facts.items() if k not in ("time_limit", "gpu_session", "alerts")}
     return steady | {"nodes": sorted(nodes, key=lambda n: json.dumps(n, sort_keys=True))}
 
 
@@ -360,8 +364,21 @@ def full_run_report(lab: Lab, name: str) -> dict[str, Any]:
     assert report["states"]["recovered"] == report["states"]["baseline"]
     assert all(trap["observed"] for trap in report["traps"]), report["traps"]
     assert_findings_observed(report, name)
+    assert_alerts_as_declared(report, name)
     assert [e["state"] for e in lab.journal.entries()] == [REVERTED]
     return report
+
+
+def assert_alerts_as_declared(report: dict[str, Any], name: str) -> None:
+    """The lab's Prometheus fired exactly the alerts the scenario declares, each with its T+,
+    and the trap rule stayed silent unless declared (it fires only with no GPU node)."""
+    declared = set(scenarios.get(name).alerts)
+    assert report["alerts"] is not None, "the test lab runs with monitoring"
+    fired = {a["name"]: a["firing_at"] for a in report["alerts"] if a["firing_at"] is not None}
+    assert set(fired) == declared, (name, report["alerts"])
+    assert all(t > 0 for t in fired.values()), report["alerts"]
+    traps = [a for a in report["alerts"] if a["trap"]]
+    assert traps and all((a["firing_at"] is not None) == a["expected"] for a in traps), traps
 
 
 def assert_findings_observed(report: dict[str, Any], name: str) -> None:

@@ -162,6 +162,8 @@ VARIABLE_DEFAULTS: Final = {
     "enable_gpu_operator": False,
     "gpu_operator_namespace": "gpu-operator",
     "gpu_operator_chart_version": "v26.3.1",
+    "enable_monitoring": False,
+    "kube_prometheus_stack_chart_version": "88.5.3",
     "enable_aux_sg_vpc_allow": True,
     "node_sg_enable_recommended_rules": True,
 }
@@ -250,8 +252,38 @@ GPU_OPERATOR_CHART_PATHS: Final = {
     "dcgmExporter.enabled": bool,
     "validator.plugin.env": list,
     "operator.tolerations": list,
+    "dcgmExporter.serviceMonitor.enabled": bool,  # set from enable_monitoring (gpu_operator.tf)
 }
 GPU_TOLERATION: Final = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+# --- kube-prometheus-stack (enable_monitoring) ----------------------------------------
+
+KUBE_PROMETHEUS_STACK_REPOSITORY: Final = "https://prometheus-community.github.io/helm-charts"
+KUBE_PROMETHEUS_STACK_CHART: Final = "kube-prometheus-stack"
+KUBE_PROMETHEUS_STACK_VERSION: Final = "88.5.3"
+# Value paths the lab sets, each checked against kube-prometheus-stack 88.5.3's
+# charts/kube-prometheus-stack/values.yaml (and `kube-state-metrics.*` against its subchart
+# kube-state-metrics 8.4.0's values.yaml), with the type of the chart's default: helm
+# ignores a misspelt key without a word.
+KUBE_PROMETHEUS_STACK_CHART_PATHS: Final = {
+    "additionalPrometheusRulesMap": dict,
+    "alertmanager.enabled": bool,
+    "grafana.enabled": bool,
+    "kube-state-metrics.metricLabelsAllowlist": list,
+    "prometheus.prometheusSpec.serviceMonitorSelectorNilUsesHelmValues": bool,
+    "prometheus.prometheusSpec.ruleSelectorNilUsesHelmValues": bool,
+}
+# Values that would rename or move the Prometheus Service (same chart and file): the lab
+# must leave them at the chart's defaults for PROMETHEUS_SERVICE and PROMETHEUS_PORT to hold.
+KUBE_PROMETHEUS_STACK_NAMING_PATHS: Final = frozenset(
+    {"nameOverride", "fullnameOverride", "namespaceOverride", "prometheus.service.port"}
+)
+# The chart's own facts (templates/_helpers.tpl "kube-prometheus-stack.fullname": a release
+# name holding the chart's name is the fullname, cut at 26 characters;
+# templates/prometheus/service.yaml: "<fullname>-prometheus"; values.yaml
+# prometheus.service.port: 9090).
+KUBE_PROMETHEUS_STACK_FULLNAME_MAX: Final = 26
+KUBE_PROMETHEUS_STACK_PROMETHEUS_PORT: Final = 9090
 
 # --- IAM ------------------------------------------------------------------------------
 
@@ -365,3 +397,15 @@ def resolve(value: Any) -> Any:
 def node_groups() -> dict[str, dict[str, Any]]:
     """The eks module's managed node groups by map key ("system", "gpu")."""
     return stack()["module"]["eks"]["eks_managed_node_groups"]
+
+
+def leaf_paths(tree: dict, prefix: str = "") -> dict[str, object]:
+    """Dotted paths of a values tree, down to its leaves (or to an empty map)."""
+    leaves: dict[str, object] = {}
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            leaves |= leaf_paths(value, f"{path}.")
+        else:
+            leaves[path] = value
+    return leaves

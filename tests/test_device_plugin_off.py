@@ -20,6 +20,7 @@ from scenario_support import (
     SCENARIO_SPEED,
     SimLab,
     another_lab_record,
+    assert_alerts_as_declared,
     assert_findings_observed,
     lab_ready,
     look_by_hand_then_revert_all,
@@ -102,6 +103,13 @@ def test_full_run_shows_the_fault_and_proves_recovery(sim_lab):
     assert any("T+" in line and "device-plugin DaemonSet deleted" in line for line in lines)
     markdown = (result.report_dir / "report.md").read_text()
     assert "rehearsal" in markdown and "anything about AWS or EKS" in markdown
+    # The live Prometheus: the == 0 rule fired with its T+, the naive absent() rule stayed silent.
+    assert_alerts_as_declared(report, NAME)
+    assert "| GpuAllocatableAbsentNaive (trap) | no | - | silent |" in markdown
+    fired = next(a for a in report["alerts"] if a["name"] == "GpuAllocatableZeroOnGpuNode")
+    assert f"| GpuAllocatableZeroOnGpuNode | yes | {fired['pending_at']:.2f} |" in markdown
+    marks = [m["label"] for m in report["timeline"]["marks"] if m["kind"] == "alert"]
+    assert "alert GpuAllocatableZeroOnGpuNode firing" in marks, report["timeline"]["marks"]
     assert (result.report_dir / "timeline.png").read_bytes().startswith(b"\x89PNG")
     assert [e["state"] for e in sim_lab.lab.journal.entries()] == [REVERTED]
 

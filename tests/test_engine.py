@@ -173,7 +173,11 @@ def test_a_scenario_written_as_one_module_runs_end_to_end(toggle, lab, still):
     assert mode(still) == "on"
     assert journal_states(lab) == [REVERTED]
     assert any("symptom: mode is off" in line and "T+" in line for line in lines)
+    assert "alerts: not recorded: lab tiny has no monitoring (invoke lab.up --monitoring)" in lines
     report = json.loads((result.report_dir / "report.json").read_text())
+    assert report["alerts"] is None
+    markdown = (result.report_dir / "report.md").read_text()
+    assert "Not recorded: the lab has no monitoring" in markdown
     assert report["states"] == {
         "baseline": {"mode": "on"},
         "fault": {"mode": "off"},

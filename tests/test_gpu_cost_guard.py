@@ -197,7 +197,7 @@ def test_lab_status_counts_down_and_shows_what_the_gpus_cost_so_far(guard_lab):
     out = status(env)
     assert re.search(r"^GPU time limit: [123]h\d\dm left \(GPU nodes to 0 at ", out, re.M), out
     assert re.search(r"^GPU node-minutes since the GPUs came up: [\d.]+ \(1 x ", out, re.M), out
-    toggles = ("stack toggles (last applied): enable_gpu_operator=false  "
+    toggles = ("stack toggles (last applied): enable_gpu_operator=false  enable_monitoring=false  "
                "enable_aux_sg_vpc_allow=true  node_sg_enable_recommended_rules=true")  # fmt: skip
     assert toggles in out.splitlines(), out
 

@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import sys
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -207,6 +208,30 @@ def test_nccl_sg_block_applies_the_full_variable_set_with_only_the_toggles_chang
     assert all(after[t] is False for t in toggles) and after[stack.ENABLE_GPU_OPERATOR] is True
     scenario.revert(lab)
     assert _tfvars(settings) == before
+
+
+def test_monitoring_from_lab_up_stays_through_a_scenarios_toggles_and_a_plain_lab_up(aws_world):
+    """lab.up --monitoring turns it on; the applies after it (a scenario's inject and revert,
+    a lab.up without the flag) run with the setting off and must keep what was applied."""
+    _, settings = aws_world
+    console, out = _console()
+    lifecycle.up(replace(settings, monitoring=True), sim=False, dry_run=False, console=console)
+    assert "+ create terraform_data.monitoring[0]" in out.getvalue()
+    on = _tfvars(settings)
+    assert on[stack.ENABLE_MONITORING] is True
+
+    lab = Lab.open(settings)
+    assert lab.settings.monitoring is False
+    scenario = scenarios.get("nccl-sg-block")
+    scenario.inject(lab)
+    assert _tfvars(settings)[stack.ENABLE_MONITORING] is True
+    scenario.revert(lab)
+    assert _tfvars(settings) == on
+
+    console, out = _console()
+    lifecycle.up(settings, sim=False, dry_run=False, console=console)
+    assert _tfvars(settings) == on
+    assert "terraform_data.monitoring" not in out.getvalue()
 
 
 def test_lab_down_scales_to_zero_even_when_a_revert_fails(aws_world):

@@ -17,10 +17,11 @@ LAB = "t1"
 
 @pytest.fixture(scope="module")
 def rehearsal(tmp_path_factory: pytest.TempPathFactory):
-    """One rehearsal lab brought up through `invoke lab.up --sim`, destroyed at the end."""
+    """One rehearsal lab brought up through `invoke lab.up --sim --monitoring`, destroyed at
+    the end."""
     state_dir = tmp_path_factory.mktemp("labs")
     env = invoke_env(state_dir)
-    up = run_invoke("lab.up", "--sim", "--lab", LAB, env=env)
+    up = run_invoke("lab.up", "--sim", "--monitoring", "--lab", LAB, env=env)
     try:
         yield state_dir, env, up
     finally:
@@ -60,6 +61,17 @@ def test_lab_status_shows_backend_gpus_operator_and_cost(rehearsal):
     assert "ClusterPolicy cluster-policy: state ready" in out
     assert "injected faults: none" in out
     assert "running cost (estimate, USD/hour)" in out and "GPU nodes (g5.xlarge)" in out
+    assert "enable_monitoring=true" in out
+
+
+def test_lab_status_shows_no_alert_on_a_healthy_lab_with_monitoring(rehearsal):
+    """The naive absent() rule fired while the lab had no GPU node; with the GPUs up it stops."""
+    _, env, _ = rehearsal
+
+    def shown() -> str:
+        return run_invoke("lab.status", "--lab", LAB, env=env).stdout
+
+    until(lambda: "alerts: none pending or firing" in shown(), what="no alert on a healthy lab")
 
 
 def test_lab_env_prints_exports_that_reach_the_lab(rehearsal):

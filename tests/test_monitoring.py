@@ -17,13 +17,15 @@ from lab_support import ROOT, until
 from still_support import StillPlane
 
 import scenarios
+from labs.aws.stack import GPU_ALERT_RULES
 from labs.run.engine import describe_scenario
 from labs.sim.controlplane.build import KUBE_STATE_METRICS_PROGRAM, PROMTOOL_PROGRAM, pinned_binary
+from labs.sim.controlplane.monitoring import scaled_rules, seconds
 from labs.sim.controlplane.resources import NODES, PODS
 from labs.sim.controlplane.run import free_port
 from labs.sim.controlplane.tls import LOOPBACK
 
-RULES = ROOT / "monitoring" / "gpu-alerts.yaml"
+RULES = GPU_ALERT_RULES
 RULE_TESTS = ROOT / "monitoring" / "tests" / "rules.test.yaml"
 NAIVE = "GpuAllocatableAbsentNaive"
 
@@ -198,3 +200,28 @@ def test_real_kube_state_metrics_gives_the_series_the_rules_read(
     )
     verdict = alerts_on(promtool, healthy, [], tmp_path)
     assert verdict.returncode == 0, verdict.stdout + verdict.stderr
+
+
+def test_the_rehearsal_runs_the_rules_with_each_for_divided_by_its_speed(
+    promtool: str, tmp_path: Path
+) -> None:
+    """The world's minutes pass in seconds, so do the rules' `for:` (never under the floor of
+    the world's own delays); the file stays valid."""
+    scaled = tmp_path / "scaled.yaml"
+    scaled.write_text(scaled_rules(RULES.read_text(), 60.0))
+    checked = run(promtool, "check", "rules", scaled)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    durations = {rule["alert"]: rule.get("for") for group in yaml.safe_load(scaled.read_text())
+                 ["groups"] for rule in group["rules"]}  # fmt: skip
+    assert durations["GpuAllocatableZeroOnGpuNode"] == "3000ms"  # 2m: 2 s, under the floor
+    assert durations["GpuPodUnschedulable"] == "5000ms"  # 5m
+    assert durations["GpuClusterPolicyNotReady"] == "10000ms"  # 10m
+    assert durations["GpuPodFailed"] is None  # no for: fires on the first evaluation
+    assert seconds("1h30m") == 5400
+
+
+def test_a_malformed_duration_is_named_and_left_for_prometheus_to_refuse() -> None:
+    with pytest.raises(ValueError, match="'5 minutes' is not a Prometheus duration"):
+        seconds("5 minutes")
+    rules = {"groups": [{"name": "g", "rules": [{"alert": "A", "expr": "up", "for": "5 minutes"}]}]}
+    assert yaml.safe_load(scaled_rules(yaml.safe_dump(rules), 60.0)) == rules

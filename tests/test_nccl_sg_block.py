@@ -17,6 +17,7 @@ from lab_support import invoke_env, run_invoke
 from scenario_support import (
     YES,
     SimLab,
+    assert_alerts_as_declared,
     assert_findings_observed,
     killed_run_is_reverted_from_the_journal,
     quiet,
@@ -140,6 +141,7 @@ def test_full_run_shows_plan_fault_and_recovery(sim_lab: SimLab):
     assert result.ok, result.failed_checks
     report = json.loads((result.report_dir / "report.json").read_text())
     assert_findings_observed(report, NAME)
+    assert_alerts_as_declared(report, NAME)
     steps = {finding["step"]: finding["saw"] for finding in report["findings"]}
     assert "1/2 clients joined." in steps["1. the job's logs"], steps
     assert "timed out after 10 s" in steps["3. the same-node control"], steps

@@ -9,6 +9,7 @@ import pytest
 from guard_support import NOSPACE, fill, small_tmpfs
 
 from labs.backends import backend_named
+from labs.run.alerts import AlertMoment
 from labs.run.contract import CheckResult, Finding, Trap
 from labs.run.report import RunRecord, render_markdown, write_report
 from labs.state import StateWriteError
@@ -167,3 +168,23 @@ def test_a_report_that_does_not_fit_names_the_file_not_a_pil_traceback(tmp_path:
             write_report(record(), run_dir)
 
     assert str(refused.value) == f"could not write {run_dir / 'timeline.png'}: {NOSPACE}"
+
+
+def test_the_alerts_table_shows_what_fired_when_and_the_silent_trap(tmp_path: Path):
+    seen = [
+        AlertMoment("GpuAllocatableZeroOnGpuNode", True, False, 1.02, 2.034, "node offers 0"),
+        AlertMoment("GpuAllocatableAbsentNaive", False, True, None, None, ""),
+        AlertMoment("GpuOperatorDown", False, False, 0.0, 0.0, "no operator", before=True),
+    ]
+    marks = [*record().timeline["marks"], {"t": 2.034, "label": "alert X firing", "kind": "alert"}]
+    run = record(alerts=[a.to_dict() for a in seen], timeline={**record().timeline, "marks": marks})
+
+    text = render_markdown(run)
+
+    assert "| GpuAllocatableZeroOnGpuNode | yes | 1.02 | 2.03 | node offers 0 |" in text
+    assert "| GpuAllocatableAbsentNaive (trap) | no | - | silent |  |" in text
+    assert "| GpuOperatorDown (already before the injection) | no | 0.00 | 0.00 |" in text
+    assert text.index("## Timeline") < text.index("## Alerts") < text.index("## Debugging path")
+    assert "Not recorded" in render_markdown(record())
+    write_report(run, tmp_path / "run")
+    assert (tmp_path / "run" / "timeline.png").read_bytes().startswith(b"\x89PNG")

@@ -49,6 +49,8 @@ def test_demo_runs_the_whole_story_and_leaves_a_report(tmp_path: Path):
     assert held["device-plugin DaemonSet re-created with a new uid"] is True
     assert held["gpu-probe output identical to baseline"] is True
     assert data["comparison"]["equal"] is True
+    assert held["alert GpuAllocatableZeroOnGpuNode firing"] is True
+    assert "alert: alert GpuAllocatableZeroOnGpuNode firing" in result.stdout
     assert (report.parent / "report.md").exists() and (report.parent / "timeline.png").exists()
     assert not (tmp_path / "demo" / "state.json").exists(), "the demo lab was not torn down"
 

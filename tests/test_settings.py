@@ -27,6 +27,7 @@ def test_defaults_describe_the_standard_lab():
     assert (settings.gpus, settings.gpu_max, settings.gpu_instance_type) == (2, 2, "g5.xlarge")
     assert settings.chart_version == "v26.3.1"
     assert settings.operator is True
+    assert settings.monitoring is False, "Prometheus costs money: off unless asked for"
     assert settings.paths.root == Path(".labs").resolve() / "myeks"
 
 
@@ -174,6 +175,22 @@ def test_stack_variables_are_the_full_set_with_desired_size_always_zero():
     assert variables[AVAILABILITY_ZONES_VARIABLE] == ["us-west-2a", "us-west-2b", "us-west-2c"]
     assert variables[stack.ENABLE_AUX_SG_VPC_ALLOW] is True
     assert variables[stack.NODE_SG_ENABLE_RECOMMENDED_RULES] is True
+
+
+def test_stack_variables_carry_the_monitoring_setting_from_any_layer():
+    assert load_settings().stack_variables(operator_enabled=True)[stack.ENABLE_MONITORING] is False
+    for layers in (
+        {"flags": {"monitoring": True}},
+        {"config": {"monitoring": "yes"}},
+        {"environ": {"INVOKE_LAB_MONITORING": "true"}},
+    ):
+        variables = load_settings(**layers).stack_variables(operator_enabled=False)
+        assert variables[stack.ENABLE_MONITORING] is True, layers
+
+
+def test_a_monitoring_value_that_is_not_a_boolean_is_refused_by_name():
+    with pytest.raises(SettingsError, match="INVOKE_LAB_MONITORING 'maybe' is not true or false"):
+        load_settings(environ={"INVOKE_LAB_MONITORING": "maybe"})
 
 
 def test_stack_variables_can_block_cross_node_traffic_and_leave_the_operator_off():

@@ -90,9 +90,9 @@ def gpu_allocatable(core: client.CoreV1Api) -> list:
 
 def test_gpu_nodes_follow_the_node_group(world: World) -> None:
     core = client.CoreV1Api(kube(world))
-    # a node boots in 2.75 s at this pace (0.55 s at the tests'): long enough that the update is
-    # still in progress when a busy machine asks
-    pace.write_speed(world.endpoints, 120)
+    # a node boots in 5.5 s at this pace (0.55 s at the tests'): long enough that the update is
+    # still in progress when a busy machine asks (2.75 s was not, once)
+    pace.write_speed(world.endpoints, 60)
     try:
         _scale_up_and_down(world, core)
     finally:

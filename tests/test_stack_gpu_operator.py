@@ -14,6 +14,7 @@ from stack_spec import (
     GPU_OPERATOR_VALUES,
     GPU_TOLERATION,
     STACK_DIR,
+    leaf_paths,
     stack,
 )
 
@@ -34,17 +35,6 @@ def lookup(tree: dict, dotted: str):
     for key in dotted.split("."):
         tree = tree[key]
     return tree
-
-
-def leaf_paths(tree: dict, prefix: str = "") -> dict[str, object]:
-    leaves: dict[str, object] = {}
-    for key, value in tree.items():
-        path = f"{prefix}{key}"
-        if isinstance(value, dict):
-            leaves |= leaf_paths(value, f"{path}.")
-        else:
-            leaves[path] = value
-    return leaves
 
 
 def test_gpu_operator_is_installed_only_when_enable_gpu_operator():
@@ -68,8 +58,13 @@ def test_gpu_operator_install_waits_900_s_and_keeps_failures_observable():
     assert release()["atomic"] is False
 
 
-def test_gpu_operator_waits_for_the_cluster():
-    assert release()["depends_on"] == ["${module.eks}"]
+def test_gpu_operator_waits_for_the_cluster_and_prometheus_crds():
+    assert release()["depends_on"] == ["${module.eks}", "${helm_release.kube_prometheus_stack}"]
+
+
+def test_values_set_outside_the_file_are_chart_values_too():
+    for entry in release().get("set", []):
+        assert entry["name"] in GPU_OPERATOR_CHART_PATHS, f"{entry['name']} is not a chart value"
 
 
 @pytest.mark.parametrize(("path", "expected"), sorted(GPU_OPERATOR_VALUES.items()))

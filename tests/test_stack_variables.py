@@ -33,6 +33,7 @@ SELF_CHECKABLE = {
     "gpu_az_index",
     "gpu_instance_type",
     "gpu_operator_chart_version",
+    "kube_prometheus_stack_chart_version",
     "TargetRegion",
 }
 
@@ -187,6 +188,22 @@ def test_plan_rejects_a_chart_version_that_is_not_an_exact_pin(checks_dir, versi
         "gpu_operator_chart_version must be an exact chart version",
         gpu_operator_chart_version=version,
     )
+
+
+@pytest.mark.parametrize("version", ["", "v88.5.3", "88.5", "latest", "~> 88.5"])
+def test_plan_rejects_a_kube_prometheus_stack_version_that_is_not_an_exact_pin(checks_dir, version):
+    assert_rejected(
+        checks_dir,
+        "kube_prometheus_stack_chart_version must be an exact chart version",
+        kube_prometheus_stack_chart_version=version,
+    )
+
+
+def test_plan_accepts_monitoring_on_with_its_pinned_chart(checks_dir):
+    succeeded, output = plan(
+        checks_dir, enable_monitoring=True, kube_prometheus_stack_chart_version="88.5.3"
+    )
+    assert succeeded, output
 
 
 @pytest.mark.parametrize("region", ["ap-northeast", "AP-NORTHEAST-2", "seoul"])

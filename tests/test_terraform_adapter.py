@@ -209,6 +209,45 @@ def test_edits_to_the_stack_reach_the_lab_and_removed_files_leave_it(tmp_path, v
     assert not (infra.working_dir / "extra.tf").exists()
 
 
+READS_A_COMPANION = """
+output "rules" {
+  value = file("${path.module}/../monitoring/rules.yaml")
+}
+"""
+
+
+@pytest.mark.usefixtures("terraform")
+def test_companions_lie_beside_the_labs_copy_as_beside_the_stack_and_follow_edits(
+    tmp_path, variables
+):
+    stack_dir = tmp_path / "stack"
+    shutil.copytree(FIXTURE_STACK, stack_dir)
+    (stack_dir / "reads.tf").write_text(READS_A_COMPANION)
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("groups: []\n")
+    infra = TerraformInfra(
+        tmp_path / "labs" / "myeks" / "terraform",
+        stack_dir,
+        companions={"monitoring/rules.yaml": rules},
+    )
+
+    assert infra.apply(variables)["rules"] == "groups: []\n"
+    rules.write_text("groups: [{name: gpu}]\n")
+    assert infra.apply(variables)["rules"] == "groups: [{name: gpu}]\n"
+    assert (tmp_path / "labs" / "myeks" / "monitoring" / "rules.yaml").is_file()
+
+
+def test_a_missing_companion_is_named(tmp_path, variables):
+    infra = TerraformInfra(
+        tmp_path / "lab" / "terraform",
+        FIXTURE_STACK,
+        companions={"monitoring/rules.yaml": tmp_path / "gone.yaml"},
+    )
+
+    with pytest.raises(InfraError, match=r"gone\.yaml is missing: the stack reads it as"):
+        infra.apply(variables)
+
+
 def test_missing_terraform_binary_is_named_with_how_to_install(variables, tmp_path):
     empty = tmp_path / "empty-bin"
     empty.mkdir()

@@ -21,6 +21,23 @@ GPU_TTL_TRUST_POLICY: Final = "gpu-ttl-scheduler-trust.json.tftpl"
 # The GPU time limit's schedule lives in the account's default schedule group.
 GPU_TTL_SCHEDULE_GROUP: Final = "default"
 
+# The lab's ONE Prometheus rules file. The stack reads it where a checkout keeps it, beside
+# the stack's own directory (`${path.module}/../monitoring/gpu-alerts.yaml`); the AWS backend
+# places it the same way beside each lab's copy of the stack (labs/aws/terraform.py).
+GPU_ALERT_RULES_PATH: Final = "monitoring/gpu-alerts.yaml"
+GPU_ALERT_RULES: Final = STACK_DIR.parent / GPU_ALERT_RULES_PATH
+# Files the stack reads from beside its directory: path relative to the stack's parent -> file.
+STACK_COMPANIONS: Final = {GPU_ALERT_RULES_PATH: GPU_ALERT_RULES}
+# Where enable_monitoring's Prometheus answers: kube-prometheus-stack names its Service
+# "<fullname>-prometheus", and the release name "kube-prometheus-stack" holds the chart's name,
+# so the fullname is the release name (chart 88.5.3's _helpers.tpl and prometheus/service.yaml).
+MONITORING_NAMESPACE: Final = "monitoring"
+PROMETHEUS_SERVICE: Final = "kube-prometheus-stack-prometheus"
+PROMETHEUS_PORT: Final = 9090
+# The gpu-operator chart value the stack sets from enable_monitoring (not in the values file):
+# the ClusterPolicy's dcgm-exporter ServiceMonitor, which needs Prometheus' CRDs.
+DCGM_SERVICE_MONITOR_VALUE: Final = "dcgmExporter.serviceMonitor.enabled"
+
 # Input variables the orchestrator sets on every apply (the lab's full variable set).
 CLUSTER_BASE_NAME: Final = "ClusterBaseName"
 TARGET_REGION: Final = "TargetRegion"
@@ -30,13 +47,17 @@ GPU_MAX_SIZE: Final = "gpu_max_size"
 GPU_DESIRED_SIZE: Final = "gpu_desired_size"
 GPU_AZ_INDEX: Final = "gpu_az_index"
 ENABLE_GPU_OPERATOR: Final = "enable_gpu_operator"
+# kube-prometheus-stack with the lab's GPU alert rules (the chart version stays terraform's pin).
+ENABLE_MONITORING: Final = "enable_monitoring"
 GPU_OPERATOR_NAMESPACE: Final = "gpu_operator_namespace"
 GPU_OPERATOR_CHART_VERSION: Final = "gpu_operator_chart_version"
 ENABLE_AUX_SG_VPC_ALLOW: Final = "enable_aux_sg_vpc_allow"
 NODE_SG_ENABLE_RECOMMENDED_RULES: Final = "node_sg_enable_recommended_rules"
-# The switches scenarios and lab.up flip (lab.status shows them): the operator, the SG rules.
+# The switches scenarios and lab.up flip (lab.status shows them): the operator, monitoring,
+# the SG rules.
 STACK_TOGGLES: Final = (
     ENABLE_GPU_OPERATOR,
+    ENABLE_MONITORING,
     ENABLE_AUX_SG_VPC_ALLOW,
     NODE_SG_ENABLE_RECOMMENDED_RULES,
 )
@@ -51,6 +72,7 @@ ORCHESTRATOR_VARIABLES: Final = frozenset(
         GPU_DESIRED_SIZE,
         GPU_AZ_INDEX,
         ENABLE_GPU_OPERATOR,
+        ENABLE_MONITORING,
         GPU_OPERATOR_NAMESPACE,
         GPU_OPERATOR_CHART_VERSION,
         ENABLE_AUX_SG_VPC_ALLOW,

@@ -7,6 +7,10 @@ several labs coexist without workspaces or legacy `-state` flags, every lab keep
 configuration it was applied with, and a learner can `cd` there and run `terraform
 state list` or `terraform plan` by hand with the lab's variables (kept in
 `terraform.tfvars.json`, which Terraform loads by itself).
+
+A stack may read files that live beside its directory rather than in it (the lab's alert
+rules: `${path.module}/../monitoring/gpu-alerts.yaml`, so the checkout keeps ONE rules file);
+those `companions` are placed the same way beside the working dir, in the lab's own directory.
 """
 
 from __future__ import annotations
@@ -64,18 +68,23 @@ class TerraformInfra:
         *,
         terraform_bin: str = "terraform",
         stream_output: bool = False,
+        companions: Mapping[str, Path] | None = None,
     ) -> None:
         """`stream_output=True` shows Terraform's progress live (a real apply takes
-        15-20 minutes); error messages then point at that output instead of quoting it."""
+        15-20 minutes); error messages then point at that output instead of quoting it.
+        `companions`: files the stack reads from beside its directory, by their path relative
+        to the stack's parent (`monitoring/gpu-alerts.yaml`), each copied to that path
+        relative to the working dir's parent before every command."""
         self.working_dir = Path(working_dir).resolve()
         self.stack_dir = Path(stack_dir).resolve()
+        self.companions = dict(companions or {})
         self._terraform_bin = terraform_bin
         self._stream_output = stream_output
         self._initialised = False
 
     def init(self) -> None:
         """Mirror the stack into the working dir and run `terraform init` (once per object)."""
-        self._sync_stack()
+        self.sync_stack()
         if self._initialised:
             return
         self._run("init", reconfigure=IsNotFlagged, var=None)
@@ -132,8 +141,9 @@ class TerraformInfra:
         self.init()
         self._run("destroy", force=IsNotFlagged, auto_approve=IsFlagged, var=None)
 
-    def _sync_stack(self) -> None:
-        """Make the working dir's configuration an exact copy of the stack's."""
+    def sync_stack(self) -> None:
+        """Make the working dir's configuration an exact copy of the stack's, and place the
+        stack's companions beside it as they lie beside the stack."""
         if not self.stack_dir.is_dir():
             raise InfraError(
                 f"Terraform stack directory {self.stack_dir} does not exist; "
@@ -149,6 +159,15 @@ class TerraformInfra:
             dirs_exist_ok=True,
             ignore=shutil.ignore_patterns(*_WORKING_FILES),
         )
+        for relative, source in self.companions.items():
+            if not Path(source).is_file():
+                raise InfraError(
+                    f"{source} is missing: the stack reads it as ../{relative}; "
+                    "run from a checkout of eks-gpu-lab"
+                )
+            target = self.working_dir.parent / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
 
     def _terraform(self) -> Terraform:
         if shutil.which(self._terraform_bin) is None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from labs.aws import stack
 from labs.backends.base import RealTime
 from labs.errors import LabError
 from labs.guard import GuardError, check_lab_target
@@ -89,6 +90,8 @@ class AwsBackend(RealTime):
             working_dir=lab.paths.terraform_dir,
             stack_dir=lab.settings.stack_dir,
             stream_output=True,  # a real apply takes 15-20 minutes: show its progress
+            # the alert rules the stack reads from ../monitoring/, beside the lab's copy
+            companions=stack.STACK_COMPANIONS,
         )
 
     def aws_session(self, lab: Lab) -> AwsSession:

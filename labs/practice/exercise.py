@@ -166,7 +166,7 @@ def settle(lab: Lab) -> None:
         record.ended(exercise.id, ABANDONED)
 
 
-def _going(lab: Lab) -> Exercise:
+def going(lab: Lab) -> Exercise:
     """The exercise going on the lab; PracticeError when there is none (or it never started)."""
     settle(lab)
     exercise = Record(lab.settings.state_dir).unfinished(lab.name)
@@ -222,7 +222,7 @@ def start(
 def check(lab: Lab, catalogue: Mapping[str, Scenario], wait: float, out: Out = print) -> bool:
     """Run every fault's recovery checks on the lab as the learner left it; True when each is
     fixed at its cause (then the exercise ends and the journal is cleared)."""
-    exercise = _going(lab)
+    exercise = going(lab)
     hide = _hider(exercise)
     fixed = 0
     for number, fault in enumerate(exercise.faults, 1):
@@ -254,7 +254,7 @@ def check(lab: Lab, catalogue: Mapping[str, Scenario], wait: float, out: Out = p
 
 def hint(lab: Lab, catalogue: Mapping[str, Scenario]) -> str:
     """The next step of the debugging path (what to look at), counted; never the cause."""
-    exercise = _going(lab)
+    exercise = going(lab)
     hide = _hider(exercise)
     steps = [
         finding

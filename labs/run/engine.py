@@ -25,8 +25,10 @@ from labs.guard import check_lab_target
 from labs.interrupts import describe, shielded
 from labs.journal import INJECTED, KEPT, REVERTED
 from labs.kube import gpu
+from labs.kube.alerts import MonitoringUnavailable
 from labs.kube.view import ClusterView, WaitTimeout
 from labs.lock import lab_lock
+from labs.run.alerts import ALERT_SLACK, AlertWatch
 from labs.run.contract import ByHand, CheckResult, Context, Finding, Needs, Scenario
 from labs.run.report import RunRecord, write_report
 from labs.run.timeline import Timeline
@@ -46,6 +48,7 @@ EXIT_INTERRUPTED = 130
 REVERT_GONE_SECONDS = 120.0
 # Real seconds a recovered lab may take to show the baseline's state (a controller's next pass).
 SETTLE = 60.0
+ALERT_PHASE = "alert"
 
 
 class ScenarioError(LabError):
@@ -227,7 +230,8 @@ class _Story:
     def check_reporter(self, started: float) -> Callable[[CheckResult], None]:
         def report(result: CheckResult) -> None:
             if result.held and result.t is not None:
-                self.timeline.mark(result.name, "check", at=started + result.t)
+                kind = "alert" if result.phase == ALERT_PHASE else "check"
+                self.timeline.mark(result.name, kind, at=started + result.t)
                 real = f" (~{result.t * self.scale:.0f} s real)" if self.scale != 1 else ""
                 self.out(f"  T+{result.t:6.2f}s{real}  {result.phase}: {result.name}")
                 self.out(f"             {result.seen}")
@@ -455,13 +459,13 @@ def _inject_observe_revert(
     """The part of a run that happens with the fault in the lab (T+0: the inject returned)."""
     out = story.out
     scale = story.scale
+    alerts = _alert_watch(lab, out, scale)
     out(f"inject: {_first_line(scenario.inject)} (journal entry {entry})")
     injected_at = _injected(scenario, lab)
     story.timeline.origin = injected_at
     story.timeline.mark("inject", at=injected_at)
     lab.journal.mark(entry, INJECTED)
-    report = story.check_reporter(injected_at)
-    run.checks += watch_checks(ctx, scenario.symptoms, "symptom", injected_at, scale, report)
+    _watch_fault(scenario, ctx, run, story, alerts, injected_at)
     run.states["fault"] = _state(scenario, ctx)
     run.findings = list(scenario.diagnose(ctx))
     story.findings(run)
@@ -489,6 +493,42 @@ def _inject_observe_revert(
         out("recovered state differs from the baseline: " + "; ".join(run.differences))
     else:
         out("recovered state equals the baseline")
+
+
+def _watch_fault(
+    scenario: Scenario,
+    ctx: Context,
+    run: RunRecord,
+    story: _Story,
+    alerts: AlertWatch | None,
+    injected_at: float,
+) -> None:
+    """The symptoms, then (with monitoring) the alerts the scenario expects, from T+0."""
+    report, scale = story.check_reporter(injected_at), story.scale
+    with ExitStack() as watching:
+        if alerts is not None:
+            alerts.start(injected_at)
+            watching.callback(alerts.stop)
+        run.checks += watch_checks(ctx, scenario.symptoms, "symptom", injected_at, scale, report)
+        if alerts is not None:
+            checks = [alerts.check(name) for name in scenario.alerts]
+            run.checks += watch_checks(ctx, checks, ALERT_PHASE, injected_at, scale, report)
+            run.alerts = [moment.to_dict() for moment in alerts.moments(scenario.alerts)]
+
+
+def _alert_watch(lab: Lab, out: Out, scale: float) -> AlertWatch | None:
+    """A watch of the lab's Prometheus alerts, started from a quiet Prometheus where it gets
+    quiet; None (and why) when there is none to read."""
+    try:
+        watch = AlertWatch.open(lab.kube)
+        if watch is not None and (still := watch.quiet(wall_seconds(ALERT_SLACK, scale))):
+            out(f"alerts: already pending or firing before the injection: {', '.join(still)}")
+    except MonitoringUnavailable as error:
+        out(f"alerts: not recorded: {error}")
+        return None
+    if watch is None:
+        out(f"alerts: not recorded: lab {lab.name} has no monitoring (invoke lab.up --monitoring)")
+    return watch
 
 
 # --- practice and clean-up ----------------------------------------------------------------------

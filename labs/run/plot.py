@@ -1,4 +1,5 @@
-"""Draw a run's timeline as a PNG: one step curve per gauge, inject/revert as vertical lines.
+"""Draw a run's timeline as a PNG: one step curve per gauge, inject/revert and the alerts that
+fired as vertical lines.
 
 Numeric gauges (GPUs advertised, pods ready) share the usual y axis, with "absent"
 drawn below zero (a DaemonSet that is NotFound is not the same as one with 0 ready);
@@ -18,6 +19,16 @@ ABSENT_LEVEL = -1
 # The curve of a scenario that declares no gauge (its symptoms are outside the cluster view,
 # as nccl-sg-block's SG rules and workload logs): how many checks had held by then.
 CHECKS_HELD = "checks held (this scenario has no gauge)"
+# (colour, line style, width) of a mark's vertical line: a step of the run, a check that held,
+# an alert that fired.
+MARK_STYLES = {
+    "phase": ("tab:red", "--", 1.5),
+    "check": ("tab:gray", ":", 0.8),
+    "alert": ("tab:orange", "-.", 1.5),
+}
+# Marks named on the plot: (axis, height in the axis, text offset): steps at the top, alerts
+# at the bottom.
+LABELLED = {"phase": (0, 1.0, -12), "alert": (-1, 0.0, 4)}
 # Pod phases bottom-up in the order a pod lives them.
 LIFECYCLE_ORDER = ("absent", "Pending", "Running", "Succeeded", "Failed")
 
@@ -90,19 +101,18 @@ def plot_timeline(timeline: dict[str, Any], path: Path, title: str, speed: float
         axis.set_title(gauge, loc="left", fontsize=9)
         axis.grid(axis="x", alpha=0.3)
         for mark in marks:
-            style = {"phase": ("tab:red", "--", 1.5), "check": ("tab:gray", ":", 0.8)}
-            color, line, width = style.get(mark["kind"], style["check"])
+            color, line, width = MARK_STYLES.get(mark["kind"], MARK_STYLES["check"])
             axis.axvline(mark["t"], color=color, linestyle=line, linewidth=width)
-    top = axes[0, 0]
     for mark in marks:
-        if mark["kind"] == "phase":
-            top.annotate(
+        if mark["kind"] in LABELLED:
+            axis, height, offset = LABELLED[mark["kind"]]
+            axes[axis, 0].annotate(
                 mark["label"],
-                (mark["t"], 1.0),
+                (mark["t"], height),
                 xycoords=("data", "axes fraction"),
-                xytext=(3, -12),
+                xytext=(3, offset),
                 textcoords="offset points",
-                color="tab:red",
+                color=MARK_STYLES[mark["kind"]][0],
                 fontsize=9,
             )
     scale = f" (the rehearsal ran {speed:g}x faster)" if speed != 1 else ""

@@ -42,6 +42,9 @@ class RunRecord:
     differences: list[str] = field(default_factory=list)
     plan: list[str] = field(default_factory=list)  # the injection's infrastructure changes
     timeline: dict[str, Any] = field(default_factory=dict)
+    # Each alert seen while the fault was in, the expected ones and the trap rules
+    # (`AlertMoment.to_dict`); None: the lab has no monitoring to read.
+    alerts: list[dict[str, Any]] | None = None
     reverted_at: float | None = None
     error: str | None = None
     exit_code: int = 0
@@ -80,6 +83,7 @@ class RunRecord:
             "comparison": {"equal": not self.differences, "differences": self.differences},
             "findings": [asdict(f) for f in self.findings],
             "traps": [trap_record(t, self.findings, self.checks) for t in self.traps],
+            "alerts": self.alerts,
             "proof": self.proof,
             "timeline": self.timeline,
         }
@@ -194,6 +198,31 @@ def _traps_section(run: RunRecord) -> list[str]:
     return ["## Traps", "", *_table(header, rows)]
 
 
+def _alerts_section(run: RunRecord) -> list[str]:
+    lines = ["## Alerts", ""]
+    if run.alerts is None:
+        return [
+            *lines,
+            "Not recorded: the lab has no monitoring (`invoke lab.up --monitoring`).",
+            "",
+        ]
+    header = ["alert", "expected", "pending at T+ (s)", "firing at T+ (s)", "summary"]
+    rows = []
+    for alert in run.alerts:
+        name = alert["name"] + (" (trap)" if alert["trap"] else "")
+        name += " (already before the injection)" if alert["before"] else ""
+        pending, firing = alert["pending_at"], alert["firing_at"]
+        shown = "silent" if firing is None and pending is None else _seconds(firing)
+        expected = "yes" if alert["expected"] else "no"
+        rows.append([name, expected, _seconds(pending), shown, alert["summary"]])
+    about = (
+        "As Prometheus' /api/v1/alerts showed them, polled from the injection until the alerts "
+        "the scenario expects fired; T+ in wall-clock seconds (a rehearsal's Prometheus scrapes "
+        "and evaluates every second, each rule's `for:` divided by the speed)."
+    )
+    return [*lines, about, "", *_table(header, rows)]
+
+
 def render_markdown(run: RunRecord, plot_name: str | None = "timeline.png") -> str:
     """The human report."""
     lines = [
@@ -218,6 +247,7 @@ def render_markdown(run: RunRecord, plot_name: str | None = "timeline.png") -> s
         lines += [f"![timeline]({plot_name})", ""]
     else:
         lines += ["No timeline.png: the run stopped before it sampled or checked anything.", ""]
+    lines += _alerts_section(run)
     lines += _findings_section(run)
     lines += _traps_section(run)
     if run.baseline:

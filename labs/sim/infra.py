@@ -7,6 +7,9 @@ What each variable does here, as in the Terraform stack:
   `cluster-policy` with the spec the chart renders from `terraform/gpu_operator_values.yaml`);
 - `enable_aux_sg_vpc_allow`, `node_sg_enable_recommended_rules`: add or remove their
   security-group rules in moto;
+- `enable_monitoring`: installs or uninstalls kube-prometheus-stack the way helm would
+  (`monitoring_release`: kube-state-metrics and Prometheus with the lab's alert rules, which
+  the world runs for real behind their pods);
 - `gpu_max_size`: the GPU node group's maxSize; `gpu_desired_size` is create-time only
   (the module ignores later changes), so it changes nothing, exactly as on AWS;
 - cluster name, region, AZs, instance type and AZ index are fixed when the world starts: a
@@ -26,6 +29,7 @@ import yaml
 from labs.aws import stack
 from labs.errors import InfraError
 from labs.kube import rest
+from labs.sim import monitoring_release
 from labs.sim.aws.auth import CREDENTIAL_KEYS
 from labs.sim.aws.seed import (
     AUX_VPC_ALLOW_RULE,
@@ -149,10 +153,12 @@ class SimInfra:
         }
 
     def destroy(self) -> None:
-        """Uninstall the operator; the world's process itself is the lifecycle's to stop."""
+        """Uninstall the charts; the world's process itself is the lifecycle's to stop."""
         release = self._installed_release()
         if release is not None:
             self._uninstall(release)
+        if monitoring_release.installed(self._api()):
+            monitoring_release.uninstall(self._api())
 
     # ---- changes ----------------------------------------------------------------------
 
@@ -195,6 +201,7 @@ class SimInfra:
                 )
         elif release is not None:
             changes.append((f"- {HELM_RELEASE} (destroy)", lambda: self._uninstall(release)))
+        changes += self._monitoring_changes(wanted[stack.ENABLE_MONITORING])
         changes += self._rule_changes(
             ec2,
             ids.auxiliary_node_sg_id,
@@ -224,6 +231,15 @@ class SimInfra:
                 )
             )
         return changes
+
+    def _monitoring_changes(self, enabled: bool) -> list[tuple[str, Any]]:
+        installed = monitoring_release.installed(self._api())
+        address = monitoring_release.ADDRESS
+        if enabled and not installed:
+            return [(f"+ {address} (create)", lambda: monitoring_release.install(self._api()))]
+        if installed and not enabled:
+            return [(f"- {address} (destroy)", lambda: monitoring_release.uninstall(self._api()))]
+        return []
 
     def _rule_changes(
         self,

@@ -30,13 +30,16 @@ from labs.sim.aws.auth import Keys, eks_token_ok, new_token
 from labs.sim.aws.seed import ACCOUNT_ID, moto_clients, seed_stack
 from labs.sim.aws.server import AwsServer, reset_moto
 from labs.sim.controllers.base import Controller
-from labs.sim.controllers.dcgm_exporter import DcgmExporter
+from labs.sim.controllers.dcgm_exporter import dcgm_exporter
 from labs.sim.controllers.device_plugin import DevicePlugin
 from labs.sim.controllers.gpu_operator import GpuOperator
 from labs.sim.controllers.heartbeats import NodeLeases
 from labs.sim.controllers.kubelet import Kubelet
+from labs.sim.controllers.monitoring import MonitoringRelease
 from labs.sim.controllers.network import AllReduce, Network, SecurityGroups, TcpCheck
 from labs.sim.controllers.node_lifecycle import NodeLifecycle
+from labs.sim.controllers.operator_metrics import operator_metrics
+from labs.sim.controllers.pod_endpoint import PodNetwork
 from labs.sim.controllers.resource_metrics import ResourceMetrics
 from labs.sim.controllers.schedules import EventBridgeScheduler
 from labs.sim.controlplane.informers import InformedKubeApi
@@ -56,6 +59,8 @@ KUBECONFIG_FILE = "kubeconfig"
 # resource metrics (`<node IP>.prom`) and each Service's route (`<cluster IP>_<port>`).
 METRICS_DIR = "resource-metrics"
 ROUTES_DIR = "routes"
+# Where the monitoring release's programs keep their files (Prometheus' data, the rules).
+MONITORING_DIR = "monitoring"
 _one_world = threading.Lock()
 
 
@@ -164,13 +169,23 @@ def start_world(
         nodes.converge_instantly()
         network = Network(informed, SecurityGroups(clients, cluster_name))
         schedules = EventBridgeScheduler(informed, timings, clients, clock)
+        pod_network = PodNetwork(ports, state_dir / ROUTES_DIR)
         world._controllers = [
             nodes,
             NodeLeases(informed, timings),
             Kubelet(informed, timings, logs, programs=[TcpCheck(network), AllReduce(network)]),
             DevicePlugin(informed, timings),
             GpuOperator(informed, timings, logs),
-            DcgmExporter(informed, timings, ports),
+            dcgm_exporter(informed, timings, pod_network),
+            operator_metrics(informed, timings, pod_network),
+            MonitoringRelease(
+                informed,
+                timings,
+                plane,
+                pod_network,
+                world._node_endpoint.proxy_url,
+                state_dir / MONITORING_DIR,
+            ),  # fmt: skip
             ResourceMetrics(informed, timings, state_dir / METRICS_DIR),
             schedules,
         ]
@@ -230,7 +245,7 @@ def _metrics_server(
 ) -> MetricsServer:
     """The metrics-server addon: its objects, the route from its Service's cluster IP to the
     real program (what the aggregator's tunnel to the Service reaches), then the program."""
-    addon = MetricsServer(state_dir / "metrics-server", plane, endpoint.proxy_url)
+    addon = MetricsServer(state_dir / "metrics-server", plane, proxy_url=endpoint.proxy_url)
 
     def route(service: dict) -> None:
         for port in service["spec"]["ports"]:

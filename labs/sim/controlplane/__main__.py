@@ -1,5 +1,5 @@
 """`python -m labs.sim.controlplane`: build (or find) the control plane's programs, the node
-endpoint, metrics-server, promtool and kube-state-metrics ahead of use.
+endpoint, metrics-server, promtool, Prometheus and kube-state-metrics ahead of use.
 
 The README's set-up runs it so the first build's quarter of an hour show as progress there, not as
 a silent wait inside the first rehearsal or test.
@@ -12,6 +12,7 @@ import sys
 from labs.sim.controlplane.build import (
     KUBE_STATE_METRICS_PROGRAM,
     METRICS_SERVER_PROGRAM,
+    PROMETHEUS_PROGRAM,
     PROMTOOL_PROGRAM,
     ControlPlaneUnavailable,
     binaries,
@@ -28,7 +29,12 @@ def main() -> int:
     try:
         print(f"control plane programs: {binaries(say)}", flush=True)
         print(f"node endpoint: {node_endpoint_binary(say)}", flush=True)
-        for program in (METRICS_SERVER_PROGRAM, PROMTOOL_PROGRAM, KUBE_STATE_METRICS_PROGRAM):
+        for program in (
+            METRICS_SERVER_PROGRAM,
+            PROMTOOL_PROGRAM,
+            PROMETHEUS_PROGRAM,
+            KUBE_STATE_METRICS_PROGRAM,
+        ):
             print(f"{program.name}: {pinned_binary(program, say)}", flush=True)
     except ControlPlaneUnavailable as error:
         print(f"error: {error}", file=sys.stderr)

@@ -79,12 +79,12 @@ def seed_metrics_server(store: KubeApi, route: Callable[[dict], None]) -> None:
         if obj["kind"] == "Deployment":
             image = f"{ADDON_REGISTRY}/metrics-server:{metrics_server_version()}-eksbuild.1"
             obj["spec"]["template"]["spec"]["containers"][0]["image"] = image
-        created = store.call("POST", _collection(obj), obj)
+        created = store.call("POST", collection(obj), obj)
         if obj["kind"] == "Service":
             route(created)
 
 
-def _collection(obj: dict) -> str:
+def collection(obj: dict) -> str:
     """The path objects of this kind are created at (their plural is the kind's, plus "s")."""
     api_version, namespace = obj["apiVersion"], obj["metadata"].get("namespace")
     root = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"

@@ -14,10 +14,10 @@ from __future__ import annotations
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import ClassVar
 
 from labs.sim.controlplane import build, pki
-from labs.sim.controlplane.run import METRICS_SERVER_USER, ControlPlane, Served, free_port
+from labs.sim.controlplane.run import METRICS_SERVER_USER, BesidePlane
 from labs.sim.controlplane.tls import LOOPBACK
 
 # The addon's own setting (15 s on EKS); metrics-server refuses less than 10 s.
@@ -25,24 +25,13 @@ METRIC_RESOLUTION = "10s"
 
 
 @dataclass
-class MetricsServer:
-    """One metrics-server process and its files (serving certificate in `home/pki`)."""
+class MetricsServer(BesidePlane):
+    """One metrics-server process and its files (serving certificate in `home/pki`); the
+    aggregator's route to the Service leads to its `address`."""
 
-    home: Path
-    plane: ControlPlane
     # HTTPS_PROXY: the node endpoint's CONNECT proxy on loopback TCP (`NodeEndpoint.proxy_url`).
-    proxy_url: str
-    # Chosen up front: the Service's route leads here before the program runs.
-    port: int = field(default_factory=free_port)
-    _served: Served = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        self._served = Served(build.METRICS_SERVER, self.home / "logs" / "metrics-server.log")
-
-    @property
-    def address(self) -> str:
-        """Where the aggregator's route to the Service leads."""
-        return f"{LOOPBACK}:{self.port}"
+    proxy_url: str = field(kw_only=True)
+    program: ClassVar[str] = build.METRICS_SERVER
 
     def start(self, say: Callable[[str], None] = print) -> None:
         """Build (or find) the program, start it and wait until /livez answers."""
@@ -72,10 +61,3 @@ class MetricsServer:
             f"--metric-resolution={METRIC_RESOLUTION}",
             "--kubelet-request-timeout=5s",
         ]
-
-    def stop(self) -> None:
-        self._served.stop()
-
-    @property
-    def pid(self) -> int | None:
-        return self._served.pid

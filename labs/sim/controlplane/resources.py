@@ -57,6 +57,9 @@ CLUSTER_POLICY = ResourceType(
     printer_columns=(("Status", "status.state"),),
     schema="clusterpolicies.schema.json",
 )
+PROMETHEUS_RULES = ResourceType(
+    "monitoring.coreos.com", "v1", "prometheusrules", "PrometheusRule", True
+)
 LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True)
 CRDS = ResourceType(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False

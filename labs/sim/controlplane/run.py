@@ -24,6 +24,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from labs.errors import LabError
 from labs.sim.controlplane import build, pki
@@ -158,6 +159,33 @@ class Served:
     @property
     def pid(self) -> int | None:
         return self.process.pid if self.process is not None else None
+
+
+@dataclass
+class BesidePlane:
+    """A program of the lab's that talks to the plane (metrics-server, kube-state-metrics,
+    Prometheus): listening on a loopback port chosen up front (a route may lead there before
+    it runs), its log under `home/logs`; a subclass names it (`program`) and starts it."""
+
+    home: Path
+    plane: ControlPlane
+    port: int = field(default_factory=free_port, kw_only=True)
+    program: ClassVar[str] = ""
+    _served: Served = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._served = Served(self.program, self.home / "logs" / f"{self.program}.log")
+
+    @property
+    def address(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    def stop(self) -> None:
+        self._served.stop()
+
+    @property
+    def pid(self) -> int | None:
+        return self._served.pid
 
 
 @dataclass

@@ -20,7 +20,9 @@
 // (--connect-socket for the API server's egress selector, --connect-listen for programs that
 // take HTTPS_PROXY) that ends a tunnel to any node's kubelet port here, one to an address
 // named in --routes-dir (<routes-dir>/<host>_<port> holds the "host:port" behind it, as
-// kube-proxy maps a Service's virtual IP) there, and dials anything else as asked.
+// kube-proxy maps a Service's virtual IP and the pod network a pod's IP) there, and dials
+// only loopback addresses beside. On --connect-listen it also forwards plain-HTTP proxy
+// requests to routed addresses (a program whose http proxy is the pod network).
 //
 // Like a kubelet with x509 authentication and anonymous access off, every path but /healthz
 // needs a client certificate signed by --client-ca-file (the API server's kubelet client
@@ -40,6 +42,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/http/httputil"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -170,9 +173,10 @@ func serveConnect(network, address string, proxy http.Handler) error {
 // lab's own servers) is dialled as asked, and anything else is refused: the world's addresses
 // must never reach the host's real network.
 func connectProxy(kubeletPort, routesDir string, tunnels *tunnelListener) http.Handler {
+	forward := forwardProxy(routesDir)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodConnect {
-			http.Error(w, "only CONNECT is served here", http.StatusMethodNotAllowed)
+			forward.ServeHTTP(w, r)
 			return
 		}
 		host, port, err := net.SplitHostPort(r.Host)
@@ -209,6 +213,28 @@ func connectProxy(kubeletPort, routesDir string, tunnels *tunnelListener) http.H
 		go func() { _, _ = io.Copy(upstream, tunnel); upstream.Close() }()
 		_, _ = io.Copy(tunnel, upstream)
 		tunnel.Close()
+	})
+}
+
+// forwardProxy serves plain-HTTP proxy requests ("GET http://<pod IP>:<port>/metrics", what a
+// program with an http proxy_url sends, Prometheus scraping a pod) to the routed address, as
+// the pod network carries a scrape to the pod; nothing else reaches past it.
+func forwardProxy(routesDir string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !r.URL.IsAbs() || r.URL.Scheme != "http" {
+			http.Error(w, "only CONNECT and absolute http:// requests are served here", http.StatusMethodNotAllowed)
+			return
+		}
+		target, known := route(routesDir, r.URL.Hostname(), r.URL.Port())
+		if !known {
+			http.Error(w, "no route to "+r.URL.Host+" in the lab's network", http.StatusBadGateway)
+			return
+		}
+		rewrite := func(out *httputil.ProxyRequest) {
+			out.Out.URL.Host = target
+			out.Out.Host = r.URL.Host
+		}
+		(&httputil.ReverseProxy{Rewrite: rewrite}).ServeHTTP(w, r)
 	})
 }
 

@@ -1,0 +1,84 @@
+"""What monitoring costs a rehearsal lab: the extra memory and idle CPU of Prometheus and
+kube-state-metrics, and of the whole lab with them (the API server's watches, the scrapes
+through the node endpoint, the exporters' pages).
+
+Run: `.venv/bin/python benchmarks/monitoring.py [--seconds 30] [--settle 10]`. It brings a
+rehearsal lab up with `invoke lab.up --sim` (speed 60) in a temporary state directory, reads
+the lab's idle CPU and resident memory over `--seconds`, then turns monitoring on with
+`invoke lab.up --monitoring`, waits `--settle` seconds, reads them again, and destroys the lab.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from rehearsal import cpu_seconds, invoke, resident_mib, tree
+
+LAB = "monitored"
+PROGRAMS = ("prometheus", "kube-state-metrics")
+
+
+def programs(pids: list[int]) -> list[int]:
+    """The monitoring programs among `pids`."""
+    found = []
+    for pid in pids:
+        try:
+            name = Path(os.readlink(f"/proc/{pid}/exe")).name
+        except OSError:
+            continue
+        if name in PROGRAMS:
+            found.append(pid)
+    return found
+
+
+def idle(pids: list[int], seconds: float) -> tuple[float, float]:
+    """(% of one core, resident MiB) of `pids` over `seconds`."""
+    before, started = cpu_seconds(pids), time.monotonic()
+    time.sleep(seconds)
+    used, elapsed = cpu_seconds(pids) - before, time.monotonic() - started
+    return 100 * used / elapsed, resident_mib(pids)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--settle", type=float, default=10.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as state_dir:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("INVOKE_", "AWS_"))}
+        env |= {"INVOKE_LAB_STATE_DIR": state_dir, "INVOKE_LAB_SPEED": "60"}
+        invoke(env, "lab.up", "--sim", "--lab", LAB)
+        try:
+            endpoints = Path(state_dir, LAB, "sim", "endpoints.json").read_text()
+            world = int(json.loads(endpoints)["pid"])
+            time.sleep(args.settle)
+            plain = idle(tree(world), args.seconds)
+            on = invoke(env, "lab.up", "--lab", LAB, "--monitoring")
+            time.sleep(args.settle)
+            pids = tree(world)
+            watched = programs(pids)
+            if len(watched) != len(PROGRAMS):
+                raise SystemExit(f"expected {PROGRAMS} under the lab's process, found {watched}")
+            before = cpu_seconds(watched)
+            monitored = idle(pids, args.seconds)
+            own_cpu = 100 * (cpu_seconds(watched) - before) / args.seconds
+            own_memory = resident_mib(watched)
+        finally:
+            invoke(env, "lab.down", "--lab", LAB, "--destroy", "--yes")
+    print(f"lab.up --monitoring on a running rehearsal lab (speed 60): {on:.1f} s")
+    print(f"idle lab without monitoring: CPU {plain[0]:.1f} % of one core, {plain[1]:.0f} MiB")
+    print(f"idle lab with monitoring:    CPU {monitored[0]:.1f} % of one core, "
+          f"{monitored[1]:.0f} MiB")  # fmt: skip
+    print(f"  extra: CPU {monitored[0] - plain[0]:+.1f} % of one core, "
+          f"{monitored[1] - plain[1]:+.0f} MiB")  # fmt: skip
+    print(f"  of which Prometheus and kube-state-metrics themselves: CPU {own_cpu:.1f} % of one "
+          f"core, {own_memory:.0f} MiB (they scrape and evaluate every second)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
