@@ -28,7 +28,7 @@ import yaml
 
 from labs.aws import stack
 from labs.errors import InfraError
-from labs.kube import rest
+from labs.kube import alerts, rest
 from labs.sim import monitoring_release
 from labs.sim.aws.auth import CREDENTIAL_KEYS
 from labs.sim.aws.seed import (
@@ -157,7 +157,7 @@ class SimInfra:
         release = self._installed_release()
         if release is not None:
             self._uninstall(release)
-        if monitoring_release.installed(self._api()):
+        if alerts.monitoring_installed(self._api()):
             monitoring_release.uninstall(self._api())
 
     # ---- changes ----------------------------------------------------------------------
@@ -233,7 +233,7 @@ class SimInfra:
         return changes
 
     def _monitoring_changes(self, enabled: bool) -> list[tuple[str, Any]]:
-        installed = monitoring_release.installed(self._api())
+        installed = alerts.monitoring_installed(self._api())
         address = monitoring_release.ADDRESS
         if enabled and not installed:
             return [(f"+ {address} (create)", lambda: monitoring_release.install(self._api()))]

@@ -72,13 +72,6 @@ def image(container: str) -> str:
     return f"registry.k8s.io/kube-state-metrics/kube-state-metrics:{version}"
 
 
-def installed(api: Any) -> bool:
-    """The release's Prometheus Service is there."""
-    path = rest.SERVICES.path(stack.MONITORING_NAMESPACE)
-    query = {"fieldSelector": f"metadata.name={stack.PROMETHEUS_SERVICE}"}
-    return bool(rest.get_items(api, path, query=query))
-
-
 def install(api: Any) -> None:
     """Create the release's objects (the PrometheusRule once the API server serves its type),
     then wait as helm's `wait` does: until Prometheus answers with the rules loaded."""
