@@ -57,6 +57,7 @@ DEPLOYMENTS = Resource("/apis/apps/v1", "deployments")
 REPLICA_SETS = Resource("/apis/apps/v1", "replicasets")
 RUNTIME_CLASSES = Resource("/apis/node.k8s.io/v1", "runtimeclasses", namespaced=False)
 CLUSTER_POLICIES = Resource("/apis/nvidia.com/v1", "clusterpolicies", namespaced=False)
+PROMETHEUS_RULES = Resource("/apis/monitoring.coreos.com/v1", "prometheusrules")
 
 
 def send(

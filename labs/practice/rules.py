@@ -28,7 +28,6 @@ from labs.run.watch import wall_seconds
 
 Out = Callable[[str], None]
 PRACTICE_RULE = "practice-rules"
-RULES_PATH = f"/apis/monitoring.coreos.com/v1/namespaces/{MONITORING_NAMESPACE}/prometheusrules"
 # Wall seconds for Prometheus to load a new rule file (the operator's and its own reload).
 LOAD_SECONDS = 120.0
 
@@ -75,19 +74,23 @@ def check_rules(lab: Lab, path: Path, out: Out = print) -> bool:
             rules = _loaded(lab, names, path)
             fired = _watch(lab, rules, out)
         finally:
-            rest.delete(lab.kube, f"{RULES_PATH}/{PRACTICE_RULE}")
+            _remove(lab.kube)
     return fired
 
 
 def _put(client: Any, groups: list[dict[str, Any]]) -> None:
-    rest.delete(client, f"{RULES_PATH}/{PRACTICE_RULE}")  # one left by a killed check
+    _remove(client)  # one a killed check left
     rule = {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PrometheusRule",
         "metadata": {"name": PRACTICE_RULE, "labels": {"app.kubernetes.io/part-of": "practice"}},
         "spec": {"groups": groups},
     }
-    rest.create(client, RULES_PATH, rule)
+    rest.create(client, rest.PROMETHEUS_RULES.path(MONITORING_NAMESPACE), rule)
+
+
+def _remove(client: Any) -> None:
+    rest.delete(client, rest.PROMETHEUS_RULES.path(MONITORING_NAMESPACE, PRACTICE_RULE))
 
 
 def _loaded(lab: Lab, names: Sequence[str], path: Path) -> list[AlertRule]:

@@ -29,7 +29,6 @@ POLL_SECONDS = 0.5
 # Beyond a rule's `for:`: kube-state-metrics sees the change, Prometheus scrapes and evaluates
 # (real-cluster seconds; kube-prometheus-stack scrapes and evaluates every 30 s).
 ALERT_SLACK = 90.0
-STATES = ("pending", "firing")
 
 
 @dataclass(frozen=True)
@@ -121,7 +120,7 @@ class AlertWatch:
             return (name, "firing") in self._seen
 
     def check(self, name: str) -> Check:
-        """ "`name` fires", with its rule's `for:` and ALERT_SLACK as the time limit."""
+        """The check that `name` fires: its rule's `for:` and ALERT_SLACK as the time limit."""
         rule = self.rules.get(name)
         wait = (rule.for_seconds if rule else 0.0) + ALERT_SLACK
 

@@ -3,8 +3,9 @@ cluster reaches a pod's port.
 
 The world writes where the server listens into two places the node endpoint reads:
 - `ports/<namespace>_<pod>/<port>`: `kubectl port-forward` to the pod (or its Service);
-- `routes/<pod IP>_<port>`: the pod's address in the lab's network, which the API server's
-  proxy (`.../pods/<pod>:<port>/proxy/metrics`, Prometheus' way in) tunnels to.
+- `routes/<pod IP>_<port>`: the pod's address in the lab's network, where the node endpoint's
+  proxy takes a scrape of the pod IP (Prometheus' way in) and the API server's proxy to the
+  pod or its Service.
 """
 
 from __future__ import annotations

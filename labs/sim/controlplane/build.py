@@ -13,8 +13,8 @@ never supply it.
 
 metrics-server (the stack's metrics-server addon) comes from its own module,
 `go/metrics-server` (its k8s.io pins are its own release's, not the control plane's); the
-alert rules' tools likewise: promtool from `go/prometheus` and kube-state-metrics from
-`go/kube-state-metrics`. The prebuilt directory supplies each when it holds one, else it is
+alert rules' tools likewise: promtool and Prometheus from `go/prometheus`, kube-state-metrics
+from `go/kube-state-metrics`. The prebuilt directory supplies each when it holds one, else it is
 built once per version.
 """
 
