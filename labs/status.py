@@ -118,9 +118,13 @@ def _nodes(lab: Lab) -> list[dict[str, Any]]:
 
 
 def _operator(lab: Lab) -> str | None:
-    """The controller's Deployment and pods, or None when the operator is not installed."""
+    """The controller's release (its image's tag), Deployment and pods, or None when the
+    operator is not installed."""
     objects = lab.snapshot("deployments", "operator_pods")
-    return gpu.describe_operator(objects) if gpu.operator_deployment(objects) else None
+    deployment = gpu.operator_deployment(objects)
+    if deployment is None:
+        return None
+    return f"{gpu.operator_version(deployment)}, {gpu.describe_operator(objects)}"
 
 
 def _daemonsets(lab: Lab) -> list[dict[str, Any]]:

@@ -29,8 +29,9 @@ from labs.lab import Lab
 from labs.run.contract import ByHand, Check, Context, Finding, Needs, Scenario, Step, Trap, Verdict
 from scenarios import _checks
 
-# The harmless edit: GFD's own default interval, written out (gpu-feature-discovery --help).
-ENV, VALUE, COMPONENT = "GFD_SLEEP_INTERVAL", "60s", "gfd"
+# The harmless edit: GFD relabels its node every 30 s instead of the 60 s its asset sets (the
+# operator's DaemonSet carries GFD_SLEEP_INTERVAL=60s already, so the edit must differ from it).
+ENV, VALUE, COMPONENT = "GFD_SLEEP_INTERVAL", "30s", "gfd"
 GONE = gpu.DCGM_EXPORTER_DAEMONSET  # monitoring only: deleting it costs no GPU
 GRACE = 30.0  # real seconds; a running operator acts within 10 s
 # Ready for this long before the scale-down: the operator may still be writing what it saw
@@ -83,8 +84,8 @@ def _rendered(view: ClusterView) -> bool:
 
 
 def inject(lab: Lab) -> None:
-    """Add GFD_SLEEP_INTERVAL=60s (GFD's default, so harmless) to ClusterPolicy spec.gfd.env,
-    wait until the operator has rolled it out and reported ready for 5 s, then scale Deployment
+    """Add GFD_SLEEP_INTERVAL=30s (GFD relabels more often: harmless) to spec.gfd.env, wait
+    until the operator has rolled it out and reported ready for 5 s, then scale Deployment
     gpu-operator to 0 replicas (kubectl scale) and wait until its pod is gone (its graceful
     deletion takes a moment). Once it is down, the run takes the edit back
     and deletes nvidia-dcgm-exporter, to show that neither is acted on."""
@@ -238,9 +239,12 @@ def operator_back(ctx: Context) -> Verdict:
 
 
 def pending_change_applied(ctx: Context) -> Verdict:
+    """The spec's env is rendered and the edit's value is gone (the operator's asset has env of
+    its own, GFD_SLEEP_INTERVAL=60s among it)."""
     rendered = gpu.daemonset_env(gpu.daemonset(ctx.view, gpu.GFD_DAEMONSET))
-    same = rendered == gpu.component_env(gpu.cluster_policy(ctx.view), COMPONENT)
-    return ENV not in rendered and same, f"{gpu.GFD_DAEMONSET} env {json.dumps(rendered)}"
+    wanted = gpu.component_env(gpu.cluster_policy(ctx.view), COMPONENT)
+    applied = rendered.get(ENV) != VALUE and wanted.items() <= rendered.items()
+    return applied, f"{gpu.GFD_DAEMONSET} env {json.dumps(rendered)}"
 
 
 def recreated(ctx: Context) -> Verdict:
@@ -314,7 +318,7 @@ by_hand = ByHand(
              "1 1", "GPUs still advertised (trap)"),
         Step(f"kubectl -n gpu-operator get ds {gpu.GFD_DAEMONSET} "
              "-o jsonpath='{.spec.template.spec.containers[0].env}{\"\\n\"}'",
-             ENV, "the edit you took back is still rendered: nobody reconciles"),
+             f'"value":"{VALUE}"', "the edit you took back is still rendered: nobody reconciles"),
         Step(f"kubectl -n gpu-operator get ds {GONE}", "NotFound", "and nobody re-creates it"),
         _checks.policy_state_step("a frozen status (trap)"),
     ],

@@ -20,15 +20,10 @@ from still_support import StillPlane, kubelet_at
 
 from labs.doctor.model import Report
 from labs.doctor.run import doctor
+from labs.kube.gpu import COMPONENTS, GPU_PRESENT_LABEL, Component
 from labs.lab import Lab
 from labs.settings import load_settings
-from labs.sim.controllers.gpu_operator import (
-    GFD_LABELS,
-    OPERANDS,
-    Operand,
-    daemonset_manifest,
-    is_enabled,
-)
+from labs.sim.controllers.feature_discovery import GFD_LABELS
 from labs.sim.controlplane.resources import (
     CLUSTER_POLICY,
     DAEMONSETS,
@@ -39,7 +34,7 @@ from labs.sim.controlplane.resources import (
     RUNTIMECLASSES,
     ResourceType,
 )
-from labs.sim.infra import cluster_policy_spec, load_values
+from labs.sim.gpu_operator_release import Helm
 
 NS = "gpu-operator"
 SYSTEM_NODES = (
@@ -55,6 +50,14 @@ GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSc
 VALIDATOR = "nvidia-operator-validator"
 # The validator's checks run as init containers before its main one (the operator's asset).
 VALIDATIONS = ("driver-validation", "toolkit-validation", "cuda-validation", "plugin-validation")
+# Each operand's main container, as the operator's v25.3.4 assets name it.
+CONTAINERS = {
+    "nvidia-driver-daemonset": "nvidia-driver-ctr",
+    "nvidia-container-toolkit-daemonset": "nvidia-container-toolkit-ctr",
+    "nvidia-dcgm": "nvidia-dcgm-ctr",
+}
+# The operator labels only MIG-capable GPU nodes for the MIG manager (none on an A10G).
+MIG_ONLY = "mig-manager"
 OWNER_APIS = {"ReplicaSet": "apps/v1", "DaemonSet": "apps/v1"}
 AL2023 = "Amazon Linux 2023.9.20260714"
 # What kube-scheduler 1.35's PostFilter plugins add: DRA's word, then preemption's verdict.
@@ -92,11 +95,10 @@ def _node(name: str, gpu: bool) -> dict[str, Any]:
             "tier": "gpu",
             "nvidia.com/gpu": "true",
             "feature.node.kubernetes.io/pci-10de.present": "true",
+            GPU_PRESENT_LABEL: "true",  # the operator's
             **GFD_LABELS,
         }
-        labels |= {
-            f"nvidia.com/gpu.deploy.{o.component}": "true" for o in OPERANDS if o.on_every_gpu_node
-        }
+        labels |= {c.deploy_label: "true" for c in COMPONENTS if c.deploy != MIG_ONLY}
         status["capacity"]["nvidia.com/gpu"] = status["allocatable"]["nvidia.com/gpu"] = "1"
     spec = {"taints": [dict(GPU_TAINT)] if gpu else []}
     return {"metadata": {"name": name, "labels": labels}, "spec": spec, "status": status}
@@ -171,7 +173,7 @@ class StaticCluster:
                 CLUSTER_POLICY,
                 {
                     "metadata": {"name": "cluster-policy"},
-                    "spec": cluster_policy_spec(load_values()),
+                    "spec": Helm().rendered("ClusterPolicy", NS)["spec"],
                     "status": {
                         "state": "ready",
                         "namespace": NS,
@@ -184,8 +186,8 @@ class StaticCluster:
             done.append(pool.submit(self.still.put, RUNTIMECLASSES, runtime_class))
             done += [
                 pool.submit(self.operand, operand, policy)
-                for operand in OPERANDS
-                if is_enabled(policy, operand)
+                for operand in COMPONENTS
+                if enabled(policy, operand)
             ]
             for job in done:
                 job.result()
@@ -226,19 +228,27 @@ class StaticCluster:
         )
         return deployment
 
-    def operand(self, operand: Operand, policy: dict) -> dict[str, Any]:
+    def operand(self, operand: Component, policy: dict) -> dict[str, Any]:
         """Its DaemonSet, owned by the ClusterPolicy, and its Ready pods (made from the DaemonSet's
         template, as the DaemonSet controller makes them)."""
         name, labels = operand.daemonset, {"app": operand.daemonset}
         image = f"nvcr.io/nvidia/{name}:v1"
-        manifest = daemonset_manifest(
-            name,
-            labels,
-            image,
-            {f"nvidia.com/gpu.deploy.{operand.component}": "true"},
-            [dict(GPU_TOLERATION)],
-            container=operand.container,
-        )
+        container = CONTAINERS.get(name, name)
+        manifest = {
+            "metadata": {"name": name, "labels": dict(labels)},
+            "spec": {
+                "selector": {"matchLabels": dict(labels)},
+                "template": {
+                    "metadata": {"labels": dict(labels)},
+                    "spec": {
+                        "nodeSelector": {operand.deploy_label: "true"},
+                        "tolerations": [dict(GPU_TOLERATION)],
+                        "priorityClassName": "system-node-critical",
+                        "containers": [{"name": container, "image": image}],
+                    },
+                },
+            },
+        }
         template = manifest["spec"]["template"]["spec"]
         if name == VALIDATOR:
             template["initContainers"] = [{"name": c, "image": image} for c in VALIDATIONS]
@@ -251,7 +261,8 @@ class StaticCluster:
                 "controller": True,
             }
         ]
-        count = len(GPU_NODES) if operand.on_every_gpu_node else 0
+        on_every_gpu_node = operand.deploy != MIG_ONLY
+        count = len(GPU_NODES) if on_every_gpu_node else 0
         manifest["status"] = {
             "desiredNumberScheduled": count,
             "currentNumberScheduled": count,
@@ -259,12 +270,12 @@ class StaticCluster:
             "numberAvailable": count,
         }
         ds = self.still.put(DAEMONSETS, manifest, NS)
-        for node in GPU_NODES if operand.on_every_gpu_node else ():
+        for node in GPU_NODES if on_every_gpu_node else ():
             self.pod(
                 f"{name}-{next(_serial):05d}",
                 NS,
                 node,
-                [operand.container],
+                [container],
                 labels=labels,
                 owner=("DaemonSet", name, ds["metadata"]["uid"]),
                 image=image,
@@ -333,7 +344,7 @@ class StaticCluster:
 
     def enable(self, daemonset: str) -> dict[str, Any]:
         """Run one more operand, as the operator would once its component is enabled."""
-        operand = next(o for o in OPERANDS if o.daemonset == daemonset)
+        operand = next(c for c in COMPONENTS if c.daemonset == daemonset)
         return self.operand(operand, self.still.api.get(CLUSTER_POLICY, "cluster-policy"))
 
     def pods_of(self, daemonset: str) -> list[dict[str, Any]]:
@@ -396,3 +407,9 @@ def policy_conditions(conditions: list[dict[str, str]]) -> list[dict[str, str]]:
         {"message": "", "lastTransitionTime": "2026-11-23T07:00:00Z", **condition}
         for condition in conditions
     ]
+
+
+def enabled(policy: dict, component: Component) -> bool:
+    """`spec.<component>.enabled`, or what the operator does when it is unset."""
+    section = (policy.get("spec") or {}).get(component.spec_key) or {}
+    return bool(section.get("enabled", component.enabled_by_default))

@@ -31,11 +31,11 @@ from controlplane_support import kubectl_on, progress
 from kubernetes import config
 
 from labs.sim.controllers.node_lifecycle import KUBELET_PORT
+from labs.sim.controlplane.gpu_operator import cluster_policy_crd, release
 from labs.sim.controlplane.kube_api import KubeApi
 from labs.sim.controlplane.kube_seed import install_crd
 from labs.sim.controlplane.node_endpoint import NodeEndpoint
 from labs.sim.controlplane.resources import (
-    CLUSTER_POLICY,
     NAMESPACES,
     NODES,
     PODS,
@@ -234,7 +234,7 @@ def held_still(home: Path) -> Iterator[StillPlane]:
         stack.callback(endpoint.stop)
         endpoint.start(progress)
         api = KubeApi(plane.credentials("admin"))
-        install_crd(api, CLUSTER_POLICY)
+        install_crd(api, cluster_policy_crd(release(progress)))
         api.create(SERVICEACCOUNTS, {"metadata": {"name": "default"}}, "default")
         still = StillPlane(plane, api, logs)
         still.remember_baseline()

@@ -8,6 +8,7 @@ journal alone. Every test leaves the shared world ready again.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -55,7 +56,9 @@ def test_full_run_shows_the_fault_its_traps_and_proves_recovery(sim_lab: SimLab,
             "spec.replicas 0, 0/0 available, 0 pod(s)" in report["states"]["fault"]["gpu-operator"]
         )
         pending = "the pending edit took effect: gpu-feature-discovery env matches the spec again"
-        assert seen[pending] == "gpu-feature-discovery env {}"
+        # back to the operator's own asset value, the edit's 30s gone
+        rendered = json.loads(seen[pending].removeprefix("gpu-feature-discovery env "))
+        assert rendered["GFD_SLEEP_INTERVAL"] == "60s"
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -119,6 +119,26 @@ def test_exec_into_the_dcgm_exporter_shows_the_driver_alive(kubectl):
     assert missing.returncode == 255  # the process's exit status, through the error channel
 
 
+def test_the_operator_is_nvidias_own_installed_by_helm(practice: Lab):
+    """What a person types after `eval "$(invoke lab.env)"`: helm lists the chart's release, the
+    operator's log is NVIDIA's controller, its DaemonSets are the ones it rendered."""
+    script = (
+        f"{lab_status.env_exports(practice)}\n"
+        "helm list -n gpu-operator\n"
+        "kubectl logs -n gpu-operator deploy/gpu-operator | head -1\n"
+        "kubectl get ds -n gpu-operator -o name\n"
+    )
+    shown = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    release = next(line for line in shown.stdout.splitlines() if line.startswith("gpu-operator"))
+    assert release.split()[-3:] == ["deployed", "gpu-operator-v25.3.4", "v25.3.4"], release
+    assert '"msg":"version: v25.3.4, commit: d73a0086a6ba"' in shown.stdout
+    for operand in ("nvidia-operator-validator", "gpu-feature-discovery", "nvidia-dcgm-exporter"):
+        assert f"daemonset.apps/{operand}\n" in shown.stdout
+    # device-plugin-off is injected: the operator deleted its DaemonSet
+    assert "daemonset.apps/nvidia-device-plugin-daemonset\n" not in shown.stdout
+
+
 def test_the_api_pieces_a_person_reaches_for(kubectl):
     assert kubectl("create", "ns", "practice").stdout == "namespace/practice created\n"
     created = kubectl("create", "configmap", "notes", "-n", "practice", "--from-literal=a=b")
@@ -209,8 +229,9 @@ def test_kubectl_cp_copies_into_a_container_and_back_out(kubectl, tmp_path: Path
     assert (tmp_path / "back.txt").read_text() == notes.read_text()
     selector = "-l", "app=nvidia-dcgm-exporter", "-o", "jsonpath={.items[0].metadata.name}"
     exporter = kubectl("get", "pods", "-n", "gpu-operator", *selector).stdout
-    distroless = kubectl("cp", str(notes), f"gpu-operator/{exporter}:/tmp/notes.txt")
-    assert 'exec: "tar": executable file not found in $PATH' in distroless.stderr
+    # v25.3.4's dcgm-exporter image is Ubuntu's, with tar (v26.3.1's distroless one has none)
+    into_exporter = kubectl("cp", str(notes), f"gpu-operator/{exporter}:/tmp/notes.txt")
+    assert into_exporter.returncode == 0, into_exporter.stderr
 
 
 def test_port_forward_to_a_dcgm_exporter_shows_its_gpus_metrics(practice: Lab, kubectl):

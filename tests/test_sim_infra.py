@@ -7,13 +7,17 @@ from pathlib import Path
 
 import hcl2
 import pytest
+import yaml
 from hcl2 import SerializationOptions
 from sim_support import lab_variables, running_world
+from stack_spec import leaf_paths
 
 from labs.aws.stack import STACK_OUTPUTS
 from labs.errors import InfraError
 from labs.sim.aws.seed import moto_clients
-from labs.sim.infra import SimInfra, cluster_policy_spec, load_values
+from labs.sim.controlplane.gpu_operator import release
+from labs.sim.gpu_operator_release import VALUES_FILE, Helm
+from labs.sim.infra import SimInfra
 from labs.sim.world import World
 
 OUTPUTS_TF = Path(__file__).resolve().parents[1] / "terraform" / "outputs.tf"
@@ -85,11 +89,29 @@ def test_variables_the_world_cannot_honour_are_refused_by_name(world: World) -> 
         infra.apply({"ClusterBaseName": "myeks"})
 
 
-def test_cluster_policy_spec_follows_the_stack_values() -> None:
-    spec = cluster_policy_spec(load_values())
+def test_every_key_of_the_lab_values_is_a_key_of_the_rehearsal_chart() -> None:
+    """The stack's values file works on the rehearsal's chart too: no key is one that only
+    v26.3.1 knows (helm would ignore it silently)."""
+    chart = yaml.safe_load((release(print).chart / "values.yaml").read_text())
+    lab = yaml.safe_load(VALUES_FILE.read_text())
+
+    def present(path: str) -> bool:
+        tree: object = chart
+        for key in path.split("."):
+            if not isinstance(tree, dict) or key not in tree:
+                return False
+            tree = tree[key]
+        return True
+
+    assert [path for path in leaf_paths(lab) if not present(path)] == []
+
+
+def test_the_chart_renders_the_cluster_policy_from_the_stack_values() -> None:
+    spec = Helm().rendered("ClusterPolicy", "gpu-operator")["spec"]
     assert spec["driver"]["enabled"] is False
     assert spec["toolkit"]["enabled"] is False
     assert spec["devicePlugin"]["enabled"] is True
     assert spec["validator"]["plugin"]["env"] == [{"name": "WITH_WORKLOAD", "value": "true"}]
-    required = {"daemonsets", "dcgm", "dcgmExporter", "devicePlugin", "driver", "gfd"}
-    assert required | {"nodeStatusExporter", "operator", "toolkit"} <= set(spec)
+    # the release's own operand versions, not v26.3.1's
+    assert spec["devicePlugin"]["version"] == "v0.17.4"
+    assert spec["dcgmExporter"]["serviceMonitor"]["enabled"] is False

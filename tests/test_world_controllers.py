@@ -11,7 +11,6 @@ from kubernetes import client, config
 from sim_support import probe_pod, wait_for
 
 from labs.sim.controllers.events import EventRecorder
-from labs.sim.controllers.gpu_operator import runtime_classes
 from labs.sim.controllers.heartbeats import NODE_LEASES
 from labs.sim.controllers.kubelet import injected_gpus
 from labs.sim.controlplane.resources import EVENTS, NODES, PODS
@@ -126,12 +125,3 @@ def test_what_the_nvidia_runtime_injects_on_a_gpu_node(case: str, target: dict, 
 
 def test_a_runc_node_injects_nothing_into_a_cuda_image():
     assert injected_gpus(pod(), node("runc", gpu_machine=False)) is None
-
-
-def test_the_operator_runtime_classes_follow_cdi():
-    def policy(**cdi: bool) -> dict:
-        return {"spec": {"operator": {"runtimeClass": "nvidia"}, "cdi": cdi}}
-
-    assert runtime_classes(policy(enabled=True)) == ["nvidia", "nvidia-cdi", "nvidia-legacy"]
-    assert runtime_classes(policy(enabled=False)) == ["nvidia"]
-    assert runtime_classes(policy(enabled=True, nriPluginEnabled=True)) == []

@@ -6,6 +6,7 @@ talks to it through the same boto3 and kubernetes clients as to AWS.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -210,17 +211,26 @@ class RehearsalBackend:
         return f"Rehearsal lab {lab.name!r}: {state}. `lab.down --destroy` removes it."
 
     def proof(self) -> dict[str, list[str]]:
+        from labs.sim.controlplane.build import GPU_OPERATOR_PROGRAM
+
+        operator = GPU_OPERATOR_PROGRAM.version()
         return {
             "proves": [
                 "the orchestration: guard, prerequisites, baseline, journal entry before the "
                 "mutation, inject, watch-based detection, revert, recovery checks and the "
                 "comparison with the baseline",
+                f"the GPU Operator's side of the fault: NVIDIA's own {operator} controller "
+                "reconciled the ClusterPolicy, on the real Kubernetes control plane",
                 "the debugging path: every finding was read from cluster objects through the "
                 "official client, the way a person reads them, with the real message formats",
             ],
             "does_not_prove": [
-                "anything about AWS or EKS: instances, the NVIDIA AMI, the real GPU Operator, "
-                "device plugin, kubelet and scheduler are played by the rehearsal world",
+                "anything about AWS or EKS: instances, the NVIDIA AMI, the device plugin and "
+                "the kubelet are played by the rehearsal world",
+                f"the stack's GPU Operator release: the rehearsal runs NVIDIA's {operator} "
+                "controller and chart (installed by the real helm with the stack's values), "
+                "the stack installs the release `gpu_operator_chart_version` names; the README "
+                "lists what differs",
                 "real timings: T+ values are the rehearsal's; the 'real-time' column only "
                 "scales them by the speed factor",
                 "the steps marked 'real cluster only' (node internals)",
@@ -228,8 +238,16 @@ class RehearsalBackend:
         }
 
     def env_exports(self, lab: Lab) -> dict[str, str]:
+        """moto's endpoint and stand-in keys, and the lab's helm first on PATH (`helm list -n
+        gpu-operator` as on EKS)."""
+        from labs.sim.controlplane.build import HELM_PROGRAM, program_path
+
         endpoints = process.recorded_endpoints(lab.paths.sim_dir)
         exports = {"AWS_ENDPOINT_URL": str(endpoints.get("aws_endpoint_url", ""))}
+        helm_dir = str(program_path(HELM_PROGRAM).parent)
+        path = os.environ.get("PATH", "")
+        if helm_dir not in path.split(os.pathsep):
+            exports["PATH"] = os.pathsep.join([helm_dir, path] if path else [helm_dir])
         return exports | {key.upper(): str(endpoints.get(key, "")) for key in CREDENTIAL_KEYS}
 
 

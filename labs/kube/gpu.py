@@ -27,6 +27,7 @@ GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 DEVICE_PLUGIN_DAEMONSET = "nvidia-device-plugin-daemonset"
 DCGM_EXPORTER_DAEMONSET = "nvidia-dcgm-exporter"
 GFD_DAEMONSET = "gpu-feature-discovery"
+VALIDATOR_DAEMONSET = "nvidia-operator-validator"
 # Per-node opt-out: the operator adds `nvidia.com/gpu.deploy.<component>=true` only where the
 # label is missing, so a value an admin set ("false") stays (addGPUStateLabels, v26.3.1).
 DEVICE_PLUGIN_DEPLOY_LABEL = "nvidia.com/gpu.deploy.device-plugin"
@@ -57,7 +58,7 @@ class Component:
 COMPONENTS = (
     Component("driver", "nvidia-driver-daemonset", "driver", True),
     Component("toolkit", "nvidia-container-toolkit-daemonset", "container-toolkit", True),
-    Component("validator", "nvidia-operator-validator", "operator-validator", True),
+    Component("validator", VALIDATOR_DAEMONSET, "operator-validator", True),
     Component("devicePlugin", DEVICE_PLUGIN_DAEMONSET, "device-plugin", True),
     Component("dcgm", "nvidia-dcgm", "dcgm", False),
     Component("dcgmExporter", DCGM_EXPORTER_DAEMONSET, "dcgm-exporter", True),
@@ -357,6 +358,14 @@ def policy_state(policy: Mapping[str, Any] | None) -> str:
 
 def operator_deployment(objects: Objects) -> Obj | None:
     return objects.find("deployments", OPERATOR_DEPLOYMENT)
+
+
+def operator_version(deployment: Mapping[str, Any]) -> str:
+    """The release the controller runs, as its image's tag says (`nvcr.io/nvidia/gpu-operator:
+    v25.3.4`): which operator a person is reading about."""
+    containers = deployment.get("spec", {}).get("template", {}).get("spec", {}).get("containers")
+    image = str((containers or [{}])[0].get("image", ""))
+    return image.rsplit(":", 1)[1] if ":" in image.rsplit("/", 1)[-1] else "version unknown"
 
 
 def describe_deployment(deployment: Mapping[str, Any] | None) -> str:

@@ -2,9 +2,10 @@
 public APIs (boto3 against moto, the kubernetes client against the API server).
 
 What each variable does here, as in the Terraform stack:
-- `enable_gpu_operator`: installs or uninstalls the gpu-operator chart the way helm would
-  (namespace, the chart's NFD worker DaemonSet, Deployment `gpu-operator`, ClusterPolicy
-  `cluster-policy` with the spec the chart renders from `terraform/gpu_operator_values.yaml`);
+- `enable_gpu_operator`: installs or uninstalls NVIDIA's gpu-operator chart with the real helm
+  and `terraform/gpu_operator_values.yaml` (`gpu_operator_release`: the rehearsal's pinned
+  release, whatever `gpu_operator_chart_version` says); the world runs the real operator
+  behind the chart's pod;
 - `enable_aux_sg_vpc_allow`, `node_sg_enable_recommended_rules`: add or remove their
   security-group rules in moto;
 - `enable_monitoring`: installs or uninstalls kube-prometheus-stack the way helm would
@@ -19,17 +20,13 @@ What each variable does here, as in the Terraform stack:
 from __future__ import annotations
 
 import base64
-import copy
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from labs.aws import stack
 from labs.errors import InfraError
-from labs.kube import alerts, rest
-from labs.sim import monitoring_release
+from labs.kube import alerts
+from labs.sim import gpu_operator_release, monitoring_release
 from labs.sim.aws.auth import CREDENTIAL_KEYS
 from labs.sim.aws.seed import (
     AUX_VPC_ALLOW_RULE,
@@ -46,55 +43,13 @@ from labs.sim.aws.seed import (
     remove_rule,
     rule_ids,
 )
-from labs.sim.controllers.gpu_operator import DEFAULT_TOLERATIONS, daemonset_manifest
-from labs.sim.controllers.placement import STARTUP_ANNOTATION
 from labs.sim.controlplane.kubeconfig import kubeconfig_document
-from labs.sim.timings import REAL_WORLD_SECONDS
+from labs.sim.gpu_operator_release import Helm
 
-VALUES_FILE = stack.STACK_DIR / "gpu_operator_values.yaml"
-HELM_RELEASE = "helm_release.gpu_operator[0]"
 AUX_RULE_ADDRESS = "aws_vpc_security_group_ingress_rule.node_aux_from_vpc[0]"
 GPU_NODE_GROUP_ADDRESS = (
     'module.eks.module.eks_managed_node_group["gpu"].aws_eks_node_group.this[0]'
 )
-OPERATOR = "gpu-operator"
-CLUSTER_POLICY_NAME = "cluster-policy"
-NFD_WORKER = "gpu-operator-node-feature-discovery-worker"
-# The chart's `node-feature-discovery.worker.tolerations` (v26.3.1 values): not "every taint",
-# so a foreign NoExecute taint evicts the NFD worker like the operands.
-NFD_WORKER_TOLERATIONS = [
-    {
-        "key": "node-role.kubernetes.io/control-plane",
-        "operator": "Equal",
-        "value": "",
-        "effect": "NoSchedule",
-    },
-    *copy.deepcopy(DEFAULT_TOLERATIONS),
-]
-CHART_DEFAULTS: dict[str, Any] = {
-    "operator": {"defaultRuntime": "containerd", "runtimeClass": "nvidia"},
-    "cdi": {"enabled": True, "nriPluginEnabled": False},
-    "daemonsets": {
-        "priorityClassName": "system-node-critical",
-        "tolerations": copy.deepcopy(DEFAULT_TOLERATIONS),
-        "updateStrategy": "RollingUpdate",
-    },
-    "driver": {"enabled": True},
-    "toolkit": {"enabled": True},
-    "devicePlugin": {
-        "enabled": True,
-        "repository": "nvcr.io/nvidia",
-        "image": "k8s-device-plugin",
-        "version": "v0.19.0",
-        "imagePullPolicy": "IfNotPresent",
-    },
-    "dcgm": {"enabled": False},
-    "dcgmExporter": {"enabled": True},
-    "gfd": {"enabled": True},
-    "migManager": {"enabled": True},
-    "nodeStatusExporter": {"enabled": False},
-    "validator": {"plugin": {"env": []}},
-}
 
 
 def _node_sg_address(rule: SgRule) -> str:
@@ -154,9 +109,10 @@ class SimInfra:
 
     def destroy(self) -> None:
         """Uninstall the charts; the world's process itself is the lifecycle's to stop."""
-        release = self._installed_release()
-        if release is not None:
-            self._uninstall(release)
+        helm = self._helm()
+        installed = helm.installed()
+        if installed is not None:
+            helm.uninstall(installed.namespace)
         if alerts.monitoring_installed(self._api()):
             monitoring_release.uninstall(self._api())
 
@@ -184,24 +140,13 @@ class SimInfra:
     ) -> list[tuple[str, Any]]:
         ec2 = self._aws("ec2")
         changes: list[tuple[str, Any]] = []
-        release = self._installed_release()
-        version = wanted[stack.GPU_OPERATOR_CHART_VERSION]
-        namespace = wanted[stack.GPU_OPERATOR_NAMESPACE]
-        if wanted[stack.ENABLE_GPU_OPERATOR]:
-            if release is None:
-                changes.append(
-                    (f"+ {HELM_RELEASE} (create)", lambda: self._install(namespace, version))
-                )
-            elif release != (namespace, version):
-                changes.append(
-                    (
-                        f"~ {HELM_RELEASE} (update in-place)",
-                        lambda: self._reinstall(release, namespace, version),
-                    )
-                )
-        elif release is not None:
-            changes.append((f"- {HELM_RELEASE} (destroy)", lambda: self._uninstall(release)))
+        # Prometheus' CRDs before the operator's release (the stack's depends_on).
         changes += self._monitoring_changes(wanted[stack.ENABLE_MONITORING])
+        changes += self._operator_changes(
+            wanted[stack.ENABLE_GPU_OPERATOR],
+            wanted[stack.GPU_OPERATOR_NAMESPACE],
+            wanted[stack.ENABLE_MONITORING],
+        )
         changes += self._rule_changes(
             ec2,
             ids.auxiliary_node_sg_id,
@@ -231,6 +176,31 @@ class SimInfra:
                 )
             )
         return changes
+
+    def _operator_changes(
+        self, enabled: bool, namespace: str, monitoring: bool
+    ) -> list[tuple[str, Any]]:
+        """The chart's release, as terraform plans `helm_release.gpu_operator`: created, moved
+        to another namespace or given new values in place, or destroyed."""
+        helm = self._helm()
+        installed = helm.installed()
+        address = gpu_operator_release.ADDRESS
+        if not enabled:
+            if installed is None:
+                return []
+            return [(f"- {address} (destroy)", lambda: helm.uninstall(installed.namespace))]
+        if installed is None:
+            return [(f"+ {address} (create)", lambda: helm.install(namespace, monitoring))]
+        if installed.namespace != namespace:
+
+            def move() -> None:
+                helm.uninstall(installed.namespace)
+                helm.install(namespace, monitoring)
+
+            return [(f"~ {address} (update in-place)", move)]
+        if installed.status != "deployed" or helm.service_monitor(namespace) != monitoring:
+            return [(f"~ {address} (update in-place)", lambda: helm.install(namespace, monitoring))]
+        return []
 
     def _monitoring_changes(self, enabled: bool) -> list[tuple[str, Any]]:
         installed = alerts.monitoring_installed(self._api())
@@ -340,136 +310,17 @@ class SimInfra:
             self._kube = config.new_client_from_config_dict(document)
         return self._kube
 
-    def _installed_release(self) -> tuple[str, str] | None:
-        query = {
-            "fieldSelector": f"metadata.name={OPERATOR}",
-            "labelSelector": "app.kubernetes.io/managed-by=Helm",
-        }
-        found = rest.get_items(self._api(), rest.DEPLOYMENTS.path(), query=query)
-        if not found:
-            return None
-        meta = found[0]["metadata"]
-        return meta["namespace"], (meta.get("labels") or {}).get("app.kubernetes.io/version", "")
-
-    def _reinstall(self, release: tuple[str, str], namespace: str, version: str) -> None:
-        """An update in place: the old release out, the wanted one in."""
-        self._uninstall(release)
-        self._install(namespace, version)
-
-    def _install(self, namespace: str, version: str) -> None:
-        from kubernetes.client.exceptions import ApiException
-
-        api = self._api()
-        labels = _chart_labels(version)
-        try:
-            rest.create(api, rest.NAMESPACES.path(), {"metadata": {"name": namespace}})
-        except ApiException as error:
-            if error.status != 409:
-                raise
-        nfd = daemonset_manifest(
-            NFD_WORKER,
-            {"app.kubernetes.io/name": "node-feature-discovery", "role": "worker"},
-            "registry.k8s.io/nfd/node-feature-discovery:v0.18.2",
-            node_selector={},
-            tolerations=copy.deepcopy(NFD_WORKER_TOLERATIONS),
-            container="worker",
+    def _helm(self) -> Helm:
+        return Helm(
+            kubeconfig_document(
+                self._endpoints["kube_url"],
+                self._cluster,
+                self._endpoints["kube_token"],
+                base64.b64encode(self._endpoints["kube_ca"].encode()).decode(),
+            )  # fmt: skip
         )
-        nfd["metadata"]["labels"] |= labels
-        account = {"metadata": {"name": OPERATOR, "labels": labels}}
-        rest.create(api, rest.SERVICE_ACCOUNTS.path(namespace), account)
-        rest.create(api, rest.DAEMON_SETS.path(namespace), nfd)
-        deployment = _operator_deployment(version, labels)
-        rest.create(api, rest.DEPLOYMENTS.path(namespace), deployment)
-        rest.create(
-            api,
-            rest.CLUSTER_POLICIES.path(),
-            {
-                "apiVersion": "nvidia.com/v1",
-                "kind": "ClusterPolicy",
-                "metadata": {"name": CLUSTER_POLICY_NAME, "labels": labels},
-                "spec": cluster_policy_spec(load_values()),
-            },
-        )
-
-    def _uninstall(self, release: tuple[str, str]) -> None:
-        namespace, _ = release
-        for path in (
-            rest.CLUSTER_POLICIES.path(name=CLUSTER_POLICY_NAME),
-            rest.DEPLOYMENTS.path(namespace, OPERATOR),
-            rest.DAEMON_SETS.path(namespace, NFD_WORKER),
-            rest.SERVICE_ACCOUNTS.path(namespace, OPERATOR),
-        ):
-            rest.delete(self._api(), path)
 
 
 def _plain(value: Any) -> Any:
     """Sequences compare as lists (settings may hold a tuple where terraform has a list)."""
     return list(value) if isinstance(value, tuple) else value
-
-
-def load_values(path: Path = VALUES_FILE) -> dict[str, Any]:
-    """The helm values the stack passes to the chart (one source for both backends)."""
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except FileNotFoundError:
-        raise InfraError(
-            f"{path} is missing: the rehearsal renders the ClusterPolicy from the stack's values"
-        ) from None
-
-
-def cluster_policy_spec(values: Mapping[str, Any]) -> dict[str, Any]:
-    """Chart defaults overlaid with `values`, for the ClusterPolicy sections they share."""
-    spec = yaml.safe_load(yaml.safe_dump(CHART_DEFAULTS))
-    for key, section in values.items():
-        if key in spec and isinstance(section, dict):
-            spec[key] = _merge(spec[key], section)
-    return spec
-
-
-def _merge(base: dict, overlay: Mapping[str, Any]) -> dict:
-    merged = dict(base)
-    for key, value in overlay.items():
-        if isinstance(value, Mapping) and isinstance(merged.get(key), dict):
-            merged[key] = _merge(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
-
-
-def _chart_labels(version: str) -> dict[str, str]:
-    return {
-        "app.kubernetes.io/managed-by": "Helm",
-        "app.kubernetes.io/instance": OPERATOR,
-        "app.kubernetes.io/version": version,
-        "helm.sh/chart": f"gpu-operator-{version}",
-    }
-
-
-def _operator_deployment(version: str, labels: dict[str, str]) -> dict:
-    selector = {"app": OPERATOR}
-    return {
-        "metadata": {"name": OPERATOR, "labels": labels | selector},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": selector},
-            "template": {
-                "metadata": {
-                    "labels": selector | {"app.kubernetes.io/component": OPERATOR},
-                    "annotations": {STARTUP_ANNOTATION: str(REAL_WORLD_SECONDS["operator_start"])},
-                },
-                "spec": {
-                    "priorityClassName": "system-node-critical",
-                    "serviceAccountName": OPERATOR,
-                    "tolerations": copy.deepcopy(DEFAULT_TOLERATIONS),
-                    "containers": [
-                        {
-                            "name": OPERATOR,
-                            "image": f"nvcr.io/nvidia/gpu-operator:{version}",
-                            "command": ["gpu-operator"],
-                            "resources": {"requests": {"cpu": "200m", "memory": "100Mi"}},
-                        }
-                    ],
-                },
-            },
-        },
-    }

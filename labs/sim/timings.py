@@ -20,10 +20,6 @@ REAL_WORLD_SECONDS: dict[str, float] = {
     "node_boot": 330.0,
     # Scale-down: drain and terminate until the Node object is gone.
     "node_terminate": 60.0,
-    # GPU Operator: from a ClusterPolicy change to the DaemonSets matching it (< 10 s).
-    "operator_reconcile": 4.0,
-    # Operator pod start after `helm install` (image pull, leader election).
-    "operator_start": 20.0,
     # Operand pods: the first node's pod is Ready this long after the ClusterPolicy change
     # the operator acts on (its reconcile delay included), the other nodes' pods later.
     "operand_first_ready": 10.0,
@@ -52,8 +48,6 @@ class Timings:
     speed: float
     node_boot: float
     node_terminate: float
-    operator_reconcile: float
-    operator_start: float
     operand_first_ready: float
     operand_all_ready: float
     container_start: float

@@ -5,7 +5,8 @@ controllers as its clients.
 loopback (`labs.sim.controlplane`), moto beside them, seeded like a fresh `terraform apply`
 of the stack with defaults (GPU node group at 0, operator not installed), and the world's
 controllers: what a cluster has but cannot run here (nodes and their kubelets, device
-plugins, the network, the operator model), reading and writing through the API server.
+plugins, the network), reading and writing through the API server, and the real GPU Operator
+behind its pod once its chart is installed.
 It writes `endpoints.json` and `kubeconfig` into the state directory so other processes
 (invoke tasks, kubectl, the aws CLI) can reach it. moto keeps its state in module globals,
 so a process holds at most one world at a time.
@@ -32,16 +33,17 @@ from labs.sim.aws.server import AwsServer, reset_moto
 from labs.sim.controllers.base import Controller
 from labs.sim.controllers.dcgm_exporter import dcgm_exporter
 from labs.sim.controllers.device_plugin import DevicePlugin
-from labs.sim.controllers.gpu_operator import GpuOperator
+from labs.sim.controllers.feature_discovery import FeatureDiscovery
+from labs.sim.controllers.gpu_operator import GpuOperatorPod
 from labs.sim.controllers.heartbeats import NodeLeases
 from labs.sim.controllers.kubelet import Kubelet
 from labs.sim.controllers.monitoring import MonitoringRelease
 from labs.sim.controllers.network import AllReduce, Network, SecurityGroups, TcpCheck
 from labs.sim.controllers.node_lifecycle import NodeLifecycle
-from labs.sim.controllers.operator_metrics import operator_metrics
 from labs.sim.controllers.pod_endpoint import PodNetwork
 from labs.sim.controllers.resource_metrics import ResourceMetrics
 from labs.sim.controllers.schedules import EventBridgeScheduler
+from labs.sim.controlplane.gpu_operator import cluster_policy_crd, release
 from labs.sim.controlplane.informers import InformedKubeApi
 from labs.sim.controlplane.kube_api import KubeApi
 from labs.sim.controlplane.kube_seed import seed_cluster, seed_metrics_server
@@ -61,6 +63,8 @@ METRICS_DIR = "resource-metrics"
 ROUTES_DIR = "routes"
 # Where the monitoring release's programs keep their files (Prometheus' data, the rules).
 MONITORING_DIR = "monitoring"
+# Where the GPU Operator's process keeps its root (its manifests, token and os-release).
+OPERATOR_DIR = "gpu-operator"
 _one_world = threading.Lock()
 
 
@@ -162,7 +166,7 @@ def start_world(
         clients = moto_clients(endpoints)
         ca_data = base64.b64encode(plane.ca_pem.encode()).decode()
         seed_stack(clients, cluster_name, region, plane.api_url, ca_data)
-        seed_cluster(store)
+        seed_cluster(store, cluster_policy_crd(release()))
         world._metrics_server = _metrics_server(plane, world._node_endpoint, store, state_dir)
         informed = world._informed = InformedKubeApi(store)
         nodes = NodeLifecycle(informed, timings, clients, cluster_name, region, updates)
@@ -175,9 +179,9 @@ def start_world(
             NodeLeases(informed, timings),
             Kubelet(informed, timings, logs, programs=[TcpCheck(network), AllReduce(network)]),
             DevicePlugin(informed, timings),
-            GpuOperator(informed, timings, logs),
+            GpuOperatorPod(informed, timings, plane, logs, pod_network, state_dir / OPERATOR_DIR),
+            FeatureDiscovery(informed, timings),
             dcgm_exporter(informed, timings, pod_network),
-            operator_metrics(informed, timings, pod_network),
             MonitoringRelease(
                 informed,
                 timings,

@@ -9,7 +9,7 @@ figures are the world's GPU model (the idle A10G `nvidia-smi` shows on that node
 
 from __future__ import annotations
 
-from labs.sim.controllers.gpu_operator import DCGM_EXPORTER_METRICS, OPERANDS
+from labs.kube import gpu
 from labs.sim.controllers.pod_endpoint import Page, PodMetrics, PodNetwork
 from labs.sim.controlplane.informers import InformedKubeApi
 from labs.sim.node.hardware import (
@@ -21,7 +21,8 @@ from labs.sim.node.hardware import (
 )
 from labs.sim.timings import Timings
 
-EXPORTER = next(o for o in OPERANDS if o.step == "state-dcgm-exporter")
+# The port its pods serve (the operator's Service `nvidia-dcgm-exporter`, port `gpu-metrics`).
+EXPORTER_PORT = 9400
 # (field, help as dcgm-exporter's default counters word it, value on the world's idle A10G)
 FIELDS = (
     ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", GPU_TABLE_CELLS["temperature"][:-1]),
@@ -55,6 +56,6 @@ def dcgm_exporter(store: InformedKubeApi, timings: Timings, network: PodNetwork)
         return lambda: page
 
     return PodMetrics(
-        store, timings, network, f"app={EXPORTER.daemonset}", DCGM_EXPORTER_METRICS.number,
+        store, timings, network, f"app={gpu.DCGM_EXPORTER_DAEMONSET}", EXPORTER_PORT,
         page_for, "DcgmExporter",
     )  # fmt: skip

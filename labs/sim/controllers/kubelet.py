@@ -7,8 +7,8 @@ devices present; ...` when the node has none healthy), any other resource with
 `OutOf<resource>`, as kubelet rejects a pod pinned with `nodeName` that the scheduler never
 checked. An admitted pod gets `Pulled` (image already present), `Created` and `Started`
 Events after `container_start`, turns Running, and Ready after its startup time (the pod
-annotation `sim.eks-gpu-lab/startup-seconds` in real-world seconds, counted from
-`sim.eks-gpu-lab/startup-from` when the pod has it, else `container_ready`).
+annotation `sim.eks-gpu-lab/startup-seconds` in real-world seconds, an operand DaemonSet's
+`operand_first_ready`/`operand_all_ready`, else `container_ready`).
 
 What a container does is decided by the first matching program:
 - the network's programs (`labs.sim.controllers.network`): the TCP check and the all-reduce.
@@ -38,14 +38,13 @@ from labs.sim.controllers.base import Controller
 from labs.sim.controllers.events import EventRecorder
 from labs.sim.controllers.placement import (
     STARTUP_ANNOTATION,
-    STARTUP_FROM_ANNOTATION,
     pod_is_terminal,
     pod_requests,
     set_pod_condition,
 )
 from labs.sim.controlplane.informers import InformedKubeApi
 from labs.sim.controlplane.kube_api import KubeApi
-from labs.sim.controlplane.resources import DAEMONSETS, NODES, PODS, NotFound, now_rfc3339
+from labs.sim.controlplane.resources import NODES, PODS, NotFound, now_rfc3339
 from labs.sim.node.container_logs import ContainerLogs
 from labs.sim.node.hardware import GPU_NAME
 from labs.sim.node.nvidia_runtime import injected_gpus
@@ -221,24 +220,16 @@ class Kubelet(Controller):
         startup = annotations.get(STARTUP_ANNOTATION)
         if not startup:
             return self.timings.container_ready
-        seconds = float(startup) / self.timings.speed
-        counted_from = annotations.get(STARTUP_FROM_ANNOTATION)
-        if counted_from:
-            seconds = float(counted_from) + seconds - time.time()
-        return max(seconds, 0.0)
+        return max(float(startup) / self.timings.speed, 0.0)
 
     def _rollout(self, pod: dict) -> dict[str, str]:
         """A DaemonSet's pod starts like an operand: the first on any node takes longer than
-        the rest, and a rollout's pods count from when the operator began it."""
+        the rest."""
         owner = next(
             (o for o in pod["metadata"].get("ownerReferences") or [] if o["kind"] == "DaemonSet"),
             None,
         )
         if owner is None:
-            return {}
-        try:
-            ds = self.store.get(DAEMONSETS, owner["name"], pod["metadata"]["namespace"])
-        except NotFound:
             return {}
         siblings = [
             p
@@ -249,9 +240,7 @@ class Kubelet(Controller):
             min(siblings, key=_arrival, default=pod)["metadata"]["uid"] == pod["metadata"]["uid"]
         )
         startup = "operand_first_ready" if first else "operand_all_ready"
-        found = {STARTUP_ANNOTATION: str(REAL_WORLD_SECONDS[startup])}
-        rollout_from = (ds["metadata"].get("annotations") or {}).get(STARTUP_FROM_ANNOTATION)
-        return found | ({STARTUP_FROM_ANNOTATION: rollout_from} if rollout_from else {})
+        return {STARTUP_ANNOTATION: str(REAL_WORLD_SECONDS[startup])}
 
     def _terminate(self, pod: dict) -> None:
         """A pod being deleted: its containers stop at once (the world's programs exit on

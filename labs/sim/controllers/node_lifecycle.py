@@ -27,6 +27,7 @@ from labs.sim.controllers.events import EventRecorder
 from labs.sim.controlplane.informers import InformedKubeApi
 from labs.sim.controlplane.resources import NODES, PODS, NotFound, now_rfc3339
 from labs.sim.node.hardware import (
+    AMI_OS_IMAGE,
     DEFAULT_RUNTIME_ANNOTATION,
     DEFAULT_RUNTIMES,
     INSTANCE_TYPE_LABEL,
@@ -210,17 +211,21 @@ class NodeLifecycle(Controller):
                              host=name)  # fmt: skip
 
     def _remove_node(self, name: str) -> None:
+        """The terminated instance's Node goes first, then its pods (as the cloud controller
+        deletes the Node and the pod garbage collector its orphans): deleted the other way
+        round, the DaemonSet controller re-creates each operand pod on the still-listed node,
+        and the operands count an unavailable pod until the node is gone."""
         pods, _ = self.store.list(PODS, field_selector=f"spec.nodeName={name}")
+        try:
+            self.store.delete(NODES, name)
+        except NotFound:
+            pass
         for pod in pods:
             try:
                 meta = pod["metadata"]
                 self.store.delete(PODS, meta["name"], meta["namespace"], grace_seconds=0)
             except NotFound:
                 pass
-        try:
-            self.store.delete(NODES, name)
-        except NotFound:
-            return
 
     def _node_name(self, instance: dict) -> str:
         return node_name_for_ip(instance["PrivateIpAddress"], self._region)
@@ -323,7 +328,7 @@ def build_node(instance: dict, group: dict, region: str) -> dict:
                 "kubeProxyVersion": "",
                 "kubeletVersion": "v1.35.0-eks-3cfe0ce",
                 "operatingSystem": "linux",
-                "osImage": "Amazon Linux 2023.9.20260714",
+                "osImage": AMI_OS_IMAGE,
                 "machineID": instance["InstanceId"].replace("i-", "ec2"),
                 "systemUUID": instance["InstanceId"].replace("i-", "ec2"),
                 "bootID": instance["InstanceId"],

@@ -1,4 +1,4 @@
-"""What the world's kubelet and operator model read off pods: requests, conditions, startup.
+"""What the world's kubelet and controllers read off pods: requests, conditions, startup.
 
 The scheduling itself (selectors, affinity, taints) is kube-scheduler's and the
 controllers' now; these are the few facts the node side still needs.
@@ -59,19 +59,5 @@ def _condition_true(obj: dict, kind: str) -> bool:
     )
 
 
-# Real-world seconds from container start to Ready, on a pod (or its template); and when a
-# rollout began (wall-clock seconds), on an operand DaemonSet, so its pods count from then.
+# Real-world seconds from container start to Ready, on a pod (or its template).
 STARTUP_ANNOTATION = "sim.eks-gpu-lab/startup-seconds"
-STARTUP_FROM_ANNOTATION = "sim.eks-gpu-lab/startup-from"
-
-
-def owner_reference(owner: dict) -> dict:
-    """The controller reference an object's owner puts on it (garbage collection follows it)."""
-    return {
-        "apiVersion": owner["apiVersion"],
-        "kind": owner["kind"],
-        "name": owner["metadata"]["name"],
-        "uid": owner["metadata"]["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }

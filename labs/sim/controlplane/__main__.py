@@ -1,5 +1,6 @@
 """`python -m labs.sim.controlplane`: build (or find) the control plane's programs, the node
-endpoint, metrics-server, promtool, Prometheus and kube-state-metrics ahead of use.
+endpoint, metrics-server, promtool, Prometheus, kube-state-metrics, helm and the NVIDIA GPU
+Operator (its program, chart and operand manifests) ahead of use.
 
 The README's set-up runs it so the first build's quarter of an hour show as progress there, not as
 a silent wait inside the first rehearsal or test.
@@ -10,6 +11,7 @@ from __future__ import annotations
 import sys
 
 from labs.sim.controlplane.build import (
+    HELM_PROGRAM,
     KUBE_STATE_METRICS_PROGRAM,
     METRICS_SERVER_PROGRAM,
     PROMETHEUS_PROGRAM,
@@ -19,6 +21,7 @@ from labs.sim.controlplane.build import (
     node_endpoint_binary,
     pinned_binary,
 )
+from labs.sim.controlplane.gpu_operator import release
 
 
 def say(line: str) -> None:
@@ -34,8 +37,11 @@ def main() -> int:
             PROMTOOL_PROGRAM,
             PROMETHEUS_PROGRAM,
             KUBE_STATE_METRICS_PROGRAM,
+            HELM_PROGRAM,
         ):
             print(f"{program.name}: {pinned_binary(program, say)}", flush=True)
+        operator = release(say)
+        print(f"gpu-operator {operator.version}: {operator.binary.parent}", flush=True)
     except ControlPlaneUnavailable as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -21,6 +21,7 @@ built once per version.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -52,6 +53,8 @@ METRICS_SERVER = "metrics-server"
 PROMTOOL = "promtool"
 PROMETHEUS = "prometheus"
 KUBE_STATE_METRICS = "kube-state-metrics"
+GPU_OPERATOR = "gpu-operator"
+HELM = "helm"
 PROGRESS_EVERY = 30.0
 
 Say = Callable[[str], None]
@@ -80,10 +83,36 @@ def pinned_versions(go_mod: Path = GO_MODULE / "go.mod") -> Versions:
 
 def required(go_mod: Path, module: str) -> str:
     """The version `go_mod` requires of `module`."""
-    found = re.search(rf"^\s*(?:require\s+)?{re.escape(module)}\s+(v\S+)", go_mod.read_text(), re.M)
+    return _require_line(go_mod, module).group(1)
+
+
+def release(go_mod: Path, module: str) -> str:
+    """The release `go_mod` requires of `module`: its version, or for a pseudo-version (a
+    release the proxy serves only as its commit) the tag its line's comment names."""
+    line = _require_line(go_mod, module)
+    if line.group(2) and PSEUDO_VERSION.match(line.group(1)):
+        return line.group(2)
+    return line.group(1)
+
+
+def commit(version: str) -> str:
+    """The commit a pseudo-version names (its last part), or "" for a tagged version."""
+    found = PSEUDO_VERSION.match(version)
+    return found.group(1) if found else ""
+
+
+PSEUDO_VERSION = re.compile(r"^v0\.0\.0-\d{14}-([0-9a-f]{12})$")
+
+
+def _require_line(go_mod: Path, module: str) -> re.Match[str]:
+    found = re.search(
+        rf"^\s*(?:require\s+)?{re.escape(module)}\s+(v\S+)(?:\s*//\s*(v[\w.-]+))?",
+        go_mod.read_text(),
+        re.M,
+    )
     if not found:
         raise ControlPlaneUnavailable(f"{go_mod} does not require {module}")
-    return found.group(1)
+    return found
 
 
 def staging_replaces(kubernetes_go_mod: str, kubernetes_version: str) -> dict[str, str]:
@@ -260,9 +289,19 @@ class PinnedProgram:
     package: str
     version_variable: str
     about: str
+    # Where the commit is stamped, for a release the proxy serves only as a pseudo-version.
+    commit_variable: str = ""
 
     def version(self) -> str:
-        return required(self.module / "go.mod", self.pins)
+        """The release: the cache entry's name and what the program says it is."""
+        return release(self.module / "go.mod", self.pins)
+
+    def ldflags(self) -> str:
+        flags = f"-s -w -X {self.version_variable}={self.version()}"
+        pinned = commit(required(self.module / "go.mod", self.pins))
+        if self.commit_variable and pinned:
+            flags += f" -X {self.commit_variable}={pinned}"
+        return flags
 
 
 METRICS_SERVER_PROGRAM = PinnedProgram(
@@ -297,6 +336,40 @@ KUBE_STATE_METRICS_PROGRAM = PinnedProgram(
     "github.com/prometheus/common/version.Version",
     "about 4 minutes on 2 idle cores from an empty Go build cache",
 )
+# The operator's version and commit as NVIDIA's Makefile stamps them (`gpu-operator` logs
+# "version: v25.3.4, commit: ..." first thing).
+GPU_OPERATOR_PROGRAM = PinnedProgram(
+    GPU_OPERATOR,
+    GO_MODULE.parent / "gpu-operator",
+    "github.com/NVIDIA/gpu-operator",
+    "github.com/NVIDIA/gpu-operator/cmd/gpu-operator",
+    "github.com/NVIDIA/gpu-operator/internal/info.version",
+    "about 5 minutes on 2 idle cores from an empty Go build cache",
+    commit_variable="github.com/NVIDIA/gpu-operator/internal/info.gitCommit",
+)
+HELM_PROGRAM = PinnedProgram(
+    HELM,
+    GO_MODULE.parent / "helm",
+    "helm.sh/helm/v3",
+    "helm.sh/helm/v3/cmd/helm",
+    "helm.sh/helm/v3/internal/version.version",
+    "about 3 minutes on 2 idle cores from an empty Go build cache",
+)
+
+
+def module_dir(module: Path, required_module: str) -> Path:
+    """Where Go keeps the files of the module `module`'s go.mod requires (downloaded now when
+    missing): a chart or manifests that come with a program's source."""
+    result = subprocess.run(
+        [_go(), "mod", "download", "-json", required_module],
+        cwd=module, env=_go_env(), capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if result.returncode != 0:
+        raise ControlPlaneUnavailable(
+            f"cannot find {required_module} (go mod download in {module}): "
+            f"{result.stderr.strip() or result.stdout.strip()}"
+        )
+    return Path(json.loads(result.stdout)["Dir"])
 
 
 def metrics_server_version() -> str:
@@ -304,19 +377,24 @@ def metrics_server_version() -> str:
     return METRICS_SERVER_PROGRAM.version()
 
 
-def pinned_binary(program: PinnedProgram, say: Say = print) -> Path:
-    """`program`: from the prebuilt directory when it holds one, else cached per version, else
-    built now (once its packages are in Go's build cache, a minute or so)."""
+def program_path(program: PinnedProgram) -> Path:
+    """Where `program` is or will be: the prebuilt directory's when it holds one, else its
+    cache entry."""
     explicit = os.environ.get(PREBUILT_ENV)
     if explicit and os.access(Path(explicit, program.name), os.X_OK):
         return Path(explicit, program.name)
-    version = program.version()
-    binary = cache_root() / program.name / version / program.name
+    return cache_root() / program.name / program.version() / program.name
+
+
+def pinned_binary(program: PinnedProgram, say: Say = print) -> Path:
+    """`program`: from the prebuilt directory when it holds one, else cached per version, else
+    built now (once its packages are in Go's build cache, a minute or so)."""
+    binary = program_path(program)
     if os.access(binary, os.X_OK):
         return binary
+    version = program.version()
     go = _go()
     binary.parent.mkdir(parents=True, exist_ok=True)
     say(f"building {program.name} {version} into {binary.parent} ({program.about})")
-    ldflags = f"-s -w -X {program.version_variable}={version}"
-    _go_build(go, program.package, binary, ldflags, program.name, say, program.module)
+    _go_build(go, program.package, binary, program.ldflags(), program.name, say, program.module)
     return binary

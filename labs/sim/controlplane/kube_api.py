@@ -36,6 +36,8 @@ from labs.sim.controlplane.resources import (
 from labs.sim.controlplane.run import Credentials
 
 log = logging.getLogger(__name__)
+# A world lives hours at most; nothing renews a token as a kubelet would.
+TOKEN_SECONDS = 30 * 86400
 
 _KINDS = (BadRequest, Forbidden, NotFound, MethodNotAllowed, Gone, Invalid)
 _ERRORS: dict[int, type[StoreError]] = {error.code: error for error in _KINDS}
@@ -184,6 +186,18 @@ class KubeApi:
         return response
 
     # ---- raw -------------------------------------------------------------------------
+
+    def service_account_token(self, namespace: str, name: str) -> str:
+        """A token the API server issues for ServiceAccount `name` (a TokenRequest, as the
+        kubelet asks for a pod's projected token), so that account's RBAC is what its holder
+        runs under."""
+        path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token"
+        request = {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": TOKEN_SECONDS},
+        }
+        return str(self._call("POST", path, request)["status"]["token"])
 
     def call(self, method: str, path: str, body: Any = None) -> dict:
         """Any request by path (a CRD, a discovery document)."""

@@ -3,13 +3,12 @@
 Nodes come from the node lifecycle controller (one per EC2 instance of each node group);
 this adds what EKS add-ons put in kube-system (coredns Deployment, aws-node and
 kube-proxy DaemonSets; their pods come from the real controllers) and installs the GPU
-Operator's ClusterPolicy CRD (its v26.3.1 schema), so `kubectl get clusterpolicies` answers
-"No resources found" before helm runs.
+Operator's ClusterPolicy CRD (the chart's own, which helm then finds in place), so `kubectl get
+clusterpolicies` answers "No resources found" before helm runs.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +18,6 @@ import yaml
 from labs.sim.controlplane.build import metrics_server_version
 from labs.sim.controlplane.kube_api import KubeApi
 from labs.sim.controlplane.resources import (
-    CLUSTER_POLICY,
     CRDS,
     DAEMONSETS,
     DEPLOYMENTS,
@@ -31,9 +29,9 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 ADDON_REGISTRY = "602401143452.dkr.ecr.ap-northeast-2.amazonaws.com/eks"
 
 
-def seed_cluster(store: KubeApi) -> None:
+def seed_cluster(store: KubeApi, cluster_policy_crd: dict) -> None:
     """Install the ClusterPolicy CRD and create the add-on workloads."""
-    install_crd(store, CLUSTER_POLICY)
+    install_crd(store, cluster_policy_crd)
     store.create(
         DEPLOYMENTS,
         {
@@ -103,39 +101,13 @@ def _template(labels: dict, name: str, image: str, requests: dict, tolerations: 
     }
 
 
-def install_crd(store: KubeApi, rtype: ResourceType, timeout: float = 30.0) -> None:
-    """Create the CustomResourceDefinition of `rtype` and wait until the API serves it."""
-    schema = json.loads((DATA / rtype.schema).read_text())
-    columns = [
-        {"name": column, "type": "string", "jsonPath": f".{path}"}
-        for column, path in rtype.printer_columns
-    ]
-    columns.append({"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"})
-    version = {
-        "name": rtype.version,
-        "served": True,
-        "storage": True,
-        "schema": {"openAPIV3Schema": schema},
-        "subresources": {"status": {}} if "status" in rtype.subresources else {},
-        "additionalPrinterColumns": columns,
-    }
-    store.create(
-        CRDS,
-        {
-            "metadata": {"name": rtype.ref},
-            "spec": {
-                "group": rtype.group,
-                "names": {
-                    "kind": rtype.kind,
-                    "listKind": f"{rtype.kind}List",
-                    "plural": rtype.plural,
-                    "singular": rtype.singular,
-                },
-                "scope": "Namespaced" if rtype.namespaced else "Cluster",
-                "versions": [version],
-            },
-        },
-    )
+def install_crd(store: KubeApi, crd: dict, timeout: float = 30.0) -> None:
+    """Create the CustomResourceDefinition `crd` and wait until the API serves its type."""
+    created = store.create(CRDS, crd)
+    names, group = created["spec"]["names"], created["spec"]["group"]
+    version = next(v["name"] for v in created["spec"]["versions"] if v.get("storage"))
+    rtype = ResourceType(group, version, names["plural"], names["kind"],
+                         created["spec"]["scope"] == "Namespaced")  # fmt: skip
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         conditions = (store.get(CRDS, rtype.ref).get("status") or {}).get("conditions") or []

@@ -49,8 +49,6 @@ Say = Callable[[str], None]
 # or two of real time on a busy machine (a node draining, an operand restarting), which at a
 # high speed would be minutes of the world and fire rules no real cluster would.
 MIN_FOR_SECONDS = 3.0
-# A world lives hours at most; nothing renews the token as a kubelet would.
-TOKEN_SECONDS = 30 * 86400
 
 
 def seconds(duration: str) -> float:
@@ -78,14 +76,8 @@ def scaled_rules(text: str, speed: float) -> str:
 
 def service_account_kubeconfig(plane: ControlPlane, name: str) -> Path:
     """A kubeconfig with a token the API server issues for the ServiceAccount `name` of the
-    monitoring namespace (a TokenRequest, as the kubelet asks for a pod's projected token)."""
-    path = f"/api/v1/namespaces/{MONITORING_NAMESPACE}/serviceaccounts/{name}/token"
-    request = {
-        "apiVersion": "authentication.k8s.io/v1",
-        "kind": "TokenRequest",
-        "spec": {"expirationSeconds": TOKEN_SECONDS},
-    }
-    token = KubeApi(plane.credentials("admin")).call("POST", path, request)["status"]["token"]
+    monitoring namespace, so the chart's RBAC is what the program runs under."""
+    token = KubeApi(plane.credentials("admin")).service_account_token(MONITORING_NAMESPACE, name)
     ca_data = base64.b64encode(plane.ca_pem.encode()).decode()
     document = kubeconfig_document(plane.api_url, "lab", token, ca_data, name)
     return write_kubeconfig(plane.home / f"{name}.kubeconfig", document)

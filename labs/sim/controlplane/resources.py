@@ -20,8 +20,6 @@ class ResourceType:
     kind: str
     namespaced: bool
     subresources: tuple[str, ...] = ()
-    printer_columns: tuple[tuple[str, str], ...] = ()  # (column, dotted path) for custom types
-    schema: str = ""  # a custom type's OpenAPI schema, a file in labs/sim/data
 
     @property
     def api_version(self) -> str:
@@ -48,14 +46,7 @@ DEPLOYMENTS = ResourceType("apps", "v1", "deployments", "Deployment", True, ("st
 REPLICASETS = ResourceType("apps", "v1", "replicasets", "ReplicaSet", True, ("status", "scale"))
 RUNTIMECLASSES = ResourceType("node.k8s.io", "v1", "runtimeclasses", "RuntimeClass", False)
 CLUSTER_POLICY = ResourceType(
-    "nvidia.com",
-    "v1",
-    "clusterpolicies",
-    "ClusterPolicy",
-    False,
-    subresources=("status",),
-    printer_columns=(("Status", "status.state"),),
-    schema="clusterpolicies.schema.json",
+    "nvidia.com", "v1", "clusterpolicies", "ClusterPolicy", False, subresources=("status",)
 )
 PROMETHEUS_RULES = ResourceType(
     "monitoring.coreos.com", "v1", "prometheusrules", "PrometheusRule", True

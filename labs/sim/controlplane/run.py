@@ -57,7 +57,7 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """The kernel kills the child when the *thread* that started it ends: start a plane from a
     thread that lives as long as it should."""
     ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -84,7 +84,7 @@ def spawn(
             stdout=output,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
             close_fds=True,
             env={**os.environ, **env} if env else None,
         )

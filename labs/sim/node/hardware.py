@@ -70,6 +70,26 @@ GPU_TABLE_CELLS = {
     "mig": "N/A",
 }
 # The NVIDIA AMI (AL2023) as node-side commands report it.
+# /etc/os-release of the AL2023 AMI release the nodes report (`osImage`): what the operator
+# reads through its `/host-etc/os-release` mount.
+AMI_OS_IMAGE = "Amazon Linux 2023.9.20260714"
+AMI_OS_RELEASE = f"""NAME="Amazon Linux"
+VERSION="2023"
+ID="amzn"
+ID_LIKE="fedora"
+VERSION_ID="2023"
+PLATFORM_ID="platform:al2023"
+PRETTY_NAME="{AMI_OS_IMAGE}"
+ANSI_COLOR="0;33"
+CPE_NAME="cpe:2.3:o:amazon:amazon_linux:2023"
+HOME_URL="https://aws.amazon.com/linux/amazon-linux-2023/"
+DOCUMENTATION_URL="https://docs.aws.amazon.com/linux/"
+SUPPORT_URL="https://aws.amazon.com/premiumsupport/"
+BUG_REPORT_URL="https://github.com/amazonlinux/amazon-linux-2023"
+VENDOR_NAME="AWS"
+VENDOR_URL="https://aws.amazon.com/"
+SUPPORT_END="2029-06-30"
+"""
 AMI_GLIBC = "2.34"
 AMI_GLIBC_YEAR = "2021"
 TOOLKIT_VERSION = "1.19.1"

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from labs.kube import gpu
 from labs.sim.controllers.device_plugin import DEVICE_PLUGIN_APP
-from labs.sim.controllers.gpu_operator import OPERANDS
 from labs.sim.controllers.placement import pod_ready
 from labs.sim.controlplane.kube_api import KubeApi
 from labs.sim.controlplane.resources import PODS
@@ -28,7 +28,6 @@ from labs.sim.controlplane.resources import PODS
 DEVICE_PLUGINS_DIR = "/var/lib/kubelet/device-plugins"
 VALIDATIONS_DIR = "/run/nvidia/validations"
 PLUGIN_SOCKET = "nvidia-gpu.sock"
-VALIDATOR_APP = next(o.daemonset for o in OPERANDS if o.step == "state-operator-validation")
 CHECKPOINT_SIZE = 660
 EMPTY_STATUS_FILES = ("toolkit-ready", "cuda-ready")
 # What the validator writes for a driver installed on the host (the NVIDIA AMI's).
@@ -88,7 +87,7 @@ def _device_plugins(store: KubeApi, node: dict) -> list[Entry]:
 
 def _validations(store: KubeApi, node: dict) -> list[Entry]:
     booted = _when(node["metadata"].get("creationTimestamp"))
-    validator = _serving_since(store, node, VALIDATOR_APP)
+    validator = _serving_since(store, node, gpu.VALIDATOR_DAEMONSET)
     files: list[Entry] = []
     if validator is not None:
         files.append(

@@ -1,0 +1,224 @@
+"""The real NVIDIA GPU Operator for a rehearsal lab: its program, chart and operand manifests,
+all from the Go module `go/gpu-operator` pins, and the process that runs as its pod.
+
+The operator reads its operand manifests from the fixed `/opt/gpu-operator/<state>` and the
+node's `/host-etc/os-release`, and finds the API server as a pod does (its ServiceAccount's
+token, CA and namespace under `/var/run/secrets/kubernetes.io/serviceaccount`). None of those
+paths may be touched on the user's machine, so each process gets a root of its own: a user and
+mount namespace (`unshare`, Linux with user namespaces) where the module's manifests and the
+binary are bound into a directory of the lab's, then `chroot` into it. Its network is the
+host's: it reaches the API server on loopback and serves its metrics on a loopback port.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from labs.sim.controlplane import build
+from labs.sim.controlplane.run import (
+    ControlPlane,
+    ControlPlaneError,
+    die_with_parent,
+    free_port,
+    reap,
+)
+from labs.sim.controlplane.tls import LOOPBACK
+from labs.sim.node.hardware import AMI_OS_RELEASE
+
+MODULE = "github.com/NVIDIA/gpu-operator"
+CHART_PATH = "deployments/gpu-operator"
+CLUSTER_POLICY_CRD = "crds/nvidia.com_clusterpolicies.yaml"
+SERVICE_ACCOUNT_DIR = "var/run/secrets/kubernetes.io/serviceaccount"
+STOP_TIMEOUT = 5.0
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class OperatorRelease:
+    """The pinned release: its program, its chart (Chart.yaml stamped with the release, as
+    NVIDIA's release does) and the manifests its image carries (its Dockerfile copies the
+    module's `assets/` to /opt/gpu-operator and `manifests/` to /opt/gpu-operator/manifests)."""
+
+    version: str
+    binary: Path
+    chart: Path
+    manifests: Path
+
+
+def release(say: Say = print) -> OperatorRelease:
+    """The operator release of `go/gpu-operator`: built, and its chart and manifests copied out
+    of the module into the cache, once."""
+    program = build.GPU_OPERATOR_PROGRAM
+    binary = build.pinned_binary(program, say)
+    version = program.version()
+    home = build.cache_root() / program.name / version
+    chart, manifests = home / "chart", home / "opt" / "gpu-operator"
+    if not _unpacked(home):
+        _unpack(build.module_dir(program.module, program.pins), version, home)
+    return OperatorRelease(version, binary, chart, manifests)
+
+
+UNPACKED = {"chart": "Chart.yaml", "opt": "gpu-operator/manifests/state-driver"}
+
+
+def _unpacked(home: Path, name: str | None = None) -> bool:
+    """The chart and the manifests are in place (one of them, given `name`)."""
+    names = [name] if name else list(UNPACKED)
+    return all((home / n / UNPACKED[n]).exists() for n in names)
+
+
+def _unpack(source: Path, version: str, home: Path) -> None:
+    """The chart (stamped with the release) and the image's /opt/gpu-operator, laid out under
+    a staging directory of this process's and moved into place: two test workers unpacking
+    at once never see each other's half."""
+    staging = home / f".unpack.{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(source / CHART_PATH, staging / "chart")
+    shutil.copytree(source / "assets", staging / "opt" / "gpu-operator")
+    shutil.copytree(source / "manifests", staging / "opt" / "gpu-operator" / "manifests")
+    for path in staging.rglob("*"):  # the module cache's files are read-only
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    stamped = staging / "chart" / "Chart.yaml"
+    text = re.sub(r"^version:.*$", f"version: {version}", stamped.read_text(), flags=re.M)
+    stamped.write_text(re.sub(r"^appVersion:.*$", f'appVersion: "{version}"', text, flags=re.M))
+    for name in UNPACKED:
+        if _unpacked(home, name):  # another process put it there first
+            continue
+        shutil.rmtree(home / name, ignore_errors=True)  # a half or an older layout
+        try:
+            (staging / name).rename(home / name)
+        except OSError:  # another process put it there meanwhile
+            pass
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def cluster_policy_crd(operator: OperatorRelease) -> dict:
+    """The ClusterPolicy CRD as the release's chart installs it."""
+    crd: dict = yaml.safe_load((operator.chart / CLUSTER_POLICY_CRD).read_text())
+    return crd
+
+
+@dataclass
+class OperatorProcess:
+    """One run of the operator's container: its root under `home`, its output line by line to
+    `output(line)`; the metrics it serves at `metrics_address`."""
+
+    home: Path
+    plane: ControlPlane
+    output: Callable[[str], None]
+    metrics_port: int = field(default_factory=free_port)
+    _process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+    _reader: threading.Thread | None = field(default=None, init=False, repr=False)
+
+    @property
+    def metrics_address(self) -> str:
+        return f"{LOOPBACK}:{self.metrics_port}"
+
+    def start(self, operator: OperatorRelease, pod: dict, token: str) -> None:
+        """Run the pod's first container as its spec says (command, args, env), as the pod's
+        ServiceAccount, with the probes and metrics on loopback ports of its own."""
+        namespace = pod["metadata"]["namespace"]
+        container = pod["spec"]["containers"][0]
+        root = self._root(operator, namespace, token)
+        args = [
+            *(container.get("args") or []),
+            f"--metrics-bind-address={self.metrics_address}",
+            f"--health-probe-bind-address={LOOPBACK}:{free_port()}",
+        ]
+        env = {
+            "KUBERNETES_SERVICE_HOST": LOOPBACK,
+            "KUBERNETES_SERVICE_PORT": self.plane.api_url.rsplit(":", 1)[1],
+            **container_env(container, pod),
+        }
+        # Bind the manifests and the binary into the lab's root, then run inside it: nothing
+        # outside the namespaces sees either mount, and both go with the process.
+        script = (
+            '"$1" --bind "$3" "$5/opt/gpu-operator" && "$1" --bind "$4" "$5/gpu-operator" '
+            '&& chroot="$2" root="$5" && shift 5 && exec "$chroot" "$root" /gpu-operator "$@"'
+        )
+        command = [
+            _tool("unshare"), "--user", "--map-root-user", "--mount", "--",
+            _tool("sh"), "-c", script, "gpu-operator", _tool("mount"), _tool("chroot"),
+            str(operator.manifests), str(operator.binary), str(root), *args,
+        ]  # fmt: skip
+        self._process = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=die_with_parent,
+            close_fds=True,
+            env=env,
+        )
+        self._reader = threading.Thread(target=self._follow, name="gpu-operator-log", daemon=True)
+        self._reader.start()
+
+    def _root(self, operator: OperatorRelease, namespace: str, token: str) -> Path:
+        root = self.home / "root"
+        shutil.rmtree(root, ignore_errors=True)
+        (root / "opt" / "gpu-operator").mkdir(parents=True)
+        (root / "gpu-operator").touch()
+        (root / "tmp").mkdir()
+        account = root / SERVICE_ACCOUNT_DIR
+        account.mkdir(parents=True)
+        (account / "token").write_text(token)
+        (account / "ca.crt").write_text(self.plane.ca_pem)
+        (account / "namespace").write_text(namespace)
+        (root / "host-etc").mkdir()
+        (root / "host-etc" / "os-release").write_text(AMI_OS_RELEASE)
+        return root
+
+    def _follow(self) -> None:
+        process = self._process
+        assert process is not None and process.stdout is not None
+        for raw in process.stdout:
+            self.output(raw.decode("utf-8", "replace").rstrip("\n"))
+
+    def exit_code(self) -> int | None:
+        """None while it runs."""
+        return None if self._process is None else self._process.poll()
+
+    def stop(self) -> None:
+        """SIGTERM, as the kubelet stops a container; killed if it lingers."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            reap(process, STOP_TIMEOUT)
+        if self._reader is not None:
+            self._reader.join(STOP_TIMEOUT)
+            self._reader = None
+
+
+def container_env(container: dict, pod: dict) -> dict[str, str]:
+    """The container's environment as the kubelet sets it: plain values, and the pod fields
+    the chart refers to (`metadata.namespace`, `metadata.name`)."""
+    fields = {"metadata.namespace": pod["metadata"]["namespace"],
+              "metadata.name": pod["metadata"]["name"]}  # fmt: skip
+    env = {}
+    for item in container.get("env") or []:
+        source = (item.get("valueFrom") or {}).get("fieldRef") or {}
+        if "value" in item:
+            env[item["name"]] = str(item["value"])
+        elif source.get("fieldPath") in fields:
+            env[item["name"]] = fields[source["fieldPath"]]
+    return env
+
+
+def _tool(name: str) -> str:
+    # chroot lives in sbin, which a user's PATH may lack
+    found = shutil.which(name, path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
+    if found is None:
+        raise ControlPlaneError(
+            f"the rehearsal runs the real GPU Operator in a root of its own, which needs "
+            f"`{name}` (util-linux) and Linux user namespaces; install util-linux"
+        )
+    return found
