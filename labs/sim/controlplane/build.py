@@ -344,7 +344,7 @@ GPU_OPERATOR_PROGRAM = PinnedProgram(
     "github.com/NVIDIA/gpu-operator",
     "github.com/NVIDIA/gpu-operator/cmd/gpu-operator",
     "github.com/NVIDIA/gpu-operator/internal/info.version",
-    "about 5 minutes on 2 idle cores from an empty Go build cache",
+    "about 2 minutes on 2 idle cores from an empty Go build cache (80 s measured)",
     commit_variable="github.com/NVIDIA/gpu-operator/internal/info.gitCommit",
 )
 HELM_PROGRAM = PinnedProgram(
@@ -353,7 +353,7 @@ HELM_PROGRAM = PinnedProgram(
     "helm.sh/helm/v3",
     "helm.sh/helm/v3/cmd/helm",
     "helm.sh/helm/v3/internal/version.version",
-    "about 3 minutes on 2 idle cores from an empty Go build cache",
+    "about 2 minutes on 2 idle cores from an empty Go build cache (77 s measured)",
 )
 
 
