@@ -38,11 +38,9 @@ SERVICE_MONITOR = "dcgmExporter.serviceMonitor.enabled"
 
 @dataclass(frozen=True)
 class Installed:
-    """A release as `helm list` shows it."""
+    """A release as `helm list` shows it: where, and whether its last install succeeded."""
 
     namespace: str
-    chart: str
-    app_version: str
     status: str
 
 
@@ -84,7 +82,7 @@ class Helm:
         if not listed:
             return None
         found = listed[0]
-        return Installed(found["namespace"], found["chart"], found["app_version"], found["status"])
+        return Installed(found["namespace"], found["status"])
 
     def install(self, namespace: str, monitoring: bool, values: Path = VALUES_FILE) -> None:
         """`helm upgrade --install` of the pinned chart with the stack's values, waiting as
@@ -92,9 +90,7 @@ class Helm:
         operator = release()
         self.run(
             "upgrade", "--install", NAME, str(operator.chart),
-            "--namespace", namespace, "--create-namespace",
-            "--values", str(values),
-            "--set", f"{SERVICE_MONITOR}={str(monitoring).lower()}",
+            "--namespace", namespace, "--create-namespace", *_values(values, monitoring),
             "--no-hooks", "--wait", "--timeout", TIMEOUT,
         )  # fmt: skip
 
@@ -113,11 +109,15 @@ class Helm:
     ) -> dict:
         """The one object of `kind` the chart renders with these values (`helm template`):
         what an install would create, without a cluster."""
-        text = self.run(
-            "template", NAME, str(release().chart), "--namespace", namespace,
-            "--values", str(values), "--set", f"{SERVICE_MONITOR}={str(monitoring).lower()}",
-        )  # fmt: skip
+        text = self.run("template", NAME, str(release().chart), "--namespace", namespace,
+                        *_values(values, monitoring))  # fmt: skip
         found = [d for d in yaml.safe_load_all(text) if d and d.get("kind") == kind]
         if len(found) != 1:
             raise InfraError(f"the gpu-operator chart renders {len(found)} {kind} objects, not 1")
         return found[0]
+
+
+def _values(values: Path, monitoring: bool) -> list[str]:
+    """What the stack gives the chart: its values file, and the ServiceMonitor set beside it
+    (gpu_operator.tf)."""
+    return ["--values", str(values), "--set", f"{SERVICE_MONITOR}={str(monitoring).lower()}"]

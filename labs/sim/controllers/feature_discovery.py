@@ -38,13 +38,7 @@ class FeatureDiscovery(Controller):
         def apply(current: dict) -> None:
             current["metadata"].setdefault("labels", {}).update(GFD_LABELS)
 
-        try:
-            current = self.store.get(NODES, node)
+        try:  # read from the informer; written only when a label differs
+            self.store.update(NODES, node, apply)
         except NotFound:
-            return
-        labels = current["metadata"].get("labels") or {}
-        if any(labels.get(key) != value for key, value in GFD_LABELS.items()):
-            try:
-                self.store.update(NODES, node, apply)
-            except NotFound:
-                pass
+            pass

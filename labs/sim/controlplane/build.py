@@ -56,6 +56,8 @@ KUBE_STATE_METRICS = "kube-state-metrics"
 GPU_OPERATOR = "gpu-operator"
 HELM = "helm"
 PROGRESS_EVERY = 30.0
+# A release the proxy serves only as its commit: v0.0.0-<UTC timestamp>-<12-hex commit>.
+PSEUDO_VERSION = re.compile(r"^v0\.0\.0-\d{14}-([0-9a-f]{12})$")
 
 Say = Callable[[str], None]
 
@@ -99,9 +101,6 @@ def commit(version: str) -> str:
     """The commit a pseudo-version names (its last part), or "" for a tagged version."""
     found = PSEUDO_VERSION.match(version)
     return found.group(1) if found else ""
-
-
-PSEUDO_VERSION = re.compile(r"^v0\.0\.0-\d{14}-([0-9a-f]{12})$")
 
 
 def _require_line(go_mod: Path, module: str) -> re.Match[str]:
