@@ -5,7 +5,8 @@ operator installs): base infra with 0 GPU nodes and the operator off -> the lab'
 own kubeconfig -> operator on while there are still no GPU nodes, wait for its
 ClusterPolicy -> only then scale the GPU node group through the EKS API (never
 through the Terraform variable, which the node group ignores after creation) ->
-wait until every GPU is schedulable -> run the GPU probe. Every step checks what is
+wait until every GPU is schedulable and the ClusterPolicy is ready again (the new nodes
+turn it notReady until each operand runs there) -> run the GPU probe. Every step checks what is
 already done first, so re-running is safe and cheap. Before GPUs are asked for, the GPU
 time limit is set in AWS (`labs.time_limit`), and each scaling update EKS starts is
 followed until it succeeds or fails with AWS's own error.
@@ -148,6 +149,9 @@ def _bring_up(lab: Lab, settings: LabSettings, console: Console, keep_later: boo
             _wait_operator_ready(lab, console)
     scale(lab, settings.gpus, console, confirm=_already_confirmed, keep_later=keep_later)
     if settings.operator and settings.gpus > 0:
+        # New nodes turn the ClusterPolicy notReady until every operand runs on them.
+        with console.phase("wait for the ClusterPolicy to be ready on the GPU nodes"):
+            _wait_operator_ready(lab, console)
         with console.phase("GPU probe (nvidia-smi on a GPU node)"):
             _run_probe(lab, console)
     _print_billing(lab, console)
@@ -178,6 +182,10 @@ def _print_up_plan(lab: Lab, new: bool, console: Console) -> None:
     )
     gpus = "with allocatable nvidia.com/gpu 1" if s.operator else "(no operator)"
     console.say(f"  would wait for {s.gpus} Ready GPU node(s) {gpus}")
+    if s.operator and s.gpus:
+        console.say(
+            "  would wait for the ClusterPolicy to be ready on them, then run the GPU probe"
+        )
 
 
 def _apply(
