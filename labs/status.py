@@ -9,8 +9,10 @@ cannot be reached.
 from __future__ import annotations
 
 import dataclasses
+import os
 import shlex
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from labs import time_limit
@@ -21,6 +23,8 @@ from labs.kube import alerts, gpu, rest
 from labs.kube.view import Snapshot, check_access, check_lab_kubeconfig
 from labs.lab import Lab, known_labs
 from labs.settings import LabSettings
+
+KUBERC = Path(__file__).resolve().parent / "kube" / "kuberc.yaml"
 
 
 def gather(lab: Lab) -> dict[str, Any]:
@@ -346,6 +350,14 @@ def _list_cells(row: dict[str, Any]) -> tuple[str, ...]:
     )
 
 
+def kubectl_preferences() -> dict[str, str]:
+    """KUBERC at the lab's kubectl preferences (`kubectl debug` without a deprecation warning),
+    unless the user has preferences of their own, which win."""
+    if os.environ.get("KUBERC") or (Path.home() / ".kube" / "kuberc").exists():
+        return {}
+    return {"KUBERC": str(KUBERC)}
+
+
 def env_exports(lab: Lab) -> str:
     """Shell lines that point kubectl and the aws CLI at the lab (for `eval "$(...)"`).
 
@@ -358,6 +370,7 @@ def env_exports(lab: Lab) -> str:
         "KUBECONFIG": str(kubeconfig),
         "AWS_REGION": lab.region,
         "AWS_DEFAULT_REGION": lab.region,
+        **kubectl_preferences(),
         **lab.backend.env_exports(lab),
     }
     lines = [f"export {name}={shlex.quote(value)}" for name, value in variables.items()]

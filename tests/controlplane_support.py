@@ -24,6 +24,7 @@ from labs.sim.controlplane.build import (
     PROMETHEUS,
 )
 from labs.sim.controlplane.run import ControlPlane
+from labs.sim.controlplane.webhook import Access
 
 
 def processes(matching: Callable[[list[str]], bool]) -> list[str]:
@@ -79,10 +80,8 @@ def progress(line: str) -> None:
 
 
 @contextmanager
-def running_control_plane(
-    home: Path, accepts: Callable[[str], bool] | None = None
-) -> Iterator[ControlPlane]:
-    plane = ControlPlane(home, accepts)
+def running_control_plane(home: Path, access: Access | None = None) -> Iterator[ControlPlane]:
+    plane = ControlPlane(home, access)
     try:
         plane.start(progress)
         yield plane

@@ -25,7 +25,8 @@ from stack_spec import stack
 from still_support import StillPlane
 from tool_support import require_tool, require_venv_tool
 
-from labs.sim.aws.auth import Keys, eks_token_ok
+from labs.sim.aws.access import AccessEntries, Principal, lab_user_arn
+from labs.sim.aws.auth import Keys
 from labs.sim.controlplane import build
 from labs.sim.controlplane.kubeconfig import kubeconfig_document, write_kubeconfig
 from labs.sim.controlplane.resources import CONFIGMAPS
@@ -43,12 +44,15 @@ Run = Callable[..., subprocess.CompletedProcess]
 KEYS = Keys.generate()
 CLUSTER = "plane"
 REGION = "ap-northeast-2"
+USER = Principal(lab_user_arn("123456789012"), "AIDAPLANE", "123456789012",
+                 KEYS.access_key_id)  # fmt: skip
+ACCESS = AccessEntries(CLUSTER, KEYS)
+ACCESS.add_admin(USER, REGION)
 
 
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    accepts = partial(eks_token_ok, KEYS, CLUSTER)
-    with running_control_plane(tmp_path_factory.mktemp("controlplane"), accepts) as running:
+    with running_control_plane(tmp_path_factory.mktemp("controlplane"), ACCESS) as running:
         yield running
 
 
@@ -170,17 +174,23 @@ def _eks_token(cluster: str) -> str:
     return json.loads(made.stdout)["status"]["token"]
 
 
-def test_an_eks_token_for_the_lab_is_its_admin_and_any_other_token_is_refused(
+def test_an_eks_token_for_the_lab_is_its_iam_user_with_admin_access_and_others_are_refused(
     plane: ControlPlane, tmp_path: Path
 ) -> None:
+    """As on EKS with access entries: the IAM ARN, no system:masters, the access entry's
+    cluster-admin policy (the authorization webhook) lets it write."""
     ca_data = base64.b64encode(plane.ca_pem.encode()).decode()
     answers = {}
     for cluster in (CLUSTER, "another-cluster"):
         document = kubeconfig_document(plane.api_url, cluster, _eks_token(cluster), ca_data)
         config = write_kubeconfig(tmp_path / f"{cluster}.kubeconfig", document)
         answers[cluster] = kubectl_on(config, tmp_path / "cache", "auth", "whoami", "-o", "json")
+        if cluster == CLUSTER:
+            created = kubectl_on(config, tmp_path / "cache", "create", "namespace", "by-token")
+            assert created.stdout == "namespace/by-token created\n", created.stderr
     user = json.loads(answers[CLUSTER].stdout)["status"]["userInfo"]
-    assert user["username"] == "lab-admin" and "system:masters" in user["groups"]
+    assert user["username"] == USER.arn and user["groups"] == ["system:authenticated"]
+    assert user["extra"]["accessKeyId"] == [KEYS.access_key_id]
     assert answers["another-cluster"].returncode != 0
     assert "Unauthorized" in answers["another-cluster"].stderr
 

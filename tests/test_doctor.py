@@ -31,7 +31,8 @@ from labs.kube import probes
 from labs.lab import Lab
 from labs.run.engine import inject_scenario, revert_scenarios
 from labs.settings import load_settings
-from labs.sim.controlplane.webhook import ADMIN_USER
+from labs.sim.aws.access import lab_user_arn
+from labs.sim.aws.seed import ACCOUNT_ID
 
 CONTEXT = f"lab-admin@{LAB_NAME}"  # the context the world's kubeconfig names
 READ_ONLY = "**Read-only, proved by Kubernetes.**"  # the README's paragraph with its lines
@@ -128,7 +129,7 @@ def test_the_probable_cause_is_each_scenarios_declared_finding(
             if kubernetes_findings(from_kubeconfig) == kubernetes_findings(as_document(on_lab)):
                 break
             time.sleep(1.0)
-        verbs = audited_verbs(audit_log, since, ADMIN_USER)
+        verbs = audited_verbs(audit_log, since, lab_user_arn(ACCOUNT_ID))
     finally:
         revert_scenarios(lab, scenarios.all_scenarios(), None, out=quiet)
     wait_ready(lab)

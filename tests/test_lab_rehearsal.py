@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from lab_support import ROOT, in_order, invoke_env, pid_alive, run_invoke, sim_pid, until
@@ -40,6 +42,7 @@ def test_lab_up_sim_brings_up_two_schedulable_gpus_and_runs_the_probe(rehearsal)
         "==> wait for the ClusterPolicy to be ready",
         "==> scale GPU node group t1-ng-gpu to 2 (EKS API)",
         "==> wait for 2 Ready GPU node(s) with allocatable nvidia.com/gpu 1",
+        "==> wait for the ClusterPolicy to be ready on the GPU nodes",
         "==> GPU probe",
     ]
     assert in_order(out, order), "lab.up phases ran out of order"
@@ -90,24 +93,141 @@ def test_lab_env_prints_exports_that_reach_the_lab(rehearsal):
     assert exports["AWS_SECRET_ACCESS_KEY"] == endpoints["aws_secret_access_key"]
 
 
-def test_the_aws_cli_answers_after_evaluating_lab_env(rehearsal):
-    """What a person types: eval the exports, then the project's own aws CLI, no flags."""
-    _, env, _ = rehearsal
+def lab_shell(env: dict[str, str], command: str) -> subprocess.CompletedProcess[str]:
+    """What a person types: eval the lab's exports, then `command` with the project's own
+    aws CLI and whatever kubectl lab.env puts first on PATH."""
     bin_dir = Path(sys.executable).parent
     assert (bin_dir / "aws").exists(), f"the aws CLI is not in {bin_dir} (pip install -e '.[test]')"
-    script = (
-        f'eval "$({bin_dir / "invoke"} lab.env --lab {LAB})" && '
-        f"aws eks describe-nodegroup --cluster-name {LAB} --nodegroup-name {LAB}-ng-gpu "
-        "--query nodegroup.scalingConfig --output json"
-    )
+    script = f'eval "$({bin_dir / "invoke"} lab.env --lab {LAB})" && {command}'
     shell_env = {**env, "PATH": f"{bin_dir}:{env.get('PATH', '')}"}
-    result = subprocess.run(
+    return subprocess.run(
         ["bash", "-c", script], cwd=ROOT, env=shell_env, capture_output=True, text=True,
         timeout=120,
     )  # fmt: skip
 
+
+def lab_json(env: dict[str, str], command: str) -> Any:
+    result = lab_shell(env, command)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert json.loads(result.stdout) == {"minSize": 0, "maxSize": 2, "desiredSize": 2}
+    return json.loads(result.stdout)
+
+
+def test_the_aws_cli_answers_after_evaluating_lab_env(rehearsal):
+    _, env, _ = rehearsal
+    scaling = lab_json(
+        env,
+        f"aws eks describe-nodegroup --cluster-name {LAB} --nodegroup-name {LAB}-ng-gpu "
+        "--query nodegroup.scalingConfig --output json",
+    )
+    assert scaling == {"minSize": 0, "maxSize": 2, "desiredSize": 2}
+
+
+def test_kubectl_after_lab_env_is_the_servers_release_and_debug_does_not_warn(rehearsal):
+    _, env, _ = rehearsal
+    version = lab_shell(env, "kubectl version -o json")
+    assert version.returncode == 0, version.stderr
+    assert "WARNING" not in version.stderr, version.stderr
+    both = json.loads(version.stdout)
+    assert both["clientVersion"]["gitVersion"] == both["serverVersion"]["gitVersion"] == "v1.35.4"
+    # kubectl checks the profile before it looks the node up: nothing is created here
+    debug = lab_shell(env, "kubectl debug node/no-such-node --image=busybox -- true")
+    assert 'nodes "no-such-node" not found' in debug.stderr, debug.stderr
+    assert "deprecated" not in debug.stderr, debug.stderr
+
+
+def test_kubectl_and_the_aws_cli_name_the_same_principal_and_service_range(rehearsal):
+    """On EKS with access entries: whoami is the IAM ARN STS answers, and the cluster's
+    serviceIpv4Cidr holds the Services' addresses."""
+    _, env, _ = rehearsal
+    caller = lab_json(env, "aws sts get-caller-identity --output json")
+    whoami = lab_json(env, "kubectl auth whoami -o json")["status"]["userInfo"]
+    assert whoami["username"] == caller["Arn"] and caller["Arn"].endswith(":user/lab-admin")
+    assert whoami["groups"] == ["system:authenticated"]
+    entries = lab_json(env, f"aws eks list-access-entries --cluster-name {LAB} --output json")
+    assert entries["accessEntries"] == [caller["Arn"]]
+    policies = lab_json(
+        env,
+        f"aws eks list-associated-access-policies --cluster-name {LAB} "
+        f"--principal-arn {caller['Arn']} --output json",
+    )
+    assert [p["policyArn"].rsplit("/", 1)[-1] for p in policies["associatedAccessPolicies"]] == [
+        "AmazonEKSClusterAdminPolicy"
+    ]
+    cidr = lab_json(
+        env,
+        f"aws eks describe-cluster --name {LAB} --query "
+        "cluster.kubernetesNetworkConfig.serviceIpv4Cidr --output json",
+    )
+    service_ip = lab_json(env, "kubectl get service kubernetes -n default -o json")["spec"][
+        "clusterIP"
+    ]
+    assert ipaddress.ip_address(service_ip) in ipaddress.ip_network(cidr)
+
+
+def test_the_gpu_auto_scaling_group_lists_the_gpu_nodes_instances(rehearsal):
+    _, env, _ = rehearsal
+    groups = lab_json(env, "aws autoscaling describe-auto-scaling-groups --output json")
+    gpu = [
+        g for g in groups["AutoScalingGroups"]
+        if {"Key": "eks:nodegroup-name", "Value": f"{LAB}-ng-gpu"}
+        in [{"Key": t["Key"], "Value": t["Value"]} for t in g["Tags"]]
+    ]  # fmt: skip
+    nodes = lab_json(env, "kubectl get nodes -l tier=gpu -o json")["items"]
+    in_service = {
+        i["InstanceId"] for i in gpu[0]["Instances"] if i["LifecycleState"] == "InService"
+    }
+    assert in_service == {n["spec"]["providerID"].rsplit("/", 1)[-1] for n in nodes}
+    assert len(in_service) == 2
+    cluster_updates = lab_json(env, f"aws eks list-updates --name {LAB} --output json")
+    assert cluster_updates["updateIds"] == []
+
+
+def test_the_write_ups_aws_commands_agree_with_the_cluster(rehearsal, tmp_path):
+    """The aws commands of the lab's write-ups, replayed as typed, each answer checked against
+    what kubectl sees."""
+    _, env, _ = rehearsal
+    nodes = lab_json(env, "kubectl get nodes -o json")["items"]
+    gpu_nodes = [n for n in nodes if n["metadata"]["labels"].get("tier") == "gpu"]
+    # the stack's output: `aws eks --region R update-kubeconfig --name C`
+    config = tmp_path / "kubeconfig"
+    wrote = lab_shell(env, f"aws eks --region $AWS_REGION update-kubeconfig --name {LAB} "
+                           f"--kubeconfig {config}")  # fmt: skip
+    assert wrote.returncode == 0, wrote.stderr
+    theirs = lab_json(env, f"kubectl --kubeconfig {config} get nodes -o json")["items"]
+    assert sorted(n["metadata"]["name"] for n in theirs) == sorted(
+        n["metadata"]["name"] for n in nodes
+    )
+    # the helm provider's exec: `aws eks get-token --cluster-name C --region R`
+    token = lab_json(env, f"aws eks get-token --cluster-name {LAB} --region $AWS_REGION")
+    assert token["status"]["token"].startswith("k8s-aws-v1.")
+    # the cost guard's check: `aws eks describe-nodegroup` (desiredSize = GPU nodes)
+    group = lab_json(env, f"aws eks describe-nodegroup --cluster-name {LAB} "
+                          f"--nodegroup-name {LAB}-ng-gpu --output json")["nodegroup"]  # fmt: skip
+    assert group["scalingConfig"]["desiredSize"] == len(gpu_nodes) == 2
+    assert group["instanceTypes"] == sorted(
+        {n["metadata"]["labels"]["node.kubernetes.io/instance-type"] for n in gpu_nodes}
+    )
+    # scaling as the write-up does it (to the size it has: nothing moves)
+    scale = (f"aws eks update-nodegroup-config --cluster-name {LAB} --nodegroup-name {LAB}-ng-gpu"
+             " --scaling-config minSize=0,maxSize=2,desiredSize=2")  # fmt: skip
+    update = lab_json(env, scale)
+    listed = lab_json(env, f"aws eks list-updates --name {LAB} --nodegroup-name {LAB}-ng-gpu")
+    assert update["update"]["id"] in listed["updateIds"]
+    until(
+        lambda: (
+            lab_json(
+                env,
+                f"aws eks describe-update --name {LAB} --nodegroup-name {LAB}-ng-gpu "
+                f"--update-id {update['update']['id']}",
+            )["update"]["status"]
+            == "Successful"
+        ),
+        what="the no-op scaling update Successful",
+    )
+    # the quota the README's preflight reads: room for the group's max of g5.xlarge (4 vCPU)
+    quota = lab_json(env, "aws service-quotas get-service-quota --service-code ec2 "
+                          "--quota-code L-DB2E81BA")["Quota"]  # fmt: skip
+    assert quota["Value"] >= 4 * group["scalingConfig"]["maxSize"]
 
 
 def test_lab_up_twice_does_no_second_apply_or_scale(rehearsal):

@@ -39,7 +39,8 @@ from labs.kube.workloads import ALLREDUCE, CUDA_CHECK, MANIFESTS, TCP_CHECK, Wor
 from labs.lab import Lab
 from labs.run.engine import inject_scenario, revert_scenarios
 from labs.sim import pace, process
-from labs.sim.controlplane.webhook import ADMIN_USER
+from labs.sim.aws.access import lab_user_arn
+from labs.sim.aws.seed import ACCOUNT_ID
 from labs.sim.node.hardware import gpu_uuid
 
 PERSON_SPEED = 3.0
@@ -160,7 +161,9 @@ def test_the_api_pieces_a_person_reaches_for(kubectl):
 
 def test_the_real_api_server_answers_who_am_i_what_kinds_and_its_metrics(kubectl):
     whoami = json.loads(kubectl("auth", "whoami", "-o", "json").stdout)["status"]["userInfo"]
-    assert whoami["username"] == ADMIN_USER and "system:masters" in whoami["groups"]
+    # as on EKS with access entries: the IAM user's ARN, the access entry's groups (none)
+    assert whoami["username"] == lab_user_arn(ACCOUNT_ID)
+    assert whoami["groups"] == ["system:authenticated"]
     kinds = kubectl("api-resources", "-o", "name").stdout.split()
     for kind in (
         "leases.coordination.k8s.io",

@@ -98,11 +98,42 @@ def test_gpu_nodes_follow_the_node_group(world: World) -> None:
         pace.write_speed(world.endpoints, TEST_SPEED)
 
 
+def gpu_group_instances(world: World) -> dict[str, str]:
+    """The GPU node group's Auto Scaling group's instances and their lifecycle states, as
+    `aws autoscaling describe-auto-scaling-groups` lists them."""
+    autoscaling = moto_clients(world.endpoints)("autoscaling")
+    groups = autoscaling.describe_auto_scaling_groups()["AutoScalingGroups"]
+    gpu = [g for g in groups
+           if {"Key": "eks:nodegroup-name", "Value": "myeks-ng-gpu"} in
+           [{"Key": t["Key"], "Value": t["Value"]} for t in g["Tags"]]]  # fmt: skip
+    assert len(gpu) == 1, f"one Auto Scaling group for the GPU node group, not {groups}"
+    return {i["InstanceId"]: i["LifecycleState"] for i in gpu[0]["Instances"]}
+
+
+def node_instance_ids(core: client.CoreV1Api) -> set[str]:
+    """The instance ids in the GPU Nodes' provider ids (aws:///zone/i-...)."""
+    nodes = core.list_node(label_selector=GPU_LABEL).items
+    return {n.spec.provider_id.rsplit("/", 1)[-1] for n in nodes}
+
+
+def system_pods_failed_scheduling(core: client.CoreV1Api) -> list[str]:
+    events = core.list_namespaced_event("kube-system", field_selector="reason=FailedScheduling")
+    return [f"{e.involved_object.name}: {e.message}" for e in events.items]
+
+
 def _scale_up_and_down(world: World, core: client.CoreV1Api) -> None:
     update = scale_gpu(world, 2)
     assert update_status(world, update) == "InProgress", "nodes take minutes to join"
+    booting = wait_for(
+        lambda: gpu_group_instances(world), what="the GPU instances in their Auto Scaling group"
+    )
+    assert set(booting.values()) == {"Pending"}, booting
     assert gpu_nodes_once_successful(world, core, update) == 2
     assert wait_for(lambda: gpu_allocatable(core) == ["1", "1"], what="2 GPU nodes with 1 GPU")
+    listed = gpu_group_instances(world)
+    assert set(listed) == node_instance_ids(core) and set(listed.values()) == {"InService"}
+    # the kubelet registers its Node with capacity: no DaemonSet pod fails on a joining node
+    assert system_pods_failed_scheduling(core) == []
     for node in core.list_node(label_selector=GPU_LABEL).items:
         assert node.metadata.labels["tier"] == "gpu"
         assert node.metadata.labels["nvidia.com/gpu.present"] == "true"
@@ -115,6 +146,7 @@ def _scale_up_and_down(world: World, core: client.CoreV1Api) -> None:
     assert gpu_nodes_once_successful(world, core, update) == 0
     # each Node goes first, then its instance is terminated: wait for the last termination
     assert wait_for(lambda: gpu_instances(world) == [], what="GPU instances terminated")
+    assert gpu_group_instances(world) == {}
 
 
 def test_desired_size_above_max_size_never_launches_more_than_max(world: World) -> None:

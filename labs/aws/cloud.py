@@ -345,7 +345,8 @@ def scale_gpu_nodegroup(
         )
     raise CloudError(
         f"node group {nodegroup} stayed busy with another update after {in_use_retries + 1} "
-        "tries; check `aws eks list-updates` and try again when it has finished"
+        f"tries; check `aws eks list-updates --name {cluster} --nodegroup-name {nodegroup}` "
+        "and try again when it has finished"
     )
 
 

@@ -238,16 +238,17 @@ class RehearsalBackend:
         }
 
     def env_exports(self, lab: Lab) -> dict[str, str]:
-        """moto's endpoint and stand-in keys, and the lab's helm first on PATH (`helm list -n
-        gpu-operator` as on EKS)."""
-        from labs.sim.controlplane.build import HELM_PROGRAM, program_path
+        """moto's endpoint and stand-in keys; first on PATH the kubectl of the control plane's
+        release (no version-skew warning) and the lab's helm (`helm list -n gpu-operator` as
+        on EKS)."""
+        from labs.sim.controlplane.build import HELM_PROGRAM, binaries_dir, program_path
 
         endpoints = process.recorded_endpoints(lab.paths.sim_dir)
         exports = {"AWS_ENDPOINT_URL": str(endpoints.get("aws_endpoint_url", ""))}
-        helm_dir = str(program_path(HELM_PROGRAM).parent)
-        path = os.environ.get("PATH", "")
-        if helm_dir not in path.split(os.pathsep):
-            exports["PATH"] = os.pathsep.join([helm_dir, path] if path else [helm_dir])
+        path = os.environ.get("PATH", "").split(os.pathsep)
+        first = [str(binaries_dir()), str(program_path(HELM_PROGRAM).parent)]
+        if path[: len(first)] != first:
+            exports["PATH"] = os.pathsep.join([*first, *(p for p in path if p and p not in first)])
         return exports | {key.upper(): str(endpoints.get(key, "")) for key in CREDENTIAL_KEYS}
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import hmac
 import logging
 import os
 import sys
@@ -26,8 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from labs.sim import pace
-from labs.sim.aws import answers, eks_updates
-from labs.sim.aws.auth import Keys, eks_token_ok, new_token
+from labs.sim.aws import access, answers, eks_updates
+from labs.sim.aws.access import AccessEntries, lab_user
+from labs.sim.aws.auth import new_token
 from labs.sim.aws.seed import ACCOUNT_ID, moto_clients, seed_stack
 from labs.sim.aws.server import AwsServer, reset_moto
 from labs.sim.controllers.base import Controller
@@ -131,19 +131,20 @@ def start_world(
     state_dir = Path(state_dir)
     updates = eks_updates.install()  # before the AWS server first serves EKS (its routes)
     answers.install()
+    access.install()
     updates.clear()
     timings, clock = scaled(speed), WorldClock(speed)
-    keys, token = Keys.generate(), new_token()
-
-    def lab_token(given: str) -> bool:
-        return hmac.compare_digest(given, token) or eks_token_ok(keys, cluster_name, given)
-
+    reset_moto()  # moto keeps state per process, across servers: start from an empty account
+    # the world's keys are its IAM user's, whom its EKS access entry makes cluster admin
+    keys, principal = lab_user(ACCOUNT_ID, region)
+    token = new_token()
+    entries = AccessEntries(cluster_name, keys, token)
+    access.serve(entries)
     aws = AwsServer(keys)
     home = state_dir / "controlplane"
-    plane = ControlPlane(home, accepts=lab_token, egress_socket=node_network())
+    plane = ControlPlane(home, access=entries, egress_socket=node_network())
     world = World({}, state_dir / KUBECONFIG_FILE, plane, aws)
     try:
-        reset_moto()  # moto keeps state per process, across servers: start from an empty account
         aws.controls[pace.PACE_PATH] = pace.control(timings, clock, on_change=world.wake)
         aws.control_token = token
         plane.start()
@@ -166,6 +167,7 @@ def start_world(
         clients = moto_clients(endpoints)
         ca_data = base64.b64encode(plane.ca_pem.encode()).decode()
         seed_stack(clients, cluster_name, region, plane.api_url, ca_data)
+        entries.add_admin(principal, region)
         seed_cluster(store, cluster_policy_crd(release()))
         world._metrics_server = _metrics_server(plane, world._node_endpoint, store, state_dir)
         informed = world._informed = InformedKubeApi(store)

@@ -8,8 +8,9 @@ aws CLI after `eval "$(invoke lab.env)"` would read another cluster. So, once pe
   AMI release the stack's SSM parameter resolves to; without `remoteAccess` it has none
   (EKS adds no SSH key: the stack's nodes are reached through SSM);
 - its Auto Scaling group `eks-<uuid>` exists, sized like the group (min/max/desired, kept in
-  step by `resize_group`, no instances of its own: the world's node lifecycle launches
-  them), and goes with the group;
+  step by `resize_group`), and goes with the group. It launches no instances of its own: the
+  world's node lifecycle launches them and lists each in the group (`list_instance`) as
+  Pending, InService and Terminating while its node boots, runs and drains;
 - `get-service-quota ec2 L-DB2E81BA` answers the account's G/VT On-Demand vCPU quota.
 It also checks each role ARN once: moto's check loads botocore's endpoint data anew for every
 cluster and node group (0.2 s each).
@@ -21,7 +22,7 @@ import functools
 import threading
 from typing import Any
 
-from moto.autoscaling.models import autoscaling_backends
+from moto.autoscaling.models import InstanceState, autoscaling_backends
 from moto.ec2.models import ec2_backends
 from moto.eks import models as eks_models
 from moto.eks.models import EKSBackend
@@ -104,6 +105,30 @@ def resize_group(backend: EKSBackend, cluster: str, nodegroup: str) -> None:
     if found is not None:
         found.min_size, found.max_size = int(scaling["minSize"]), int(scaling["maxSize"])
         found.desired_capacity = int(scaling["desiredSize"])
+
+
+def list_instance(
+    account: str, region: str, instance_id: str, state: str | None, group_name: str = ""
+) -> None:
+    """List `instance_id` in lifecycle `state` (Pending, InService, Terminating) in the Auto
+    Scaling group `group_name`, or in the one that lists it already; None: no longer (it is
+    terminated). An instance of a group that is gone is in none."""
+    groups = autoscaling_backends[account][region].autoscaling_groups
+    group = groups.get(group_name) or next(
+        (
+            g
+            for g in groups.values()
+            if any(s.instance_id == instance_id for s in g.instance_states)
+        ),
+        None,
+    )
+    if group is None:
+        return
+    kept = [listed for listed in group.instance_states if listed.instance_id != instance_id]
+    if state is not None:
+        instance = ec2_backends[account][region].get_instance(instance_id)
+        kept.append(InstanceState(instance, lifecycle_state=state, autoscaling_group=group))
+    group.instance_states = kept  # one assignment: a describe in flight sees old or new
 
 
 def _get_service_quota(

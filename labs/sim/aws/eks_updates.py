@@ -66,10 +66,11 @@ class UpdateLedger:
             return copy.deepcopy(found[2])
 
     def ids(self, cluster: str, nodegroup: str | None) -> list[str]:
-        """The ids of a cluster's updates (of one node group when named), oldest first."""
+        """The ids of one node group's updates, oldest first; without a node group, the
+        cluster's own (as EKS lists them: none here, only node groups are updated)."""
         with self._lock:
             return [update_id for update_id, (owner, group, _) in self._updates.items()
-                    if owner == cluster and nodegroup in (None, group)]  # fmt: skip
+                    if owner == cluster and group == nodegroup]  # fmt: skip
 
     def clear(self) -> None:
         with self._lock:

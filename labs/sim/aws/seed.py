@@ -3,7 +3,8 @@
 `seed_stack` creates, through boto3 against a moto server, what the Terraform stack
 creates (VPC 192.168.0.0/16, 3 public + 3 private /22 subnets, the EKS cluster, the
 system and GPU managed node groups, the module node security group with the
-recommended rules, the auxiliary node security group, the two AL2023 AMIs).
+recommended rules, the auxiliary node security group, the two AL2023 AMIs), plus what AWS
+and EKS add themselves: the default and cluster security groups' rules, the service CIDR.
 `find_stack` reads the same facts back by name and tag, so a second process (the
 sim Infra, the orchestrator) sees exactly what a terraform output would tell it.
 
@@ -22,6 +23,7 @@ from typing import Any, Literal
 from labs.aws import stack
 from labs.aws.stack import NODE_TEMPLATE_TAG_PREFIX, gpu_node_group_name, system_node_group_name
 from labs.sim.aws.auth import CREDENTIAL_KEYS
+from labs.sim.controlplane.pki import SERVICE_CIDR
 
 ACCOUNT_ID = "123456789012"
 KUBERNETES_VERSION = "1.35"
@@ -138,6 +140,19 @@ def seed_stack(
     aux_sg = _security_group(ec2, vpc_id, aux_sg_name(cluster), "Auxiliary node SG")
     for group in (node_sg, aux_sg):  # moto adds egress-all to new groups; the stack manages it
         _revoke_untagged(ec2, group)
+    # AWS gives a VPC's default group, and EKS its cluster group, all traffic from members
+    # (moto gives each only its egress-all)
+    default_sg = ec2.describe_security_groups(
+        Filters=[
+            {"Name": "vpc-id", "Values": [vpc_id]},
+            {"Name": "group-name", "Values": ["default"]},
+        ]
+    )["SecurityGroups"][0]["GroupId"]
+    for group in (default_sg, cluster_sg):
+        ec2.authorize_security_group_ingress(
+            GroupId=group,
+            IpPermissions=[{"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": group}]}],
+        )
     for rule in (*NODE_SG_ALWAYS_RULES, *NODE_SG_RECOMMENDED_RULES):
         add_rule(ec2, node_sg, rule, cluster_sg)
     add_rule(ec2, aux_sg, AUX_EGRESS_RULE, cluster_sg)
@@ -149,6 +164,8 @@ def seed_stack(
         name=cluster,
         version=KUBERNETES_VERSION,
         roleArn=f"arn:aws:iam::{ACCOUNT_ID}:role/{cluster}-cluster",
+        # what EKS picks for a VPC outside 10.0.0.0/8, and what the API server is given
+        kubernetesNetworkConfig={"serviceIpv4Cidr": SERVICE_CIDR, "ipFamily": "ipv4"},
         resourcesVpcConfig={
             "subnetIds": private,
             "securityGroupIds": [cluster_sg],

@@ -10,6 +10,8 @@ after the boot delay (~5.5 min real). Scale-down cordons the node, and after the
 delay removes its pods and the Node and terminates the instance. GPU nodes carry the
 group's labels and taints plus NFD's `pci-10de.present` label, as they would once NFD has
 looked at them. Once a group's nodes match its size, its EKS updates are Successful.
+Each instance is listed in its group's Auto Scaling group as Pending while it boots,
+InService once its Node joins and Terminating while it drains, as `aws autoscaling` shows.
 A joining node gets its kubelet's `NodeReady` Event (referring to the node by name, as
 kubelet does); kube-controller-manager records `RegisteredNode` and `RemovingNode` itself.
 """
@@ -20,8 +22,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from labs.sim.aws.answers import list_instance
 from labs.sim.aws.eks_updates import UpdateLedger
-from labs.sim.aws.seed import AMI_NAMES, aux_sg_name, node_sg_name, tag_value
+from labs.sim.aws.seed import ACCOUNT_ID, AMI_NAMES, aux_sg_name, node_sg_name, tag_value
 from labs.sim.controllers.base import Controller
 from labs.sim.controllers.events import EventRecorder
 from labs.sim.controlplane.informers import InformedKubeApi
@@ -113,6 +116,11 @@ class NodeLifecycle(Controller):
                 self._booting[instance["InstanceId"]] = (now + boot_delay, instance, group)
         for _ in range(desired - len(active)):
             instance = self._launch(group, len(instances))
+            self._list(
+                instance["InstanceId"],
+                "Pending",
+                group["resources"]["autoScalingGroups"][0]["name"],
+            )
             instances.append(instance)
             self._booting[instance["InstanceId"]] = (now + boot_delay, instance, group)
         surplus = len(active) - desired
@@ -176,7 +184,7 @@ class NodeLifecycle(Controller):
         if instance_id in self._draining:
             return
         if self._booting.pop(instance_id, None) is not None:
-            self._ec2.terminate_instances(InstanceIds=[instance_id])
+            self._terminate(instance_id)
             return
         name = self._node_name(instance)
         try:
@@ -184,6 +192,7 @@ class NodeLifecycle(Controller):
         except NotFound:
             pass
         self._draining[instance_id] = (now + self.timings.node_terminate, name)
+        self._list(instance_id, "Terminating")
 
     def _finish_due(self, now: float) -> bool:
         """Join the booted nodes and remove the drained ones; whether any was due."""
@@ -192,17 +201,26 @@ class NodeLifecycle(Controller):
         for instance_id in booted:
             _, instance, group = self._booting.pop(instance_id)
             self._joined(self._register(build_node(instance, group, self._region)))
+            self._list(instance_id, "InService")
         for instance_id in drained:
             _, name = self._draining.pop(instance_id)
             self._remove_node(name)
-            self._ec2.terminate_instances(InstanceIds=[instance_id])
+            self._terminate(instance_id)
         return bool(booted or drained)
 
+    def _terminate(self, instance_id: str) -> None:
+        self._ec2.terminate_instances(InstanceIds=[instance_id])
+        self._list(instance_id, None)
+
+    def _list(self, instance_id: str, state: str | None, group_name: str = "") -> None:
+        """The instance's state in its group's Auto Scaling group, as `aws autoscaling` shows it."""
+        list_instance(ACCOUNT_ID, self._region, instance_id, state, group_name)
+
     def _register(self, node: dict) -> dict:
-        """Create the Node, then its status (the kubelet registers, then reports)."""
-        status = node.pop("status")
-        self.store.create(NODES, node)
-        return self.store.update(NODES, node["metadata"]["name"], lambda n: n.update(status=status))
+        """Create the Node with its status, as the kubelet registers one (its capacity and
+        allocatable set first): a Node without them fails every DaemonSet pod the controller
+        makes for it at once with `Insufficient cpu, Too many pods`."""
+        return self.store.create(NODES, node)
 
     def _joined(self, node: dict) -> None:
         name = node["metadata"]["name"]

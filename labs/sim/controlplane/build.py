@@ -1,4 +1,5 @@
-"""The rehearsal's real control plane: find or build etcd and the three Kubernetes components.
+"""The rehearsal's real control plane: find or build etcd, the three Kubernetes components and
+the kubectl of their release.
 
 The versions are the ones `go/controlplane/go.mod` pins (one place: the Go module that builds
 them). Prebuilt binaries win when the user has them (a directory named by
@@ -46,6 +47,8 @@ PROGRAMS = {
     "kube-scheduler": f"{KUBERNETES_MODULE}/cmd/kube-scheduler",
     "kube-controller-manager": f"{KUBERNETES_MODULE}/cmd/kube-controller-manager",
     "kube-apiserver": f"{KUBERNETES_MODULE}/cmd/kube-apiserver",
+    # The client at the server's version: kubectl warns beyond one minor version of skew.
+    "kubectl": f"{KUBERNETES_MODULE}/cmd/kubectl",
 }
 NODE_ENDPOINT = "node-endpoint"
 NODE_ENDPOINT_PACKAGE = "./cmd/node-endpoint"
@@ -164,15 +167,17 @@ def _prebuilt() -> Path | None:
     return Path(envtest) if envtest and _complete(Path(envtest)) else None
 
 
+def binaries_dir() -> Path:
+    """Where the control plane's programs are or will be: the prebuilt directory, else the
+    cache entry of the pinned versions (kubectl from there is the server's version)."""
+    return _prebuilt() or cache_root() / "controlplane" / pinned_versions().cache_name
+
+
 def binaries(say: Say = print) -> Path:
-    """The directory holding all four programs: prebuilt, cached, or built now."""
-    prebuilt = _prebuilt()
-    if prebuilt:
-        return prebuilt
-    versions = pinned_versions()
-    target = cache_root() / "controlplane" / versions.cache_name
+    """The directory holding every program of `PROGRAMS`: prebuilt, cached, or built now."""
+    target = binaries_dir()
     if not _complete(target):
-        build(versions, target, say)
+        build(pinned_versions(), target, say)
     return target
 
 

@@ -30,7 +30,13 @@ from labs.errors import LabError
 from labs.sim.controlplane import build, pki
 from labs.sim.controlplane.kubeconfig import kubeconfig_document, write_kubeconfig
 from labs.sim.controlplane.tls import LOOPBACK
-from labs.sim.controlplane.webhook import TokenWebhook, write_webhook_config
+from labs.sim.controlplane.webhook import (
+    AUTHORIZE_PATH,
+    REVIEW_PATH,
+    Access,
+    AuthWebhook,
+    write_webhook_config,
+)
 
 READY_TIMEOUT = 120.0
 STOP_TIMEOUT = 3.0
@@ -193,9 +199,9 @@ class ControlPlane:
     """The four processes of one lab and where they keep their files."""
 
     home: Path
-    # Which bearer tokens are the lab's (EKS tokens, checked by the world): the API server asks
-    # a token webhook of ours about each; None leaves client certificates as the only way in.
-    accepts: Callable[[str], bool] | None = None
+    # Who the lab's bearer tokens are and what they may do (the world's EKS access entries):
+    # the API server asks webhooks of ours; None leaves client certificates the only way in.
+    access: Access | None = None
     api_url: str = ""
     ca_pem: str = ""
     # The lab's CA once started: it also issues the node endpoint's serving certificate.
@@ -208,7 +214,7 @@ class ControlPlane:
     # client puts in stays exactly as put (the tests' fixed cluster states).
     held_still: bool = False
     _processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-    _webhook: TokenWebhook | None = None
+    _webhook: AuthWebhook | None = None
 
     def start(self, say: Callable[[str], None] = print) -> None:
         """Start etcd, then the API server, then both controllers (none when held still); wait
@@ -230,12 +236,12 @@ class ControlPlane:
         etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
         self.api_url = f"https://{LOOPBACK}:{api_port}"
         self._spawn(bin_dir, "etcd", _etcd_args(self.home, etcd_port, peer_port))
-        apiserver = _apiserver_args(self.home, files, etcd_port, api_port)
+        apiserver = _apiserver_args(self.home, files, etcd_port, api_port, self.access is not None)
         if self.egress_socket is not None:
             egress = _egress_config(self.home, self.egress_socket)
             apiserver.append(f"--egress-selector-config-file={egress}")
-        if self.accepts is not None:
-            apiserver += self._start_webhook(ca, self.accepts)
+        if self.access is not None:
+            apiserver += self._start_webhook(ca, self.access)
         self._spawn(bin_dir, "kube-apiserver", apiserver)
         self.admin_kubeconfig = self.write_kubeconfig("admin")
         self._wait_ready()
@@ -246,15 +252,22 @@ class ControlPlane:
             args = _controller_args(files) if component == "kube-controller-manager" else []
             self._spawn(bin_dir, component, [f"--kubeconfig={config}", *args, *_common_args()])
 
-    def _start_webhook(self, ca: pki.Authority, accepts: Callable[[str], bool]) -> list[str]:
-        self._webhook = TokenWebhook(accepts, ca)
+    def _start_webhook(self, ca: pki.Authority, access: Access) -> list[str]:
+        self._webhook = AuthWebhook(access, ca)
         url = self._webhook.start(LOOPBACK)
         ca_data = base64.b64encode(ca.cert_pem.encode()).decode()
-        config = write_webhook_config(self.home / "token-webhook.kubeconfig", url, ca_data)
+        tokens = write_webhook_config(
+            self.home / "token-webhook.kubeconfig", url + REVIEW_PATH, ca_data
+        )
+        authorizer = write_webhook_config(
+            self.home / "authorization-webhook.kubeconfig", url + AUTHORIZE_PATH, ca_data
+        )
         return [
-            f"--authentication-token-webhook-config-file={config}",
+            f"--authentication-token-webhook-config-file={tokens}",
             "--authentication-token-webhook-version=v1",
             f"--authentication-token-webhook-cache-ttl={WEBHOOK_CACHE}",
+            f"--authorization-webhook-config-file={authorizer}",
+            "--authorization-webhook-version=v1",
         ]
 
     def write_kubeconfig(self, user: str) -> Path:
@@ -360,7 +373,10 @@ def _etcd_args(home: Path, client_port: int, peer_port: int) -> list[str]:
     ]
 
 
-def _apiserver_args(home: Path, files: dict[str, Path], etcd_port: int, port: int) -> list[str]:
+def _apiserver_args(
+    home: Path, files: dict[str, Path], etcd_port: int, port: int, access_webhook: bool
+) -> list[str]:
+    """`access_webhook`: after RBAC, the access entries decide (EKS's own authorizer)."""
     return [
         f"--etcd-servers=http://{LOOPBACK}:{etcd_port}",
         f"--bind-address={LOOPBACK}",
@@ -376,7 +392,7 @@ def _apiserver_args(home: Path, files: dict[str, Path], etcd_port: int, port: in
         f"--service-account-signing-key-file={files['sa.key']}",
         "--service-account-issuer=https://kubernetes.default.svc",
         f"--service-cluster-ip-range={pki.SERVICE_CIDR}",
-        "--authorization-mode=Node,RBAC",
+        "--authorization-mode=Node,RBAC" + (",Webhook" if access_webhook else ""),
         f"--enable-admission-plugins={EXTRA_ADMISSION}",
         "--allow-privileged=true",
         "--endpoint-reconciler-type=none",

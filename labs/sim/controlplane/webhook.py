@@ -1,9 +1,9 @@
-"""The API server's token authenticator, as EKS has one: `aws eks get-token` tokens map to the
-lab's administrator, anything else is refused.
+"""The API server's webhooks, as EKS has them: who an `aws eks get-token` token is (a
+TokenReview), and what its access entry allows where RBAC grants nothing (a
+SubjectAccessReview); anything else is refused.
 
-kube-apiserver asks this webhook about every bearer token it does not know (a TokenReview over
-HTTPS, signed by the lab's CA); which tokens are good is the caller's decision (`accepts`), so
-the rehearsal checks them against its own AWS keys and cluster name exactly as it does today.
+kube-apiserver asks these endpoints over HTTPS, signed by the lab's CA; the answers are the
+caller's (`Access`): the rehearsal's EKS access entries, checked against its own AWS keys.
 """
 
 from __future__ import annotations
@@ -14,56 +14,84 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from labs.sim.controlplane import pki
 from labs.sim.controlplane.kubeconfig import kubeconfig_document, write_kubeconfig
 from labs.sim.controlplane.tls import ServerTls
 
-# Who an accepted token is: the lab's administrator, in the group EKS's cluster creator had
-# under aws-auth (RBAC then grants everything, as on a fresh EKS cluster).
-ADMIN_USER = "lab-admin"
-ADMIN_GROUPS = ["system:masters", "system:authenticated"]
 REVIEW_PATH = "/tokenreview"
+AUTHORIZE_PATH = "/authorize"
+REFUSED = "not a token of this lab (aws eks get-token for this cluster, with its keys)"
 
 
-def review_answer(review: dict[str, Any], accepts: Callable[[str], bool]) -> dict[str, Any]:
-    """The TokenReview the API server gets back: authenticated (with the admin) or not."""
+class Access(Protocol):
+    """Who a token is and what they may do (the world's EKS access entries)."""
+
+    def user(self, token: str) -> dict[str, Any] | None:
+        """The TokenReview user of `token`, or None when it is not the lab's."""
+
+    def allowed(self, review: dict[str, Any]) -> bool:
+        """Whether a SubjectAccessReview's spec is allowed."""
+
+
+def review_answer(review: dict[str, Any], access: Access) -> dict[str, Any]:
+    """The TokenReview the API server gets back: authenticated (with the user) or not."""
     token = str((review.get("spec") or {}).get("token", ""))
-    status: dict[str, Any] = {"authenticated": False}
-    if token and accepts(token):
-        status = {"authenticated": True, "user": {"username": ADMIN_USER, "groups": ADMIN_GROUPS}}
-    else:
-        status["error"] = (
-            "not a token of this lab (aws eks get-token for this cluster, with its keys)"
-        )
-    kind = {
-        "apiVersion": review.get("apiVersion", "authentication.k8s.io/v1"),
-        "kind": "TokenReview",
-    }
-    return {**kind, "status": status}
+    user = access.user(token) if token else None
+    status: dict[str, Any] = (
+        {"authenticated": True, "user": user}
+        if user is not None
+        else {"authenticated": False, "error": REFUSED}
+    )
+    return {**_kind(review, "authentication.k8s.io/v1", "TokenReview"), "status": status}
 
 
-class TokenWebhook:
-    """An HTTPS TokenReview endpoint on loopback, for one control plane."""
+def access_answer(review: dict[str, Any], access: Access) -> dict[str, Any]:
+    """The SubjectAccessReview the API server gets back: allowed, or no opinion."""
+    allowed = access.allowed(review.get("spec") or {})
+    status = {"allowed": allowed, "reason": "EKS access policy" if allowed else ""}
+    return {**_kind(review, "authorization.k8s.io/v1", "SubjectAccessReview"), "status": status}
 
-    def __init__(self, accepts: Callable[[str], bool], ca: pki.Authority) -> None:
-        self._accepts = accepts
+
+def _kind(review: dict[str, Any], api_version: str, kind: str) -> dict[str, str]:
+    return {"apiVersion": review.get("apiVersion", api_version), "kind": kind}
+
+
+_ANSWERS: dict[str, Callable[[dict[str, Any], Access], dict[str, Any]]] = {
+    REVIEW_PATH: review_answer,
+    AUTHORIZE_PATH: access_answer,
+}
+
+
+class AuthWebhook:
+    """The HTTPS endpoints of both webhooks on loopback, for one control plane."""
+
+    def __init__(self, access: Access, ca: pki.Authority) -> None:
+        self._access = access
         self._ca = ca
         self._server: ThreadingHTTPServer | None = None
 
     def start(self, host: str) -> str:
-        """Listen on a free port of `host`; returns the webhook's URL."""
-        accepts = self._accepts
+        """Listen on a free port of `host`; returns the webhooks' base URL."""
+        access = self._access
 
         class Handler(BaseHTTPRequestHandler):
+            # keep-alive: the API server asks on one connection, not a TLS handshake each time
+            protocol_version = "HTTP/1.1"
+
             def do_POST(self) -> None:  # noqa: N802 - http.server's name
                 length = int(self.headers.get("Content-Length") or 0)
                 try:
                     review = json.loads(self.rfile.read(length) or b"{}")
                 except ValueError:
                     review = {}
-                body = json.dumps(review_answer(review, accepts)).encode()
+                answer = _ANSWERS.get(urlsplit(self.path).path)  # after it: ?timeout=30s
+                if answer is None:
+                    self.send_error(404)
+                    return
+                body = json.dumps(answer(review, access)).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
@@ -74,13 +102,14 @@ class TokenWebhook:
                 """Quiet: the API server logs authentication failures itself."""
 
         server = ThreadingHTTPServer((host, 0), Handler)
+        server.daemon_threads = True
         server.socket = self._tls(host).wrap_socket(server.socket, server_side=True)
-        threading.Thread(target=server.serve_forever, name="token-webhook", daemon=True).start()
+        threading.Thread(target=server.serve_forever, name="auth-webhook", daemon=True).start()
         self._server = server
-        return f"https://{host}:{server.server_address[1]}{REVIEW_PATH}"
+        return f"https://{host}:{server.server_address[1]}"
 
     def _tls(self, host: str) -> ssl.SSLContext:
-        issued = self._ca.issue("token-webhook", server=True, addresses=(host,))
+        issued = self._ca.issue("auth-webhook", server=True, addresses=(host,))
         return ServerTls(self._ca.cert_pem, issued.cert_pem, issued.key_pem).server_context()
 
     def stop(self) -> None:
@@ -91,6 +120,7 @@ class TokenWebhook:
 
 
 def write_webhook_config(path: Path, url: str, ca_data: str) -> Path:
-    """The kubeconfig-shaped file `--authentication-token-webhook-config-file` reads."""
-    document = kubeconfig_document(url, "token-webhook", "", ca_data, "kube-apiserver", {})
+    """The kubeconfig-shaped file a `--authentication-token-webhook-config-file` or
+    `--authorization-webhook-config-file` reads."""
+    document = kubeconfig_document(url, "auth-webhook", "", ca_data, "kube-apiserver", {})
     return write_kubeconfig(path, document)
