@@ -7,6 +7,7 @@ import base64
 import json
 import os
 import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from stack_spec import stack
 from still_support import StillPlane
 from tool_support import require_tool, require_venv_tool
 
-from labs.sim.aws.access import AccessEntries, Principal, lab_user_arn
+from labs.sim.aws.access import ADMIN_POLICY, AccessEntries, Principal, user_arn
 from labs.sim.aws.auth import Keys
 from labs.sim.controlplane import build
 from labs.sim.controlplane.kubeconfig import kubeconfig_document, write_kubeconfig
@@ -41,13 +42,12 @@ Run = Callable[..., subprocess.CompletedProcess]
 
 
 # The rehearsal's AWS keys and cluster name: the token webhook takes EKS tokens made with them.
-KEYS = Keys.generate()
+KEYS = Keys("AKIA" + secrets.token_hex(8).upper(), secrets.token_urlsafe(30))
 CLUSTER = "plane"
 REGION = "ap-northeast-2"
-USER = Principal(lab_user_arn("123456789012"), "AIDAPLANE", "123456789012",
-                 KEYS.access_key_id)  # fmt: skip
-ACCESS = AccessEntries(CLUSTER, KEYS)
-ACCESS.add_admin(USER, REGION)
+USER = Principal(user_arn("123456789012"), "AIDAPLANE", "123456789012", KEYS)
+ACCESS = AccessEntries(CLUSTER)
+ACCESS.add(USER, ADMIN_POLICY, REGION)
 
 
 @pytest.fixture(scope="module")

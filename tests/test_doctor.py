@@ -31,10 +31,12 @@ from labs.kube import probes
 from labs.lab import Lab
 from labs.run.engine import inject_scenario, revert_scenarios
 from labs.settings import load_settings
-from labs.sim.aws.access import lab_user_arn
+from labs.sim.aws.access import VIEWER, user_arn
 from labs.sim.aws.seed import ACCOUNT_ID
+from labs.sim.world import VIEWER_KUBECONFIG
 
-CONTEXT = f"lab-admin@{LAB_NAME}"  # the context the world's kubeconfig names
+# The read-only identity's kubeconfig and context (its EKS access entry has the view policy)
+CONTEXT = f"{VIEWER}@{LAB_NAME}"
 READ_ONLY = "**Read-only, proved by Kubernetes.**"  # the README's paragraph with its lines
 DOCTOR_ACCOUNT = "system:serviceaccount:kube-system:gpu-doctor"
 UNDO_READ_ONLY = (
@@ -44,11 +46,11 @@ UNDO_READ_ONLY = (
 
 
 def attached(sim_lab: SimLab, state_dir: Path) -> Report:
-    """The doctor through the world's kubeconfig and context, with no lab state."""
+    """The doctor through the world's read-only kubeconfig and context, with no lab state."""
     settings = load_settings(
         None,
         {
-            "kubeconfig": str(sim_lab.world.kubeconfig_path),
+            "kubeconfig": str(sim_lab.world.kubeconfig_path.parent / VIEWER_KUBECONFIG),
             "context": CONTEXT,
             "state_dir": str(state_dir),
         },
@@ -129,7 +131,7 @@ def test_the_probable_cause_is_each_scenarios_declared_finding(
             if kubernetes_findings(from_kubeconfig) == kubernetes_findings(as_document(on_lab)):
                 break
             time.sleep(1.0)
-        verbs = audited_verbs(audit_log, since, lab_user_arn(ACCOUNT_ID))
+        verbs = audited_verbs(audit_log, since, user_arn(ACCOUNT_ID))
     finally:
         revert_scenarios(lab, scenarios.all_scenarios(), None, out=quiet)
     wait_ready(lab)

@@ -39,9 +39,10 @@ from labs.kube.workloads import ALLREDUCE, CUDA_CHECK, MANIFESTS, TCP_CHECK, Wor
 from labs.lab import Lab
 from labs.run.engine import inject_scenario, revert_scenarios
 from labs.sim import pace, process
-from labs.sim.aws.access import lab_user_arn
+from labs.sim.aws.access import VIEWER, user_arn
 from labs.sim.aws.seed import ACCOUNT_ID
 from labs.sim.node.hardware import gpu_uuid
+from labs.sim.world import VIEWER_KUBECONFIG
 
 PERSON_SPEED = 3.0
 DEBUG_IMAGE = "public.ecr.aws/amazonlinux/amazonlinux:2023"
@@ -159,10 +160,38 @@ def test_the_api_pieces_a_person_reaches_for(kubectl):
         assert reason in events
 
 
+def test_the_view_access_entry_reads_and_is_refused_every_write(
+    world_lab: SimLab, tmp_path: Path
+) -> None:
+    """The second IAM user's kubeconfig, as a study-group member or the doctor would hold it:
+    its access entry's view policy reads, and writes, secrets and exec are Forbidden."""
+    config = world_lab.world.kubeconfig_path.parent / VIEWER_KUBECONFIG
+    binary = require_tool("kubectl")
+
+    def viewer(*args: str) -> subprocess.CompletedProcess:
+        command = [binary, "--kubeconfig", str(config), "--cache-dir", str(tmp_path), *args]
+        return subprocess.run(command, capture_output=True, text=True, timeout=60)
+
+    whoami = json.loads(viewer("auth", "whoami", "-o", "json").stdout)["status"]["userInfo"]
+    assert whoami["username"] == user_arn(ACCOUNT_ID, VIEWER)
+    pods = viewer("get", "pods", "-n", "gpu-operator", "-o", "name")
+    assert pods.returncode == 0 and "pod/gpu-operator-" in pods.stdout, pods.stderr
+    pod = pods.stdout.split()[0]
+    for refused in (
+        ("create", "namespace", "by-viewer"),
+        ("get", "secrets", "-A"),
+        ("exec", "-n", "gpu-operator", pod, "--", "true"),
+        ("delete", "-n", "gpu-operator", pod),
+    ):
+        result = viewer(*refused)
+        assert result.returncode != 0 and "Forbidden" in result.stderr, (refused, result.stderr)
+        assert user_arn(ACCOUNT_ID, VIEWER) in result.stderr
+
+
 def test_the_real_api_server_answers_who_am_i_what_kinds_and_its_metrics(kubectl):
     whoami = json.loads(kubectl("auth", "whoami", "-o", "json").stdout)["status"]["userInfo"]
     # as on EKS with access entries: the IAM user's ARN, the access entry's groups (none)
-    assert whoami["username"] == lab_user_arn(ACCOUNT_ID)
+    assert whoami["username"] == user_arn(ACCOUNT_ID)
     assert whoami["groups"] == ["system:authenticated"]
     kinds = kubectl("api-resources", "-o", "name").stdout.split()
     for kind in (

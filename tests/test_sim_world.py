@@ -116,9 +116,14 @@ def node_instance_ids(core: client.CoreV1Api) -> set[str]:
     return {n.spec.provider_id.rsplit("/", 1)[-1] for n in nodes}
 
 
-def system_pods_failed_scheduling(core: client.CoreV1Api) -> list[str]:
+def system_daemonset_pods_failed_scheduling(core: client.CoreV1Api) -> list[str]:
+    """FailedScheduling of kube-system's DaemonSet pods (aws-node, kube-proxy), which each
+    joining node gets."""
+    daemonsets = client.AppsV1Api(core.api_client).list_namespaced_daemon_set("kube-system")
+    prefixes = tuple(f"{d.metadata.name}-" for d in daemonsets.items)
     events = core.list_namespaced_event("kube-system", field_selector="reason=FailedScheduling")
-    return [f"{e.involved_object.name}: {e.message}" for e in events.items]
+    return [f"{e.involved_object.name}: {e.message}" for e in events.items
+            if e.involved_object.name.startswith(prefixes)]  # fmt: skip
 
 
 def _scale_up_and_down(world: World, core: client.CoreV1Api) -> None:
@@ -133,7 +138,7 @@ def _scale_up_and_down(world: World, core: client.CoreV1Api) -> None:
     listed = gpu_group_instances(world)
     assert set(listed) == node_instance_ids(core) and set(listed.values()) == {"InService"}
     # the kubelet registers its Node with capacity: no DaemonSet pod fails on a joining node
-    assert system_pods_failed_scheduling(core) == []
+    assert system_daemonset_pods_failed_scheduling(core) == []
     for node in core.list_node(label_selector=GPU_LABEL).items:
         assert node.metadata.labels["tier"] == "gpu"
         assert node.metadata.labels["nvidia.com/gpu.present"] == "true"

@@ -26,7 +26,7 @@ from typing import Any
 
 from labs.sim import pace
 from labs.sim.aws import access, answers, eks_updates
-from labs.sim.aws.access import AccessEntries, lab_user
+from labs.sim.aws.access import ADMIN_POLICY, VIEW_POLICY, VIEWER, AccessEntries, iam_user
 from labs.sim.aws.auth import new_token
 from labs.sim.aws.seed import ACCOUNT_ID, moto_clients, seed_stack
 from labs.sim.aws.server import AwsServer, reset_moto
@@ -57,6 +57,8 @@ from labs.sim.timings import DEFAULT_SPEED, WorldClock, scaled
 from labs.state import atomic_write_json, atomic_write_text
 
 KUBECONFIG_FILE = "kubeconfig"
+# The view policy's identity (read-only), beside the lab's own kubeconfig.
+VIEWER_KUBECONFIG = "viewer.kubeconfig"
 # What the node endpoint serves beside the files of `labs.sim.node.container_logs`: each node's
 # resource metrics (`<node IP>.prom`) and each Service's route (`<cluster IP>_<port>`).
 METRICS_DIR = "resource-metrics"
@@ -135,11 +137,14 @@ def start_world(
     updates.clear()
     timings, clock = scaled(speed), WorldClock(speed)
     reset_moto()  # moto keeps state per process, across servers: start from an empty account
-    # the world's keys are its IAM user's, whom its EKS access entry makes cluster admin
-    keys, principal = lab_user(ACCOUNT_ID, region)
-    token = new_token()
-    entries = AccessEntries(cluster_name, keys, token)
+    # the world's keys are its IAM user's, whom its EKS access entry makes cluster admin; a
+    # second user's entry has the view policy (the read-only identity)
+    owner = iam_user(ACCOUNT_ID, region)
+    entries = AccessEntries(cluster_name)
+    token = entries.add(owner, ADMIN_POLICY, region)
+    viewer_token = entries.add(iam_user(ACCOUNT_ID, region, VIEWER), VIEW_POLICY, region)
     access.serve(entries)
+    keys = owner.keys
     aws = AwsServer(keys)
     home = state_dir / "controlplane"
     plane = ControlPlane(home, access=entries, egress_socket=node_network())
@@ -167,7 +172,6 @@ def start_world(
         clients = moto_clients(endpoints)
         ca_data = base64.b64encode(plane.ca_pem.encode()).decode()
         seed_stack(clients, cluster_name, region, plane.api_url, ca_data)
-        entries.add_admin(principal, region)
         seed_cluster(store, cluster_policy_crd(release()))
         world._metrics_server = _metrics_server(plane, world._node_endpoint, store, state_dir)
         informed = world._informed = InformedKubeApi(store)
@@ -202,6 +206,8 @@ def start_world(
         world.endpoints = endpoints
         document = kubeconfig_document(plane.api_url, cluster_name, token, ca_data)
         write_kubeconfig(world.kubeconfig_path, document)
+        viewing = kubeconfig_document(plane.api_url, cluster_name, viewer_token, ca_data, VIEWER)
+        write_kubeconfig(state_dir / VIEWER_KUBECONFIG, viewing)
         atomic_write_json(state_dir / ENDPOINTS, world.endpoints)
     except BaseException:
         world.stop()

@@ -1,12 +1,14 @@
-"""Who the lab's user is, on both sides, as with an EKS cluster made with access entries.
+"""Who the lab's users are, on both sides, as with an EKS cluster made with access entries.
 
 The world's AWS keys belong to an IAM user of the stand-in account (`LAB_USER`), so `aws sts
 get-caller-identity` names it; the cluster's access entry for its creator (the stack sets
 `enable_cluster_creator_admin_permissions`) maps that user to Kubernetes with the cluster-admin
-access policy. The API server asks the lab's webhook who a token is (the IAM user's ARN, as
-`kubectl auth whoami` shows on EKS) and, where RBAC grants nothing, what the access entry
-allows. `aws eks list-access-entries`, `describe-access-entry` and
-`list-associated-access-policies` answer from the same entries (moto has none of the three).
+access policy. A second IAM user (`VIEWER`) has an entry with the view policy: the read-only
+identity a study-group member or the doctor uses, refused every write as on EKS. The API
+server asks the lab's webhooks who a token is (the IAM user's ARN, as `kubectl auth whoami`
+shows on EKS) and, where RBAC grants nothing, what its access entry allows. `aws eks
+list-access-entries`, `describe-access-entry` and `list-associated-access-policies` answer from
+the same entries (moto has none of the three).
 """
 
 from __future__ import annotations
@@ -25,28 +27,36 @@ from moto.eks.exceptions import ResourceNotFoundException
 from moto.eks.responses import EKSResponse
 from moto.iam.models import iam_backends
 
-from labs.sim.aws.auth import Keys, eks_token_ok
+from labs.sim.aws.auth import Keys, eks_token_ok, new_token
 
 LAB_USER = "lab-admin"
-ADMIN_POLICY = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+VIEWER = "lab-viewer"
+_POLICY_PREFIX = "arn:aws:eks::aws:cluster-access-policy/"
+ADMIN_POLICY = _POLICY_PREFIX + "AmazonEKSClusterAdminPolicy"
+VIEW_POLICY = _POLICY_PREFIX + "AmazonEKSViewPolicy"
+# What the view policy never reads (as Kubernetes' `view` role): secrets, and the subresources
+# that reach into a pod or node rather than read an object.
+_NOT_VIEWED = frozenset({"secrets"})
+_NOT_VIEWED_SUBRESOURCES = frozenset({"exec", "attach", "portforward", "proxy"})
+_READS = frozenset({"get", "list", "watch"})
 ACCESS_ENTRIES_PATH = "{0}/clusters/(?P<name>[^/]+)/access-entries$"
 ACCESS_ENTRY_PATH = "{0}/clusters/(?P<name>[^/]+)/access-entries/(?P<principalArn>.+)$"
 _POLICIES_SUFFIX = "/access-policies"
 
 
-def lab_user_arn(account: str) -> str:
-    """The ARN of the lab's IAM user: what STS answers and `kubectl auth whoami` shows."""
-    return f"arn:aws:iam::{account}:user/{LAB_USER}"
+def user_arn(account: str, name: str = LAB_USER) -> str:
+    """An IAM user's ARN: what STS answers for its keys and `kubectl auth whoami` shows."""
+    return f"arn:aws:iam::{account}:user/{name}"
 
 
 @dataclass(frozen=True)
 class Principal:
-    """An IAM user as EKS's authenticator reports it to Kubernetes."""
+    """An IAM user as EKS's authenticator reports it to Kubernetes, with its access key."""
 
     arn: str
     user_id: str
     account: str
-    access_key_id: str
+    keys: Keys
 
     def user_info(self, groups: list[str]) -> dict[str, Any]:
         """The TokenReview user: named by its ARN (an access entry's default username)."""
@@ -55,7 +65,7 @@ class Principal:
             "uid": f"aws-iam-authenticator:{self.account}:{self.user_id}",
             "groups": groups,
             "extra": {
-                "accessKeyId": [self.access_key_id],
+                "accessKeyId": [self.keys.access_key_id],
                 "arn": [self.arn],
                 "canonicalArn": [self.arn],
                 "principalId": [self.user_id],
@@ -65,16 +75,27 @@ class Principal:
         }
 
 
-def lab_user(account: str, region: str) -> tuple[Keys, Principal]:
-    """Create the lab's IAM user and its access key in this process's moto (after a reset):
-    the world's keys, which STS then answers for."""
+def iam_user(account: str, region: str, name: str = LAB_USER) -> Principal:
+    """Create an IAM user and its access key in this process's moto (after a reset): STS then
+    answers for its keys."""
     iam = iam_backends[account]["aws"]
-    user = iam.create_user(region, LAB_USER)
-    key = iam.create_access_key(LAB_USER)
-    principal = Principal(lab_user_arn(account), user.id, account, key.access_key_id)
+    user = iam.create_user(region, name)
+    key = iam.create_access_key(name)
+    principal = Principal(
+        user_arn(account, name), user.id, account, Keys(key.access_key_id, key.secret_access_key)
+    )
     if user.arn != principal.arn:
-        raise RuntimeError(f"moto named the lab's IAM user {user.arn}, not {principal.arn}")
-    return Keys(key.access_key_id, key.secret_access_key), principal
+        raise RuntimeError(f"moto named the IAM user {user.arn}, not {principal.arn}")
+    return principal
+
+
+@dataclass
+class _Entry:
+    principal: Principal
+    # a bearer token of the world's own for this principal (its kubeconfig), like an EKS token
+    token: str
+    document: dict[str, Any]
+    policies: list[dict[str, Any]]
 
 
 @dataclass
@@ -82,72 +103,73 @@ class AccessEntries:
     """One cluster's EKS access entries, and the decisions the API server asks of them."""
 
     cluster: str
-    keys: Keys
-    # The world's own bearer token (its kubeconfig): the lab's user too, like an EKS token.
-    token: str = ""
-    _entries: dict[str, tuple[Principal, dict[str, Any], list[dict[str, Any]]]] = field(
-        default_factory=dict
-    )
+    _entries: dict[str, _Entry] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def add_admin(self, principal: Principal, region: str) -> None:
-        """The cluster creator's entry: STANDARD, no Kubernetes groups, cluster-admin policy."""
+    def add(self, principal: Principal, policy: str, region: str) -> str:
+        """A STANDARD entry with no Kubernetes groups and `policy` for the whole cluster; the
+        world's bearer token for it."""
         now = datetime.now(UTC)
-        entry = {
+        name = principal.arn.rsplit("/", 1)[-1]
+        document = {
             "clusterName": self.cluster,
             "principalArn": principal.arn,
             "kubernetesGroups": [],
             "accessEntryArn": f"arn:aws:eks:{region}:{principal.account}:access-entry/"
-            f"{self.cluster}/user/{principal.account}/{LAB_USER}/{principal.user_id.lower()}",
+            f"{self.cluster}/user/{principal.account}/{name}/{principal.user_id.lower()}",
             "createdAt": now,
             "modifiedAt": now,
             "tags": {},
             "username": principal.arn,
             "type": "STANDARD",
         }
-        policy = {
-            "policyArn": ADMIN_POLICY,
+        association = {
+            "policyArn": policy,
             "accessScope": {"type": "cluster", "namespaces": []},
             "associatedAt": now,
             "modifiedAt": now,
         }
+        token = new_token()
         with self._lock:
-            self._entries[principal.arn] = (principal, entry, [policy])
+            self._entries[principal.arn] = _Entry(principal, token, document, [association])
+        return token
 
     def user(self, token: str) -> dict[str, Any] | None:
-        """Who a bearer token is (the TokenReview user): the owner of the world's keys, through
-        its access entry; None for a token not of this lab."""
-        ours = bool(self.token) and hmac.compare_digest(token, self.token)
-        if not (ours or eks_token_ok(self.keys, self.cluster, token)):
-            return None
+        """Who a bearer token is (the TokenReview user): the principal whose world token it is
+        or whose keys signed it for this cluster; None for a token not of this lab."""
         with self._lock:
-            for principal, entry, _ in self._entries.values():
-                if principal.access_key_id == self.keys.access_key_id:
-                    return principal.user_info(list(entry["kubernetesGroups"]))
+            entries = list(self._entries.values())
+        for entry in entries:
+            if hmac.compare_digest(token, entry.token) or eks_token_ok(
+                entry.principal.keys, self.cluster, token
+            ):
+                return entry.principal.user_info(list(entry.document["kubernetesGroups"]))
         return None
 
     def allowed(self, review: dict[str, Any]) -> bool:
-        """A SubjectAccessReview's answer: the cluster-admin access policy allows everything."""
-        user = str(review.get("user", ""))
+        """A SubjectAccessReview's answer from the user's access policies: cluster admin allows
+        everything, view only reads (never secrets, exec, attach, port-forward or proxy)."""
         with self._lock:
-            policies = [policy for _, entry, held in self._entries.values()
-                        if entry["username"] == user for policy in held]  # fmt: skip
-        return any(
-            p["policyArn"] == ADMIN_POLICY and p["accessScope"]["type"] == "cluster"
-            for p in policies
-        )
+            entry = next(
+                (e for e in self._entries.values() if e.document["username"] == review.get("user")),
+                None,
+            )
+        held = {p["policyArn"] for p in entry.policies} if entry else set()
+        if ADMIN_POLICY in held:
+            return True
+        return VIEW_POLICY in held and _a_read(review)
 
     def principal_arns(self) -> list[str]:
         with self._lock:
             return list(self._entries)
 
     def entry(self, principal_arn: str) -> dict[str, Any]:
-        return copy.deepcopy(self._found(principal_arn)[1])
+        return copy.deepcopy(self._found(principal_arn).document)
 
     def policies(self, principal_arn: str) -> list[dict[str, Any]]:
-        return copy.deepcopy(self._found(principal_arn)[2])
+        return copy.deepcopy(self._found(principal_arn).policies)
 
-    def _found(self, principal_arn: str) -> tuple[Principal, dict[str, Any], list[dict[str, Any]]]:
+    def _found(self, principal_arn: str) -> _Entry:
         with self._lock:
             found = self._entries.get(principal_arn)
         if found is None:
@@ -155,6 +177,17 @@ class AccessEntries:
                 self.cluster, f"The specified principalArn could not be found: {principal_arn}"
             )
         return found
+
+
+def _a_read(review: dict[str, Any]) -> bool:
+    resource = review.get("resourceAttributes")
+    if resource is None:
+        return (review.get("nonResourceAttributes") or {}).get("verb") == "get"
+    return (
+        resource.get("verb") in _READS
+        and resource.get("resource") not in _NOT_VIEWED
+        and resource.get("subresource", "") not in _NOT_VIEWED_SUBRESOURCES
+    )
 
 
 def _not_found(cluster: str, message: str) -> ResourceNotFoundException:

@@ -1,7 +1,8 @@
 """The rehearsal's credentials: random per world, checked the way AWS and EKS check them.
 
 Both endpoints listen on loopback, where every local user can reach them. So each world
-makes its own AWS key pair and bearer token (kept in its 0600 endpoints file and kubeconfig):
+has its own AWS key pair (its IAM user's, made by moto) and bearer token (kept in its 0600
+endpoints file and kubeconfig):
 moto's front door checks each request's SigV4 signature against the key pair, and the API
 server (through the lab's token webhook) takes the bearer token, or an EKS token (`aws eks
 get-token`: a presigned STS GetCallerIdentity URL) signed with the same keys for this cluster,
@@ -14,7 +15,6 @@ import base64
 import binascii
 import hmac
 import secrets
-import string
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -30,7 +30,6 @@ if TYPE_CHECKING:  # botocore loads in ~0.2 s: only the rehearsal process signs 
 CREDENTIAL_KEYS = ("aws_access_key_id", "aws_secret_access_key")
 EKS_TOKEN_PREFIX = "k8s-aws-v1."
 EKS_CLUSTER_HEADER = "x-k8s-aws-id"
-_KEY_ALPHABET = string.ascii_uppercase + string.digits
 SIGV4_TIME = "%Y%m%dT%H%M%SZ"
 MAX_SKEW = timedelta(minutes=5)  # AWS refuses requests signed further from its clock
 EKS_TOKEN_LIFETIME = timedelta(minutes=15)  # EKS refuses older tokens
@@ -38,15 +37,10 @@ EKS_TOKEN_LIFETIME = timedelta(minutes=15)  # EKS refuses older tokens
 
 @dataclass(frozen=True)
 class Keys:
-    """One world's AWS key pair (what `lab.env` exports and boto3 signs with)."""
+    """An AWS key pair (the world's is what `lab.env` exports and boto3 signs with)."""
 
     access_key_id: str
     secret_access_key: str
-
-    @classmethod
-    def generate(cls) -> Keys:
-        key_id = "AKIA" + "".join(secrets.choice(_KEY_ALPHABET) for _ in range(16))
-        return cls(key_id, secrets.token_urlsafe(30))
 
     def as_endpoints(self) -> dict[str, str]:
         return dict(zip(CREDENTIAL_KEYS, (self.access_key_id, self.secret_access_key), strict=True))
