@@ -130,3 +130,13 @@ def healthy_status(env: dict[str, str], lab: str) -> list[str] | None:
     ticking = ("GPU time limit:", "GPU node-minutes since")  # lines that change with the clock
     lines = [line for line in out.splitlines() if not line.startswith(ticking)]
     return sorted(NODE_NAME.sub("NODE", "\n".join(lines)).splitlines())
+
+
+def node_group_instances(groups: list[dict], nodegroup: str) -> dict[str, str]:
+    """The instances of `nodegroup`'s Auto Scaling group (EKS tags it eks:nodegroup-name) with
+    their lifecycle states, from describe-auto-scaling-groups' AutoScalingGroups."""
+    found = [g for g in groups
+             if any(t["Key"] == "eks:nodegroup-name" and t["Value"] == nodegroup
+                    for t in g["Tags"])]  # fmt: skip
+    assert len(found) == 1, f"one Auto Scaling group for node group {nodegroup}, not {groups}"
+    return {i["InstanceId"]: i["LifecycleState"] for i in found[0]["Instances"]}

@@ -26,7 +26,7 @@ from stack_spec import stack
 from still_support import StillPlane
 from tool_support import require_tool, require_venv_tool
 
-from labs.sim.aws.access import ADMIN_POLICY, AccessEntries, Principal, user_arn
+from labs.sim.aws.access import ADMIN_POLICY, LAB_USER, AccessEntries, Principal, user_arn
 from labs.sim.aws.auth import Keys
 from labs.sim.controlplane import build
 from labs.sim.controlplane.kubeconfig import kubeconfig_document, write_kubeconfig
@@ -182,7 +182,9 @@ def test_an_eks_token_for_the_lab_is_its_iam_user_with_admin_access_and_others_a
     ca_data = base64.b64encode(plane.ca_pem.encode()).decode()
     answers = {}
     for cluster in (CLUSTER, "another-cluster"):
-        document = kubeconfig_document(plane.api_url, cluster, _eks_token(cluster), ca_data)
+        document = kubeconfig_document(
+            plane.api_url, cluster, _eks_token(cluster), ca_data, LAB_USER
+        )
         config = write_kubeconfig(tmp_path / f"{cluster}.kubeconfig", document)
         answers[cluster] = kubectl_on(config, tmp_path / "cache", "auth", "whoami", "-o", "json")
         if cluster == CLUSTER:

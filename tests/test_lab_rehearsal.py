@@ -12,7 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lab_support import ROOT, in_order, invoke_env, pid_alive, run_invoke, sim_pid, until
+from lab_support import (
+    ROOT,
+    in_order,
+    invoke_env,
+    node_group_instances,
+    pid_alive,
+    run_invoke,
+    sim_pid,
+    until,
+)
 
 LAB = "t1"
 
@@ -170,15 +179,9 @@ def test_kubectl_and_the_aws_cli_name_the_same_principal_and_service_range(rehea
 def test_the_gpu_auto_scaling_group_lists_the_gpu_nodes_instances(rehearsal):
     _, env, _ = rehearsal
     groups = lab_json(env, "aws autoscaling describe-auto-scaling-groups --output json")
-    gpu = [
-        g for g in groups["AutoScalingGroups"]
-        if {"Key": "eks:nodegroup-name", "Value": f"{LAB}-ng-gpu"}
-        in [{"Key": t["Key"], "Value": t["Value"]} for t in g["Tags"]]
-    ]  # fmt: skip
+    listed = node_group_instances(groups["AutoScalingGroups"], f"{LAB}-ng-gpu")
     nodes = lab_json(env, "kubectl get nodes -l tier=gpu -o json")["items"]
-    in_service = {
-        i["InstanceId"] for i in gpu[0]["Instances"] if i["LifecycleState"] == "InService"
-    }
+    in_service = {instance for instance, state in listed.items() if state == "InService"}
     assert in_service == {n["spec"]["providerID"].rsplit("/", 1)[-1] for n in nodes}
     assert len(in_service) == 2
     cluster_updates = lab_json(env, f"aws eks list-updates --name {LAB} --output json")

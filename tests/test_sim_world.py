@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from lab_support import node_group_instances
 from sim_support import TEST_SPEED, kube, lab_variables, probe_pod, running_world, wait_for
 from tool_support import require_tool, require_venv_tool
 
@@ -103,11 +104,7 @@ def gpu_group_instances(world: World) -> dict[str, str]:
     `aws autoscaling describe-auto-scaling-groups` lists them."""
     autoscaling = moto_clients(world.endpoints)("autoscaling")
     groups = autoscaling.describe_auto_scaling_groups()["AutoScalingGroups"]
-    gpu = [g for g in groups
-           if {"Key": "eks:nodegroup-name", "Value": "myeks-ng-gpu"} in
-           [{"Key": t["Key"], "Value": t["Value"]} for t in g["Tags"]]]  # fmt: skip
-    assert len(gpu) == 1, f"one Auto Scaling group for the GPU node group, not {groups}"
-    return {i["InstanceId"]: i["LifecycleState"] for i in gpu[0]["Instances"]}
+    return node_group_instances(groups, "myeks-ng-gpu")
 
 
 def node_instance_ids(core: client.CoreV1Api) -> set[str]:

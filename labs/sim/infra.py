@@ -27,6 +27,7 @@ from labs.aws import stack
 from labs.errors import InfraError
 from labs.kube import alerts
 from labs.sim import gpu_operator_release, monitoring_release
+from labs.sim.aws.access import LAB_USER
 from labs.sim.aws.auth import CREDENTIAL_KEYS
 from labs.sim.aws.seed import (
     AUX_VPC_ALLOW_RULE,
@@ -299,26 +300,22 @@ class SimInfra:
 
     # ---- the helm release -------------------------------------------------------------
 
+    def _kubeconfig(self) -> dict:
+        """The lab's own credentials (the world's token), as the stack's providers hold them."""
+        return kubeconfig_document(
+            self._endpoints["kube_url"], self._cluster, self._endpoints["kube_token"],
+            base64.b64encode(self._endpoints["kube_ca"].encode()).decode(), LAB_USER,
+        )  # fmt: skip
+
     def _api(self) -> Any:
         if self._kube is None:
             from kubernetes import config
 
-            document = kubeconfig_document(
-                self._endpoints["kube_url"], self._cluster, self._endpoints["kube_token"],
-                base64.b64encode(self._endpoints["kube_ca"].encode()).decode(),
-            )  # fmt: skip
-            self._kube = config.new_client_from_config_dict(document)
+            self._kube = config.new_client_from_config_dict(self._kubeconfig())
         return self._kube
 
     def _helm(self) -> Helm:
-        return Helm(
-            kubeconfig_document(
-                self._endpoints["kube_url"],
-                self._cluster,
-                self._endpoints["kube_token"],
-                base64.b64encode(self._endpoints["kube_ca"].encode()).decode(),
-            )  # fmt: skip
-        )
+        return Helm(self._kubeconfig())
 
 
 def _plain(value: Any) -> Any:

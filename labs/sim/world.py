@@ -26,7 +26,14 @@ from typing import Any
 
 from labs.sim import pace
 from labs.sim.aws import access, answers, eks_updates
-from labs.sim.aws.access import ADMIN_POLICY, VIEW_POLICY, VIEWER, AccessEntries, iam_user
+from labs.sim.aws.access import (
+    ADMIN_POLICY,
+    LAB_USER,
+    VIEW_POLICY,
+    VIEWER,
+    AccessEntries,
+    iam_user,
+)
 from labs.sim.aws.auth import new_token
 from labs.sim.aws.seed import ACCOUNT_ID, moto_clients, seed_stack
 from labs.sim.aws.server import AwsServer, reset_moto
@@ -204,7 +211,7 @@ def start_world(
         for controller in world._controllers:
             controller.start()
         world.endpoints = endpoints
-        document = kubeconfig_document(plane.api_url, cluster_name, token, ca_data)
+        document = kubeconfig_document(plane.api_url, cluster_name, token, ca_data, LAB_USER)
         write_kubeconfig(world.kubeconfig_path, document)
         viewing = kubeconfig_document(plane.api_url, cluster_name, viewer_token, ca_data, VIEWER)
         write_kubeconfig(state_dir / VIEWER_KUBECONFIG, viewing)

@@ -18,7 +18,7 @@ def kubeconfig_document(
     cluster_name: str,
     token: str,
     ca_data: str,
-    user: str = "lab-admin",
+    user: str,
     credentials: dict[str, str] | None = None,
 ) -> dict:
     """The kubeconfig as a dict: one cluster, one user (a token, or `credentials` such as a
