@@ -105,6 +105,7 @@ def _reverter() -> Callable[..., list[str]]:
     """What lab.down reverts with: every journalled fault, then a practice exercise whose
     faults are gone is recorded as abandoned."""
     import scenarios
+    from labs.lifecycle import AfterRevert
     from labs.practice.exercise import settle
     from labs.run.engine import revert_scenarios
 
@@ -112,7 +113,13 @@ def _reverter() -> Callable[..., list[str]]:
 
     def revert(lab: Any, console: Console) -> list[str]:
         reverted = revert_scenarios(lab, catalogue, None, out=console.say)
-        settle(lab)
+        try:
+            settle(lab)
+        except LabError as error:
+            raise AfterRevert(
+                f"reverted {', '.join(reverted) or 'nothing'}, but the practice exercise could "
+                f"not be recorded as abandoned: {error}"
+            ) from error
         return reverted
 
     return revert

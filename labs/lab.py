@@ -237,8 +237,7 @@ class Lab:
 
     def snapshot(self, *kinds: str) -> Snapshot:
         """The named standard kinds, listed once each (a kind the API does not serve is empty)."""
-        from kubernetes.client.exceptions import ApiException
-
+        from labs.kube.rest import KubeApiError
         from labs.kube.view import Snapshot, list_objects, standard_kinds
 
         known = {k.name: k for k in standard_kinds(self.kube, self.operator_namespace)}
@@ -251,7 +250,7 @@ class Lab:
         for kind in kinds:
             try:
                 listed[kind] = list_objects(known[kind].list_call, **known[kind].kwargs)
-            except ApiException as error:
+            except KubeApiError as error:
                 if error.status != 404:
                     raise
         return Snapshot(listed)

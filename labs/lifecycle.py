@@ -44,6 +44,11 @@ Confirm = Callable[[str], bool]
 # How often EKS updates are polled on AWS (a rehearsal divides it by its speed).
 UPDATE_POLL_SECONDS = 15.0
 MIN_UPDATE_POLL_SECONDS = 0.1
+# How long an EKS scaling update is followed: new nodes join in 5-6 minutes, and a node being
+# removed is drained for at most 15 before EKS terminates it anyway. A rehearsal divides it by
+# its speed, but waits at least a minute of wall time (a busy machine slows its world).
+EKS_UPDATE_SECONDS = 900.0
+MIN_UPDATE_WAIT_SECONDS = 60.0
 
 
 def _refused(_question: str) -> bool:
@@ -62,6 +67,16 @@ class LifecycleError(LabError):
 
 class NotRecorded(LifecycleError):
     """The backend change was made, but the lab's files could not record it (a full disk)."""
+
+
+class AfterRevert(LifecycleError):
+    """A reverter reverted every fault, then a step after it failed (recording a practice
+    exercise as abandoned): the faults are not named as left in."""
+
+
+class ZeroWithGaps(LifecycleError):
+    """The GPU node group reads desiredSize 0, but a step after the scale (following the
+    update, watching the nodes leave) could not be done; the message names each."""
 
 
 # --- opening and creating labs -----------------------------------------------------
@@ -295,8 +310,11 @@ def request_gpu_nodes(
             f"(the GPU node group's max size, a G/VT vCPU-quota guard)"
         )
     cluster, nodegroup = gpu_nodegroup(lab)
-    # A kubeconfig at another cluster, or one its cluster refuses, stops here (named).
-    check_lab_target(lab, cluster=lab.paths.kubeconfig.exists(), account=True)
+    # The node group is an AWS resource: the account, the cluster's ARN, region and recorded
+    # endpoint prove it is the lab's, so scaling to 0 needs nothing of Kubernetes (a refused
+    # kubeconfig or a dead API server must never keep GPUs billing). Scaling up also needs a
+    # kubeconfig that reaches the lab's own cluster, named if it does not.
+    check_lab_target(lab, cluster=count > 0 and lab.paths.kubeconfig.exists(), account=True)
     if count > 0:
         time_limit.arm(lab, maximum, console or Console(), keep_later)
     update = scale_gpu_nodegroup(lab.aws_client("eks"), cluster, nodegroup, count, maximum)
@@ -334,34 +352,103 @@ def _scale(lab: Lab, count: int, console: Console, keep_later: bool) -> None:
             f"    scalingConfig minSize=0 maxSize={gpu_max(lab)} desiredSize={count}"
             + ("" if update else " (already so; no API call)")
         )
+    if count == 0:
+        _after_zero(lab, update, console)
+        return
     if update:
         _follow_update(lab, nodegroup, update, console)
     if lab.paths.kubeconfig.exists():
         _wait_gpu_nodes(lab, count, console)
-    if count == 0:
-        _wait_billing_stopped(lab, cluster, nodegroup, console)
+
+
+def _after_zero(lab: Lab, update: str | None, console: Console) -> None:
+    """desiredSize is 0 in AWS: follow the update, watch the nodes leave, wait for billing to
+    stop and delete the time limit, each step tried whatever the one before met; ZeroWithGaps
+    names what could not be done."""
+    cluster, nodegroup = gpu_nodegroup(lab)
+    gaps: list[str] = []
+    try:
+        if update:
+            _follow_update(lab, nodegroup, update, console)
+    except LabError as error:
+        gaps.append(str(error))
+    else:
         try:
-            time_limit.disarm(lab, console)
-        except StateWriteError as error:
-            raise NotRecorded(
-                f"GPU node group {nodegroup} is at 0 and its time limit is deleted, but the "
-                f"lab's record could not say so: {error}. Free space there and run "
-                f"`invoke lab.down --lab {lab.name}` again to record it"
-            ) from error
+            _watch_nodes_leave(lab, console)
+        except LabError as error:
+            ailing = "".join(f"; {why}" for why in lab.backend.ailing(lab))
+            gaps.append(f"could not watch the GPU nodes leave through Kubernetes: {error}{ailing}")
+        _wait_billing_stopped(lab, cluster, nodegroup, console)
+    try:
+        time_limit.disarm(lab, console)
+    except StateWriteError as error:
+        raise NotRecorded(
+            f"GPU node group {nodegroup} is at 0 and its time limit is deleted, but the "
+            f"lab's record could not say so: {error}. Free space there and run "
+            f"`invoke lab.down --lab {lab.name}` again to record it"
+        ) from error
+    if gaps:
+        raise ZeroWithGaps(
+            f"GPU node group {nodegroup} reads desiredSize 0 (the EKS API took it), but "
+            + "; ".join(gaps)
+        )
+
+
+def _watch_nodes_leave(lab: Lab, console: Console) -> None:
+    """Through the lab's own kubeconfig only (a kubeconfig at another cluster is not read as
+    the lab's); LabError naming the file or server when Kubernetes cannot be read."""
+    from labs.guard import check_cluster
+
+    if not lab.paths.kubeconfig.exists() and not lab.outputs.get("cluster_endpoint"):
+        return  # the lab never got as far as its cluster
+    check_cluster(lab)
+    _wait_gpu_nodes(lab, 0, console)
 
 
 def _follow_update(lab: Lab, nodegroup: str, update_id: str, console: Console) -> None:
-    """Until EKS says the update succeeded; a failed one stops here with AWS's own error."""
-    from labs.aws.cloud import follow_update
+    """Until EKS says the update succeeded; a failed one stops here with AWS's own error, one
+    still running after EKS's own time for it says what is known."""
+    from labs.aws.cloud import WaitExpired, follow_update
+
+    limit = max(EKS_UPDATE_SECONDS / lab.speed, MIN_UPDATE_WAIT_SECONDS)
+
+    def waiting(elapsed: float, status: str) -> None:
+        console.progress(f"[{elapsed:5.0f} s of {limit:.0f} s] EKS update {update_id}: {status}")
 
     with console.phase(f"follow EKS update {update_id} of {nodegroup}"):
-        update = follow_update(
-            lab.aws_client("eks"), lab.cluster_name, nodegroup, update_id,
-            timeout=lab.settings.node_ready_timeout,
-            poll_interval=max(UPDATE_POLL_SECONDS / lab.speed, MIN_UPDATE_POLL_SECONDS),
-            on_wait=lambda elapsed, status: console.progress(f"[{elapsed:5.0f} s] {status}"),
-        )  # fmt: skip
+        try:
+            update = follow_update(
+                lab.aws_client("eks"), lab.cluster_name, nodegroup, update_id, timeout=limit,
+                poll_interval=max(UPDATE_POLL_SECONDS / lab.speed, MIN_UPDATE_POLL_SECONDS),
+                on_wait=waiting,
+            )  # fmt: skip
+        except WaitExpired:
+            raise LifecycleError(_update_stuck(lab, nodegroup, update_id, limit)) from None
         console.say(f"    {update['status']}")
+
+
+def _update_stuck(lab: Lab, nodegroup: str, update_id: str, limit: float) -> str:
+    """What is known of an update EKS has not finished in its time: the group read back, its
+    instances, and (on a rehearsal) what keeps the world from moving."""
+    from labs.aws.cloud import describe_gpu_nodegroup, nodegroup_instances
+
+    facts = [f"EKS update {update_id} of {nodegroup} is still InProgress after {limit:.0f} s "
+             "(EKS finishes a scaling update within about 15 minutes)"]  # fmt: skip
+    try:
+        group = describe_gpu_nodegroup(lab.aws_client("eks"), lab.cluster_name, nodegroup)
+        running = nodegroup_instances(lab.aws_client("ec2"), lab.cluster_name, nodegroup)
+        facts.append(
+            f"the node group reads desiredSize {group['desired_size']} with "
+            f"{len(running)} instance(s) still running ({', '.join(running) or 'none'})"
+        )
+    except LabError as error:
+        facts.append(f"the node group could not be read back ({error})")
+    if ailing := lab.backend.ailing(lab):
+        facts.append(f"the lab's cluster cannot move: {'; '.join(ailing)}")
+    return "; ".join(facts) + (
+        f". `aws eks describe-update --name {lab.cluster_name} --nodegroup-name {nodegroup} "
+        f"--update-id {update_id}` follows it"
+    )
 
 
 def _record_scale_time(lab: Lab, nodegroup: str, count: int) -> None:
@@ -439,9 +526,7 @@ def down(
     try:
         lab = Lab.open(settings)
     except LabNotFound:
-        console.say(
-            f"lab {settings.lab!r} does not exist under {settings.state_dir}: nothing to do"
-        )
+        _stop_orphans(settings, console)
         return
     lab.backend.check_writable(lab, "lab.down")
     on_busy = _stop_a_run(lab, console)
@@ -454,6 +539,21 @@ def down(
             "lab.down could not do everything: " + "; ".join(problems) + ". Fix the cause "
             f"and run `invoke lab.down --lab {lab.name}{' --destroy' if destroy else ''}` again."
         )
+
+
+def _stop_orphans(settings: LabSettings, console: Console) -> None:
+    """No record of the lab: what its deleted files left running is still stopped."""
+    from labs.backends import BACKENDS
+
+    pids = [pid for backend in BACKENDS.values() for pid in backend.stop_orphans(settings.paths)]
+    where = f"lab {settings.lab!r} does not exist under {settings.state_dir}"
+    if pids:
+        console.say(
+            f"{where}, but processes of it still ran (found by their command line): stopped "
+            f"{', '.join(map(str, pids))}"
+        )
+    else:
+        console.say(f"{where}: nothing to do")
 
 
 def _stop_a_run(lab: Lab, console: Console) -> Callable[[dict[str, Any]], float | None]:
@@ -495,16 +595,19 @@ def _revert_faults(lab: Lab, revert: Reverter, console: Console) -> list[str]:
     if not lab.journal.outstanding() and not gap:
         return []
     with console.phase("revert injected faults " + ("(the cluster)" if gap else "(journal)")):
-        failed = False
+        failed, after = False, []
         try:
             for name in revert(lab, console):
                 console.say(f"    reverted {name}")
+        except AfterRevert as error:
+            console.say(f"    {error}")
+            after = [str(error)]
         except LabError as error:
             console.say(f"    could not revert: {error}")
             failed = True
     left = [entry["scenario"] for entry in lab.journal.outstanding()]
     if not left and not failed:
-        return []
+        return after
     which = ", ".join(left) or "those found in the cluster (above)"
     return [
         f"these faults could not be reverted: {which} (run `invoke scenario.revert --all "
@@ -544,7 +647,7 @@ def _gpu_group_to_zero(lab: Lab, console: Console, problems: list[str]) -> str |
         return None
     try:
         scale(lab, 0, console)
-    except NotRecorded as error:
+    except (NotRecorded, ZeroWithGaps) as error:
         problems.append(str(error))
     except LabError as error:
         problems.append(f"could not scale GPU {where} to 0: {error}")

@@ -18,7 +18,7 @@ from typing import Any
 from labs import time_limit
 from labs.aws import stack
 from labs.console import columns
-from labs.errors import explain
+from labs.errors import LabError, explain
 from labs.kube import alerts, gpu, rest
 from labs.kube.view import Snapshot, check_access, check_lab_kubeconfig
 from labs.lab import Lab, known_labs
@@ -57,6 +57,20 @@ def gather(lab: Lab) -> dict[str, Any]:
             status["cost"] = _cost(lab, status)
     else:
         status["cost"] = None
+    if ailing := backend.ailing(lab):
+        status["problems"].append(
+            f"the lab's cluster cannot move: {'; '.join(ailing)}. `invoke lab.up "
+            f"--lab {lab.name}` restarts it; `invoke lab.down --lab {lab.name}` scales its GPU "
+            "nodes to 0 meanwhile"
+        )
+    try:
+        check_access(lab.kube)  # one bounded read, not a timeout for each part below
+    except (LabError, OSError) as error:
+        status["problems"].append(
+            "unknown: could not read the nodes, operator DaemonSets, GPU Operator, ClusterPolicy "
+            f"or Prometheus' alerts because {error}"
+        )
+        return status
     _read(status, "nodes", "nodes", lambda: _nodes(lab))
     _read(status, "daemonsets", "operator DaemonSets", lambda: _daemonsets(lab))
     _read(status, "operator", "GPU Operator controller", lambda: _operator(lab))
@@ -141,11 +155,9 @@ def _daemonsets(lab: Lab) -> list[dict[str, Any]]:
 
 
 def _cluster_policy(lab: Lab) -> dict[str, Any] | None:
-    from kubernetes.client.exceptions import ApiException
-
     try:
         policies = rest.get_items(lab.kube, rest.CLUSTER_POLICIES.path())
-    except ApiException as error:
+    except rest.KubeApiError as error:
         if error.status == 404:  # the CRD is not installed: no GPU Operator
             return None
         raise

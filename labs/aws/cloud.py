@@ -80,6 +80,10 @@ class CloudError(LabError, RuntimeError):
     """An AWS call could not do what the lab needs; the message says what to do."""
 
 
+class WaitExpired(CloudError):
+    """A wait ran out of time; the caller knows what it was for and says what is known."""
+
+
 class NodegroupNotFound(CloudError):
     """The node group does not exist (yet): the lab is not up, or was destroyed."""
 
@@ -476,7 +480,7 @@ def wait_until(
         if result is not None:
             return result
         if time.monotonic() >= deadline:
-            raise CloudError(f"gave up waiting for {what} after {timeout:g} s")
+            raise WaitExpired(f"gave up waiting for {what} after {timeout:g} s")
         time.sleep(poll_interval)
 
 

@@ -117,6 +117,12 @@ class AwsBackend(RealTime):
     def unreachable(self, lab: Lab) -> str | None:
         return None  # AWS is always there; a failed call says what went wrong
 
+    def stop_orphans(self, paths: LabPaths) -> list[int]:
+        return []  # it runs no process of its own
+
+    def ailing(self, lab: Lab) -> list[str]:
+        return []  # a managed control plane: a failed call says what went wrong
+
     def stop_unreachable(self, lab: Lab, why: str, console: Console) -> str | None:
         return (
             f"unknown: could not read lab {lab.name!r} because {why}: its GPU nodes may still "

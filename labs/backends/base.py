@@ -117,9 +117,20 @@ class Backend(Protocol):
         seconds; None when it answers (a stopped or frozen rehearsal process does not)."""
         ...
 
+    def ailing(self, lab: Lab) -> list[str]:
+        """What keeps a backend that answers from moving (a rehearsal's dead or stopped etcd or
+        API server, a full disk), each naming the process, port or file; [] when nothing does
+        or the backend cannot tell (a managed control plane)."""
+        ...
+
     def stop_unreachable(self, lab: Lab, why: str, console: Console) -> str | None:
         """lab.down on a backend that does not answer (`why`): stop what may still run, found
         without its answer; what is left to do (GPUs may still run), None when nothing is."""
+        ...
+
+    def stop_orphans(self, paths: LabPaths) -> list[int]:
+        """Stop what a lab whose files are gone left running, found without its record (by
+        command line); the pids stopped."""
         ...
 
     def wait_billing_stopped(self, lab: Lab, cluster: str, nodegroup: str) -> None:

@@ -81,6 +81,12 @@ class ExistingCluster(RealTime):
     def unreachable(self, lab: Lab) -> str | None:
         return None
 
+    def stop_orphans(self, paths: LabPaths) -> list[int]:
+        return []  # it runs no process of its own
+
+    def ailing(self, lab: Lab) -> list[str]:
+        return []  # a managed control plane: a failed call says what went wrong
+
     def stop_unreachable(self, lab: Lab, why: str, console: Console) -> str | None:
         return None  # never reached: an existing cluster is read, never stopped
 

@@ -115,6 +115,19 @@ class RehearsalBackend:
         programs speed it up only for their own runs (`program_pace`)."""
         silent = process.why_silent(lab.paths.sim_dir)
         _refuse_a_second_world(lab, silent)
+        if full := process.disk_full(lab.paths.sim_dir):
+            raise LabError(
+                f"the rehearsal backend of lab {lab.name!r} cannot run: {full}; then run "
+                f"`invoke lab.up --lab {lab.name}` again (`invoke lab.down --lab {lab.name}` "
+                "scales its GPU nodes to 0 meanwhile). Nothing was started."
+            )
+        if silent is None and (ailing := process.ailing(lab.paths.sim_dir)):
+            console.say(
+                f"    the rehearsal backend cannot move ({'; '.join(ailing)}): restarting it; "
+                "its world starts empty and lab.up builds the lab again"
+            )
+            process.stop(lab.paths.sim_dir)
+            silent = "restarted"
         new = silent is not None
         endpoints = process.start(lab.paths.sim_dir, lab.settings.speed, lab.name, lab.region)
         if new:
@@ -178,6 +191,12 @@ class RehearsalBackend:
         if why is None:
             return None
         return f"the rehearsal backend of lab {lab.name!r} does not answer: {why}"
+
+    def stop_orphans(self, paths: LabPaths) -> list[int]:
+        return process.stop(paths.sim_dir)
+
+    def ailing(self, lab: Lab) -> list[str]:
+        return process.ailing(lab.paths.sim_dir)
 
     def stop_unreachable(self, lab: Lab, why: str, console: Console) -> str | None:
         """Its world lives only in its processes: found by their state directory and stopped,

@@ -135,13 +135,10 @@ def read_facts(lab: Lab) -> Facts:
 
 
 def _read(client: Any, path: str, kind: str) -> list[Obj] | None:
-    from kubernetes.client.exceptions import ApiException
-    from urllib3.exceptions import HTTPError
-
     server = api_server_url(client)
     try:
         return rest.get_items(client, path, LIST_TIMEOUT)
-    except ApiException as error:
+    except rest.KubeApiError as error:
         if error.status == 404 and kind in OPTIONAL:
             return None
         why = f"{error.status} {error.reason}".strip()
@@ -152,10 +149,8 @@ def _read(client: Any, path: str, kind: str) -> list[Obj] | None:
             else "the API server refused the read"
         )
         raise CannotCheck(f"could not list {kind} from {server} ({why}): {hint}") from None
-    except (HTTPError, OSError) as error:
-        raise CannotCheck(
-            f"cannot reach the API server at {server} ({type(error).__name__}: {error})"
-        ) from None
+    except OSError as error:  # KubeUnreachable names the server and what happened
+        raise CannotCheck(str(error)) from None
 
 
 def _operator_namespace(kinds: dict[str, list[Obj]], default: str) -> str:

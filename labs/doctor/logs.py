@@ -103,9 +103,6 @@ def read_pointed_logs(
     facts: Facts, findings: Iterable[DoctorFinding], read: Reader
 ) -> tuple[list[DoctorFinding], list[str], list[str]]:
     """(findings the log lines prove, the logs read, the logs that could not be read)."""
-    from kubernetes.client.exceptions import ApiException
-    from urllib3.exceptions import HTTPError
-
     asked: dict[LogRequest, list[DoctorFinding]] = {}
     for finding in findings:
         for request in finding.read_logs:
@@ -116,7 +113,7 @@ def read_pointed_logs(
     for request, pointers in list(asked.items())[:MAX_READS]:
         try:
             text = read(request)
-        except (ApiException, HTTPError, OSError) as error:
+        except (rest.KubeApiError, OSError) as error:
             failed.append(
                 f"{request.source}: {type(error).__name__} {getattr(error, 'status', '')}"
             )

@@ -89,12 +89,9 @@ def read_rules(client: Any) -> list[AlertRule]:
 
 
 def _ask(client: Any, path: str, query: Mapping[str, object]) -> dict[str, Any]:
-    from kubernetes.client.exceptions import ApiException
-    from urllib3.exceptions import HTTPError
-
     try:
         document = json.loads(rest.get(client, path, query, timeout=TIMEOUT))
-    except (ApiException, HTTPError, OSError, ValueError) as error:
+    except (rest.KubeApiError, OSError, ValueError) as error:
         reason = getattr(error, "reason", None) or error
         raise MonitoringUnavailable(
             f"Prometheus did not answer {path} ({reason}): is the monitoring release running? "

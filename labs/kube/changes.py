@@ -170,12 +170,10 @@ def _set_taints(lab: Lab, node: Mapping[str, Any], taints: list[dict[str, Any]])
 def _retry_on_conflict(attempt: Callable[[], T], tries: int = 5) -> T:
     """Run a read-modify-write again when the object changed under it (409), as client-go's
     RetryOnConflict does; kubelet and controllers write nodes and policies all the time."""
-    from kubernetes.client.exceptions import ApiException
-
     for left in range(tries - 1, -1, -1):
         try:
             return attempt()
-        except ApiException as error:
+        except rest.KubeApiError as error:
             if error.status != 409 or not left:
                 raise
     raise AssertionError("unreachable")

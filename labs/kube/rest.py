@@ -4,7 +4,8 @@ The generated `CoreV1Api` and its siblings take about a second to import (thousa
 validated methods); every command that reads or changes the cluster would pay that on each
 run. These helpers build each request the way those classes do, with the client's own
 credentials (a bearer token or an exec plugin such as `aws eks get-token`, refreshed as
-needed) and TLS settings, and raise the same ApiException (with status and reason).
+needed) and TLS settings; failures are the lab's own errors (KubeApiError with the status,
+KubeUnreachable), so no command ends in urllib3's retry chain.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from labs.errors import LabError
 
 DEFAULT_TIMEOUT = 15.0  # seconds for one request (connect and read)
 MERGE_PATCH = "application/merge-patch+json"
@@ -26,6 +29,44 @@ _QUERY_NAMES = {
     "allow_watch_bookmarks": "allowWatchBookmarks",
     "limit": "limit",
 }
+
+
+class KubeUnreachable(LabError, ConnectionError):
+    """The API server did not answer (nothing listens, a stopped process, a dead network): a
+    sentence naming the server and the request, where urllib3 would print its retry chain."""
+
+
+class KubeApiError(LabError):
+    """The API server answered with an error status (callers test `.status`, as with the
+    client's ApiException); when nobody handles it, a sentence with the server's own message."""
+
+    def __init__(self, response: Any, server: str, method: str, path: str) -> None:
+        self.status, self.reason = int(response.status), str(response.reason)
+        self.body = bytes(response.data or b"").decode(errors="replace")
+        super().__init__(
+            f"the Kubernetes API at {server} answered {self.status} {self.reason} to "
+            f"{method} {path}: {message_of(self.body)}"
+        )
+
+
+def message_of(body: str | bytes) -> str:
+    """A Status body's message (or the start of whatever else came back)."""
+    text = body.decode(errors="replace") if isinstance(body, bytes) else body
+    try:
+        return str(json.loads(text).get("message"))
+    except (ValueError, AttributeError):
+        return text.strip()[:200]
+
+
+def _cause(error: Exception) -> str:
+    """What urllib3's retry chain comes down to: refused, timed out, reset."""
+    reason = getattr(error, "reason", None) or error
+    text = str(reason)
+    if "Connection refused" in text:
+        return "connection refused: nothing listens there"
+    if "timed out" in text.lower():
+        return "no answer in time (the server may be stopped or overloaded)"
+    return f"{type(reason).__name__}: {text.split(': ', 1)[-1][:200]}"
 
 
 @dataclass(frozen=True)
@@ -71,8 +112,9 @@ def send(
     stream: bool = False,
 ) -> Any:
     """The response to one request, its body read (unless `stream`: a watch reads it as it
-    comes); ApiException unless 2xx. `timeout` None waits as long as the server streams."""
-    from kubernetes.client.exceptions import ApiException
+    comes); KubeApiError unless 2xx, KubeUnreachable when no answer came. `timeout` None waits
+    as long as the server streams."""
+    from urllib3.exceptions import HTTPError
 
     headers = {"Accept": "application/json, */*"}
     if content_type:
@@ -85,12 +127,18 @@ def send(
         body=body,
         auth_settings=["BearerToken"],
     )
-    response = client.call_api(method, url, headers, body, post, _request_timeout=timeout)
-    if stream and 200 <= response.status < 300:
-        return response.response
-    response.read()
+    server = str(client.configuration.host).rstrip("/")
+    try:
+        response = client.call_api(method, url, headers, body, post, _request_timeout=timeout)
+        if stream and 200 <= response.status < 300:
+            return response.response
+        response.read()
+    except HTTPError as error:
+        raise KubeUnreachable(
+            f"the Kubernetes API at {server} did not answer {method} {path}: {_cause(error)}"
+        ) from None
     if not 200 <= response.status < 300:
-        raise ApiException(http_resp=response)
+        raise KubeApiError(response, server, method, path)
     return response
 
 
@@ -135,8 +183,6 @@ def patch(
 def delete(client: Any, path: str, grace_seconds: int | None = None) -> bool:
     """Delete one object (dependents in the background); False when it was already gone
     (404), so a revert or a clean-up can run twice."""
-    from kubernetes.client.exceptions import ApiException
-
     options: dict[str, Any] = {
         "kind": "DeleteOptions",
         "apiVersion": "v1",
@@ -146,7 +192,7 @@ def delete(client: Any, path: str, grace_seconds: int | None = None) -> bool:
         options["gracePeriodSeconds"] = grace_seconds
     try:
         send(client, "DELETE", path, body=options)
-    except ApiException as error:
+    except KubeApiError as error:
         if error.status != 404:
             raise
         return False

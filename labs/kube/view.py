@@ -33,13 +33,19 @@ class WaitTimeout(LabError, TimeoutError):
 
 def api_client(kubeconfig: Path | str, context: str | None = None) -> Any:
     """A kubernetes ApiClient for one kubeconfig (never the user's default one by accident)."""
-    from kubernetes import config
+    from kubernetes import client, config
+    from urllib3 import Retry
 
     if not Path(kubeconfig).exists():
         raise FileNotFoundError(
             f"kubeconfig {kubeconfig} does not exist; run `invoke lab.up` for this lab first"
         )
-    return config.new_client_from_config(config_file=str(kubeconfig), context=context or None)
+    configuration = client.Configuration()
+    config.load_kube_config(str(kubeconfig), context or None, client_configuration=configuration)
+    # A refused connection is tried again (an API server restarting); a read that timed out is
+    # not: urllib3's default would wait four timeouts on a stopped server before saying so.
+    configuration.retries = Retry(total=3, read=0)
+    return client.ApiClient(configuration)
 
 
 class KubeconfigRefused(LabError):
@@ -71,21 +77,13 @@ def lab_api_client(kubeconfig: Path, lab: str) -> Any:
             if response.status == 401 or "forbidden: User" in body:
                 raise KubeconfigRefused(
                     f"the lab's kubeconfig ({kubeconfig}) was refused: {response.status} "
-                    f"{response.reason}: {_message_of(body)}; `invoke lab.up --lab {lab}` "
+                    f"{response.reason}: {rest.message_of(body)}; `invoke lab.up --lab {lab}` "
                     "rewrites it"
                 )
         return response
 
     client.call_api = checked
     return client
-
-
-def _message_of(body: str) -> str:
-    """A Status body's message (or the start of whatever else came back)."""
-    try:
-        return str(json.loads(body).get("message"))
-    except (ValueError, AttributeError):
-        return body.strip()[:200]
 
 
 def check_access(client: Any) -> None:

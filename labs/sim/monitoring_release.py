@@ -75,14 +75,12 @@ def image(container: str) -> str:
 def install(api: Any) -> None:
     """Create the release's objects (the PrometheusRule once the API server serves its type),
     then wait as helm's `wait` does: until Prometheus answers with the rules loaded."""
-    from kubernetes.client.exceptions import ApiException
-
     for obj in release_objects():
         if obj["kind"] == "PrometheusRule":
             _wait_served(api, collection(obj))
         try:
             rest.create(api, collection(obj), obj)
-        except ApiException as error:
+        except rest.KubeApiError as error:
             if not (error.status == 409 and obj["kind"] in CLUSTER_SCOPED):
                 raise
     _wait_evaluating(api)
@@ -114,14 +112,12 @@ def uninstall(api: Any) -> None:
 
 def _wait_served(api: Any, path: str) -> None:
     """Until a new CRD's type answers (its establishing takes a moment)."""
-    from kubernetes.client.exceptions import ApiException
-
     deadline = time.monotonic() + CRD_TIMEOUT
     while True:
         try:
             rest.get_items(api, path)
             return
-        except ApiException as error:
+        except rest.KubeApiError as error:
             if error.status != 404 or time.monotonic() > deadline:
                 raise
         time.sleep(0.1)

@@ -9,6 +9,7 @@ rehearsal lab outlives the command like a real cluster does; its endpoints.json
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import ssl
 import subprocess
@@ -29,6 +30,10 @@ ENDPOINTS = "endpoints.json"
 # by its exit code and only a hang waits this long.
 START_TIMEOUT = 120.0
 ANSWER_SECONDS = 2.0
+# /readyz asks etcd; kube-apiserver gives its etcd check 2 s (--etcd-healthcheck-timeout)
+READY_SECONDS = 5.0
+# etcd allocates its write-ahead log in 64 MiB segments: less free than that and it cannot write
+LOW_DISK_BYTES = 64 * 2**20
 STOP_TIMEOUT = 15.0
 
 
@@ -63,17 +68,13 @@ def _answers(endpoints: dict[str, Any]) -> bool:
 
 
 def _silence(endpoints: dict[str, Any]) -> str | None:
-    """Why the process's two servers do not both answer within ANSWER_SECONDS; None if they do."""
+    """Why the process's own server (its AWS endpoint) does not answer within ANSWER_SECONDS;
+    None if it does. Its Kubernetes side is `ailing`'s: a dead API server or etcd must not hide
+    the node groups, which the cost guard scales through AWS alone."""
     url, ca = endpoints.get("kube_url"), endpoints.get("kube_ca")
     aws = endpoints.get("aws_endpoint_url")
     if not url or not ca or not aws:
         return "it names no kube_url, kube_ca or aws_endpoint_url"
-    try:
-        context = ssl.create_default_context(cadata=ca)
-        with urllib.request.urlopen(f"{url}/version", timeout=ANSWER_SECONDS, context=context):
-            pass
-    except (OSError, ssl.SSLError, ValueError) as error:
-        return f"its Kubernetes API {url} did not answer within {ANSWER_SECONDS:g} s ({error})"
     try:
         with urllib.request.urlopen(aws, timeout=ANSWER_SECONDS):
             pass
@@ -82,6 +83,71 @@ def _silence(endpoints: dict[str, Any]) -> str | None:
     except (OSError, ValueError) as error:
         return f"its AWS endpoint {aws} did not answer within {ANSWER_SECONDS:g} s ({error})"
     return None
+
+
+def ailing(sim_dir: Path) -> list[str]:
+    """What keeps a running world's Kubernetes side from moving, each naming its process and
+    log, port or file: a program of the world that died or was stopped, an API server whose
+    /readyz fails (etcd), a disk too full for etcd. [] when all is well or no world runs."""
+    endpoints = recorded_endpoints(sim_dir)
+    if not endpoints.get("pid") or not _alive(int(endpoints["pid"])):
+        return []
+    found = [
+        problem
+        for name, entry in sorted((endpoints.get("processes") or {}).items())
+        if (problem := _process_problem(name, entry))
+    ]
+    if not found and (not_ready := _not_ready(endpoints)):
+        found.append(not_ready)
+    if full := disk_full(sim_dir):
+        found.append(full)
+    return found
+
+
+def disk_full(sim_dir: Path) -> str | None:
+    """The disk under the world's files has no room for etcd's next write, said with what to
+    do; None when it has."""
+    free = shutil.disk_usage(sim_dir).free if sim_dir.is_dir() else None
+    if free is None or free >= LOW_DISK_BYTES:
+        return None
+    return (
+        f"the disk under {sim_dir} has {free / 2**20:.0f} MiB free, less than the "
+        f"{LOW_DISK_BYTES // 2**20} MiB etcd needs to write: free space there"
+    )
+
+
+def _process_problem(name: str, entry: dict[str, Any]) -> str | None:
+    """`etcd (pid 123) is not running ...`, `... is stopped ...`, or None when it runs."""
+    pid, log = int(entry.get("pid", 0)), entry.get("log", "?")
+    try:
+        argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        argv0, state = "", "gone"
+    if Path(argv0).name != entry.get("program") or state in ("Z", "X", "gone"):
+        return f"{name} (pid {pid}) is not running; its log is {log}"
+    if state in ("T", "t"):
+        return f"{name} (pid {pid}) is stopped (SIGSTOP); `kill -CONT {pid}` resumes it"
+    return None
+
+
+def _not_ready(endpoints: dict[str, Any]) -> str | None:
+    """The API server's own readiness checks (etcd among them), as `kubectl get --raw
+    /readyz?verbose` shows them; None when ready."""
+    url = endpoints["kube_url"]
+    try:
+        context = ssl.create_default_context(cadata=endpoints["kube_ca"])
+        with urllib.request.urlopen(f"{url}/readyz", timeout=READY_SECONDS, context=context):
+            return None
+    except urllib.error.HTTPError as error:
+        failed = [
+            line.strip()
+            for line in error.read().decode(errors="replace").splitlines()
+            if line.startswith("[-]")
+        ]
+        return f"kube-apiserver at {url} is not ready: {', '.join(failed) or error.reason}"
+    except (OSError, ssl.SSLError, ValueError) as error:
+        return f"kube-apiserver at {url} did not answer /readyz in {READY_SECONDS:g} s ({error})"
 
 
 def why_silent(sim_dir: Path) -> str | None:

@@ -210,6 +210,12 @@ def start_world(
         aws.on_write("/schedules", schedules.wake)
         for controller in world._controllers:
             controller.start()
+        # what lab.status checks from outside: each program the world cannot move without
+        endpoints["processes"] = {
+            **plane.described(),
+            **world._node_endpoint.described(),
+            **world._metrics_server.described(),
+        }
         world.endpoints = endpoints
         document = kubeconfig_document(plane.api_url, cluster_name, token, ca_data, LAB_USER)
         write_kubeconfig(world.kubeconfig_path, document)

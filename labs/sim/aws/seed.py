@@ -20,6 +20,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from botocore.exceptions import ClientError
+
 from labs.aws import stack
 from labs.aws.stack import NODE_TEMPLATE_TAG_PREFIX, gpu_node_group_name, system_node_group_name
 from labs.sim.aws.auth import CREDENTIAL_KEYS
@@ -302,7 +304,34 @@ def add_rule(ec2: Any, group_id: str, rule: SgRule, cluster_sg_id: str) -> None:
     authorize = (
         ec2.authorize_security_group_egress if rule.egress else ec2.authorize_security_group_ingress
     )
-    authorize(GroupId=group_id, IpPermissions=[permission], TagSpecifications=tags)
+    try:
+        authorize(GroupId=group_id, IpPermissions=[permission], TagSpecifications=tags)
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") != "InvalidPermission.Duplicate":
+            raise
+        _adopt(ec2, group_id, rule, permission)
+
+
+def _adopt(ec2: Any, group_id: str, rule: SgRule, permission: dict[str, Any]) -> None:
+    """The same permission was added by hand (a learner's fix): it becomes the lab's rule, so a
+    revert after a hand fix is done rather than stuck on InvalidPermission.Duplicate."""
+    source = (permission.get("UserIdGroupPairs") or permission["IpRanges"])[0]
+    for found in ec2.describe_security_group_rules(
+        Filters=[{"Name": "group-id", "Values": [group_id]}]
+    )["SecurityGroupRules"]:
+        same = (
+            found["IsEgress"] == rule.egress
+            and found["IpProtocol"] == permission["IpProtocol"]
+            and found.get("FromPort", -1) == permission.get("FromPort", -1)
+            and found.get("ToPort", -1) == permission.get("ToPort", -1)
+            and (found.get("ReferencedGroupInfo") or {}).get("GroupId", found.get("CidrIpv4"))
+            == source.get("GroupId", source.get("CidrIp"))
+        )
+        if same:
+            ec2.create_tags(
+                Resources=[found["SecurityGroupRuleId"]], Tags=[{"Key": "Name", "Value": rule.key}]
+            )
+            return
 
 
 def remove_rule(ec2: Any, group_id: str, rule: SgRule) -> None:

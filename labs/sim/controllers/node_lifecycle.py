@@ -28,7 +28,7 @@ from labs.sim.aws.seed import ACCOUNT_ID, AMI_NAMES, aux_sg_name, node_sg_name, 
 from labs.sim.controllers.base import Controller
 from labs.sim.controllers.events import EventRecorder
 from labs.sim.controlplane.informers import InformedKubeApi
-from labs.sim.controlplane.resources import NODES, PODS, NotFound, now_rfc3339
+from labs.sim.controlplane.resources import NODES, PODS, NotFound, StoreError, now_rfc3339
 from labs.sim.node.hardware import (
     AMI_OS_IMAGE,
     DEFAULT_RUNTIME_ANNOTATION,
@@ -43,6 +43,7 @@ from labs.sim.timings import Timings
 
 NODEGROUP_TAG = "eks:nodegroup-name"
 KUBELET_PORT = 10250
+LEFTOVER_RETRY_SECONDS = 1.0
 _TAINT_EFFECTS = {
     "NO_SCHEDULE": "NoSchedule",
     "NO_EXECUTE": "NoExecute",
@@ -70,6 +71,8 @@ class NodeLifecycle(Controller):
         self._region = region
         self._booting: dict[str, tuple[float, dict, dict]] = {}
         self._draining: dict[str, tuple[float, str]] = {}
+        # Nodes of terminated instances the API server did not let us remove yet
+        self._leftover: set[str] = set()
         self._kubelet = EventRecorder(store, "kubelet")
 
     def reconcile(self) -> float | None:
@@ -81,6 +84,7 @@ class NodeLifecycle(Controller):
 
     def _pass(self, boot_delay: float) -> float | None:
         now = time.monotonic()
+        self._remove_leftovers()
         instances = self._instances()
         names = self._group_names()
         for name in names:
@@ -95,6 +99,8 @@ class NodeLifecycle(Controller):
         if self._finish_due(now):
             return 0.0  # a node joined or left: the next pass sees whether its group settled
         due = [at for at, *_ in self._booting.values()] + [at for at, _ in self._draining.values()]
+        if self._leftover:
+            due.append(now + LEFTOVER_RETRY_SECONDS)
         return min((at - now for at in due), default=None)
 
     def _group_names(self) -> list[str]:
@@ -189,7 +195,7 @@ class NodeLifecycle(Controller):
         name = self._node_name(instance)
         try:
             self.store.update(NODES, name, _cordon)
-        except NotFound:
+        except StoreError:  # gone, or an API server that does not answer: EKS goes on anyway
             pass
         self._draining[instance_id] = (now + self.timings.node_terminate, name)
         self._list(instance_id, "Terminating")
@@ -204,8 +210,9 @@ class NodeLifecycle(Controller):
             self._list(instance_id, "InService")
         for instance_id in drained:
             _, name = self._draining.pop(instance_id)
-            self._remove_node(name)
-            self._terminate(instance_id)
+            self._terminate(instance_id)  # the instance goes whatever Kubernetes says
+            self._leftover.add(name)
+        self._remove_leftovers()
         return bool(booted or drained)
 
     def _terminate(self, instance_id: str) -> None:
@@ -227,6 +234,16 @@ class NodeLifecycle(Controller):
         by_name = {**node, "metadata": {**node["metadata"], "uid": name}}
         self._kubelet.record(by_name, "NodeReady", f"Node {name} status is now: NodeReady",
                              host=name)  # fmt: skip
+
+    def _remove_leftovers(self) -> None:
+        """Remove the Nodes of terminated instances; one the API server refuses now stays listed
+        for the next pass (a stopped API server must not keep instances billing)."""
+        for name in sorted(self._leftover):
+            try:
+                self._remove_node(name)
+            except StoreError:
+                continue
+            self._leftover.discard(name)
 
     def _remove_node(self, name: str) -> None:
         """The terminated instance's Node goes first, then its pods (as the cloud controller

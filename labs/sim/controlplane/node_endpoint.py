@@ -22,6 +22,7 @@ import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from labs.sim.controlplane import build, pki
 from labs.sim.controlplane.run import Served, free_port
@@ -110,3 +111,6 @@ class NodeEndpoint:
     @property
     def pid(self) -> int | None:
         return self._served.pid
+
+    def described(self) -> dict[str, dict[str, Any]]:
+        return self._served.described()

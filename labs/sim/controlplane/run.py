@@ -24,7 +24,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from labs.errors import LabError
 from labs.sim.controlplane import build, pki
@@ -122,6 +122,13 @@ def wait_answering(
     )
 
 
+def described(process: subprocess.Popen[bytes], log: Path) -> dict[str, Any]:
+    """A running program as the lab's status checks it from another process: pid, program
+    (its argv[0]'s name, so a reused pid is not taken for it) and log."""
+    command = process.args if isinstance(process.args, list) else [process.args]
+    return {"pid": process.pid, "program": Path(str(command[0])).name, "log": str(log)}
+
+
 @dataclass
 class Served:
     """One of the lab's own programs beside the plane (the node endpoint, metrics-server): started,
@@ -166,6 +173,10 @@ class Served:
     def pid(self) -> int | None:
         return self.process.pid if self.process is not None else None
 
+    def described(self) -> dict[str, Any]:
+        """{name: pid, program, log} while it runs, {} otherwise."""
+        return {self.name: described(self.process, self.log)} if self.process else {}
+
 
 @dataclass
 class BesidePlane:
@@ -192,6 +203,9 @@ class BesidePlane:
     @property
     def pid(self) -> int | None:
         return self._served.pid
+
+    def described(self) -> dict[str, dict[str, Any]]:
+        return self._served.described()
 
 
 @dataclass
@@ -321,6 +335,11 @@ class ControlPlane:
         return Credentials(
             self.api_url, pki_dir / "ca.crt", pki_dir / f"{user}.crt", pki_dir / f"{user}.key"
         )
+
+    def described(self) -> dict[str, dict[str, Any]]:
+        """Each component's pid, program and log (see `described`)."""
+        logs = self.home / "logs"
+        return {name: described(p, logs / f"{name}.log") for name, p in self._processes.items()}
 
     @property
     def pids(self) -> dict[str, int]:
