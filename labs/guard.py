@@ -23,8 +23,9 @@ def _same_url(a: str, b: str) -> bool:
     return a.rstrip("/").lower() == b.rstrip("/").lower()
 
 
-def check_cluster(lab: Lab) -> None:
-    """The lab kubeconfig must point at the API server the lab's stack created."""
+def check_cluster(lab: Lab, reading: bool = False) -> None:
+    """The lab kubeconfig must point at the API server the lab's stack created (`reading`: to
+    read it as the lab's, after a change made elsewhere, as lab.down's scale to 0)."""
     from labs.kube.view import api_server_url, check_access
 
     expected = str(lab.outputs.get("cluster_endpoint") or "")
@@ -35,10 +36,13 @@ def check_cluster(lab: Lab) -> None:
         )
     actual = api_server_url(lab.kube)
     if not _same_url(actual, expected):
+        verb, outcome = (
+            ("read", "It was not read.") if reading else ("change", "Nothing was changed.")
+        )
         raise GuardError(
-            f"refusing to change the cluster at {actual}: lab {lab.name!r} is at {expected}. "
+            f"refusing to {verb} the cluster at {actual}: lab {lab.name!r} is at {expected}. "
             f"The kubeconfig {lab.paths.kubeconfig} points at another cluster; run "
-            f"`invoke lab.up --lab {lab.name}` to rewrite it. Nothing was changed."
+            f"`invoke lab.up --lab {lab.name}` to rewrite it. {outcome}."
         )
     check_access(lab.kube)
 

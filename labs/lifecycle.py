@@ -401,7 +401,7 @@ def _watch_nodes_leave(lab: Lab, console: Console) -> None:
 
     if not lab.paths.kubeconfig.exists() and not lab.outputs.get("cluster_endpoint"):
         return  # the lab never got as far as its cluster
-    check_cluster(lab)
+    check_cluster(lab, reading=True)
     _wait_gpu_nodes(lab, 0, console)
 
 

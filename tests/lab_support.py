@@ -55,6 +55,27 @@ def cli_lab(state_dir: Path, lab: str, speed: str) -> Iterator[dict[str, str]]:
         run_invoke("lab.down", "--lab", lab, "--destroy", "--yes", env=env)
 
 
+def desired_by_aws_cli(env: dict[str, str], lab: str) -> int:
+    """desiredSize of the lab's GPU node group, read by the venv's aws CLI with `lab.env`'s
+    exports on top of `env`, as a person checks the cost guard."""
+    from tool_support import require_venv_tool
+
+    from labs.aws import stack
+
+    exports = run_invoke("lab.env", "--lab", lab, env=env)
+    assert exports.returncode == 0, exports.stderr
+    script = (
+        f"{exports.stdout}\n{require_venv_tool('aws')} eks describe-nodegroup --cluster-name "
+        f"{lab} --nodegroup-name {stack.gpu_node_group_name(lab)} "
+        "--query nodegroup.scalingConfig.desiredSize --output text"
+    )
+    read = subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert read.returncode == 0, read.stderr
+    return int(read.stdout)
+
+
 def sim_pid(state_dir: Path, lab: str) -> int:
     """The pid of a rehearsal lab's background process, from its endpoints file."""
     endpoints = json.loads((state_dir / lab / "sim" / "endpoints.json").read_text())

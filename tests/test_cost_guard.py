@@ -387,20 +387,26 @@ def test_the_rehearsal_endpoints_answer_only_the_labs_credentials(
 # --- 8. a kubeconfig that points at another cluster ---------------------------------------------
 
 
-def test_a_kubeconfig_pointing_at_another_cluster_stops_scale_and_down(
+def test_a_kubeconfig_pointing_at_another_cluster_is_never_read_yet_gpus_reach_zero(
     world_lab: SimLab, user: CliLab, still: StillPlane
 ):
+    """The node group is the lab's by AWS's account, ARN and recorded endpoint: the scale to 0
+    goes through, and the other cluster is neither changed nor read as the lab's."""
     kubeconfig = user.lab.paths.kubeconfig
     document = yaml.safe_load(kubeconfig.read_text())
     document["clusters"][0]["cluster"]["server"] = still.url  # another API server
     kubeconfig.write_text(yaml.safe_dump(document))
 
-    for command in (("lab.scale", "0"), ("lab.down",)):
-        result = user.invoke(*command)
-        assert result.returncode == 1, command
-        assert f"refusing to change the cluster at {still.url}" in result.stderr
-        assert "Nothing was changed" in result.stderr
-    assert gpu_scaling(world_lab)["desiredSize"] == GPU_NODES, "the guard let a scale through"
+    try:
+        for command in (("lab.scale", "0"), ("lab.down",)):
+            result = user.invoke(*command)
+            assert result.returncode == 1, command
+            assert "reads desiredSize 0 (the EKS API took it)" in result.stderr
+            assert f"refusing to read the cluster at {still.url}" in result.stderr
+            assert "Traceback" not in result.stdout + result.stderr
+            assert gpu_scaling(world_lab)["desiredSize"] == 0, command
+    finally:
+        restore_gpus(world_lab)
 
 
 # --- 9. output to a pipe that closes ------------------------------------------------------------

@@ -13,13 +13,18 @@ import io
 import json
 import os
 import shutil
+import signal
+import socket
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from lab_support import invoke_env, run_invoke
+import yaml
+from lab_support import desired_by_aws_cli, invoke_env, run_invoke
 from scenario_support import own_world
 from tool_support import require_tool, require_venv_tool
 
@@ -255,6 +260,66 @@ def test_lab_down_scales_to_zero_even_when_a_revert_fails(aws_world):
     lab.journal.mark(entry, "reverted")
 
 
+def _aws_env(world, settings) -> dict[str, str]:
+    """A user's environment for the AWS lab: its state dir, stack and AWS credentials."""
+    return invoke_env(
+        settings.state_dir, INVOKE_LAB_REGION=REGION, INVOKE_LAB_STACK_DIR=str(settings.stack_dir),
+        AWS_ENDPOINT_URL=world.endpoints["aws_endpoint_url"],
+        AWS_ACCESS_KEY_ID=world.endpoints["aws_access_key_id"],
+        AWS_SECRET_ACCESS_KEY=world.endpoints["aws_secret_access_key"],
+    )  # fmt: skip
+
+
+@contextmanager
+def _kubernetes_damaged(world, kubeconfig: Path, damage: str) -> Iterator[str]:
+    """The lab's Kubernetes side as a careless week leaves it; what lab.down must then name.
+    Put back afterwards (the kubeconfig, the API server's process)."""
+    good = kubeconfig.read_text()
+    document = yaml.safe_load(good)
+    apiserver = world.control_plane.pids["kube-apiserver"]
+    if damage == "refused":  # an access entry removed, an expired profile: 401
+        document["users"][0]["user"] = {"token": "k8s-aws-v1.not-a-token"}
+        kubeconfig.write_text(yaml.safe_dump(document))
+        named = "was refused: 401 Unauthorized"
+    elif damage == "deleted":
+        kubeconfig.unlink()
+        named = f"the lab's kubeconfig ({kubeconfig}) is missing"
+    elif damage == "nothing listens":
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            url = f"https://127.0.0.1:{probe.getsockname()[1]}"
+        document["clusters"][0]["cluster"]["server"] = url
+        kubeconfig.write_text(yaml.safe_dump(document))
+        named = f"refusing to read the cluster at {url}"
+    else:  # the API server stopped (SIGSTOP): it takes connections and never answers
+        os.kill(apiserver, signal.SIGSTOP)
+        named = "no answer in time (the server may be stopped or overloaded)"
+    try:
+        yield named
+    finally:
+        os.kill(apiserver, signal.SIGCONT)
+        kubeconfig.write_text(good)
+
+
+@pytest.mark.parametrize("damage", ["refused", "deleted", "nothing listens", "stopped"])
+def test_aws_lab_down_reaches_zero_gpus_whatever_kubernetes_says(aws_world, damage):
+    """The GPU node group is an AWS resource: lab.down scales it to 0 through the EKS API
+    whatever the lab's Kubernetes says, names what it could not read there, and exits 1."""
+    world, settings = aws_world
+    lifecycle.scale(Lab.open(settings), 2, _console()[0])
+    env = _aws_env(world, settings)
+
+    with _kubernetes_damaged(world, settings.paths.kubeconfig, damage) as named:
+        down = run_invoke("lab.down", "--lab", LAB, env=env, timeout=600)
+
+    assert down.returncode == 1, down.stdout + down.stderr
+    assert "Traceback" not in down.stdout + down.stderr
+    assert desired_by_aws_cli(env, LAB) == 0
+    assert f"GPU node group {LAB}-ng-gpu reads desiredSize 0 (the EKS API took it)" in down.stderr
+    assert "could not watch the GPU nodes leave through Kubernetes" in down.stderr
+    assert named in down.stderr
+
+
 def test_aws_lab_down_scales_to_zero_and_is_safe_twice(aws_world):
     world, settings = aws_world
     for _ in range(2):
@@ -275,12 +340,7 @@ def test_lab_down_destroy_completes_with_the_gpu_node_group_deleted_out_of_band(
     moto_clients(world.endpoints)("eks").delete_nodegroup(
         clusterName=LAB, nodegroupName=f"{LAB}-ng-gpu"
     )
-    env = invoke_env(
-        settings.state_dir, INVOKE_LAB_REGION=REGION, INVOKE_LAB_STACK_DIR=str(settings.stack_dir),
-        AWS_ENDPOINT_URL=world.endpoints["aws_endpoint_url"],
-        AWS_ACCESS_KEY_ID=world.endpoints["aws_access_key_id"],
-        AWS_SECRET_ACCESS_KEY=world.endpoints["aws_secret_access_key"],
-    )  # fmt: skip
+    env = _aws_env(world, settings)
 
     down = run_invoke("lab.down", "--lab", LAB, "--destroy", "--yes", env=env)
 

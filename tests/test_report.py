@@ -188,3 +188,14 @@ def test_the_alerts_table_shows_what_fired_when_and_the_silent_trap(tmp_path: Pa
     assert "Not recorded" in render_markdown(record())
     write_report(run, tmp_path / "run")
     assert (tmp_path / "run" / "timeline.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_dead_prometheus_is_reported_as_dead_not_as_no_monitoring():
+    why = "the lab's monitoring is installed but did not answer: Prometheus did not answer"
+    run = record(alerts_unrecorded=why)
+
+    text = render_markdown(run)
+
+    assert f"Not recorded: {why}." in text
+    assert "has no monitoring" not in text
+    assert run.to_dict()["alerts_unrecorded"] == why

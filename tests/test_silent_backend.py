@@ -9,30 +9,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 from pathlib import Path
 
-from lab_support import invoke_env, pid_alive, run_invoke, sim_pid
-from tool_support import require_venv_tool
+from lab_support import desired_by_aws_cli, invoke_env, pid_alive, run_invoke, sim_pid
 
-from labs.aws import stack
 from labs.sim import process
 
 LAB = "f1"
-
-
-def desired_by_aws_cli(env: dict[str, str]) -> int:
-    """desiredSize of the GPU node group, read by the venv's aws CLI with `lab.env`'s exports."""
-    exports = run_invoke("lab.env", "--lab", LAB, env=env)
-    assert exports.returncode == 0, exports.stderr
-    script = (
-        f"{exports.stdout}\n{require_venv_tool('aws')} eks describe-nodegroup --cluster-name "
-        f"{LAB} --nodegroup-name {stack.gpu_node_group_name(LAB)} "
-        "--query nodegroup.scalingConfig.desiredSize --output text"
-    )
-    read = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
-    assert read.returncode == 0, read.stderr
-    return int(read.stdout)
 
 
 def test_a_silent_backend_is_unknown_never_idle_and_lab_down_stops_it(tmp_path: Path):
@@ -42,7 +25,7 @@ def test_a_silent_backend_is_unknown_never_idle_and_lab_down_stops_it(tmp_path: 
     sim_dir = tmp_path / LAB / "sim"
     pid = sim_pid(tmp_path, LAB)
     try:
-        assert desired_by_aws_cli(env) == 1
+        assert desired_by_aws_cli(env, LAB) == 1
 
         # wrong ports in endpoints.json: status says unknown, names the file and the URL
         endpoints_file = sim_dir / process.ENDPOINTS
@@ -54,7 +37,7 @@ def test_a_silent_backend_is_unknown_never_idle_and_lab_down_stops_it(tmp_path: 
         endpoints_file.write_text(good)
         assert status.returncode == 1, status.stdout + status.stderr
         assert "unknown: could not read" in status.stdout
-        assert "https://127.0.0.1:9" in status.stdout and str(endpoints_file) in status.stdout
+        assert "http://127.0.0.1:9" in status.stdout and str(endpoints_file) in status.stdout
         assert "ClusterPolicy: none" not in status.stdout and "0.000" not in status.stdout
 
         # frozen: lab.up refuses naming the pid, and no second backend starts

@@ -459,7 +459,7 @@ def _inject_observe_revert(
     """The part of a run that happens with the fault in the lab (T+0: the inject returned)."""
     out = story.out
     scale = story.scale
-    alerts = _alert_watch(lab, out, scale)
+    alerts = _alert_watch(lab, run, out, scale)
     out(f"inject: {_first_line(scenario.inject)} (journal entry {entry})")
     injected_at = _injected(scenario, lab)
     story.timeline.origin = injected_at
@@ -516,15 +516,17 @@ def _watch_fault(
             run.alerts = [moment.to_dict() for moment in alerts.moments(scenario.alerts)]
 
 
-def _alert_watch(lab: Lab, out: Out, scale: float) -> AlertWatch | None:
+def _alert_watch(lab: Lab, run: RunRecord, out: Out, scale: float) -> AlertWatch | None:
     """A watch of the lab's Prometheus alerts, started from a quiet Prometheus where it gets
-    quiet; None (and why) when there is none to read."""
+    quiet; None when there is none to read, and why in the run's record (a dead Prometheus is
+    not "no monitoring")."""
     try:
         watch = AlertWatch.open(lab.kube)
         if watch is not None and (still := watch.quiet(wall_seconds(ALERT_SLACK, scale))):
             out(f"alerts: already pending or firing before the injection: {', '.join(still)}")
     except MonitoringUnavailable as error:
-        out(f"alerts: not recorded: {error}")
+        run.alerts_unrecorded = f"the lab's monitoring is installed but did not answer: {error}"
+        out(f"alerts: not recorded: {run.alerts_unrecorded}")
         return None
     if watch is None:
         out(f"alerts: not recorded: lab {lab.name} has no monitoring (invoke lab.up --monitoring)")

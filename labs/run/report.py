@@ -45,6 +45,8 @@ class RunRecord:
     # Each alert seen while the fault was in, the expected ones and the trap rules
     # (`AlertMoment.to_dict`); None: the lab has no monitoring to read.
     alerts: list[dict[str, Any]] | None = None
+    # Why `alerts` is None, as the run found it (no monitoring, or a Prometheus that is dead)
+    alerts_unrecorded: str = "the lab has no monitoring (`invoke lab.up --monitoring`)"
     reverted_at: float | None = None
     error: str | None = None
     exit_code: int = 0
@@ -84,6 +86,7 @@ class RunRecord:
             "findings": [asdict(f) for f in self.findings],
             "traps": [trap_record(t, self.findings, self.checks) for t in self.traps],
             "alerts": self.alerts,
+            "alerts_unrecorded": None if self.alerts is not None else self.alerts_unrecorded,
             "proof": self.proof,
             "timeline": self.timeline,
         }
@@ -201,11 +204,7 @@ def _traps_section(run: RunRecord) -> list[str]:
 def _alerts_section(run: RunRecord) -> list[str]:
     lines = ["## Alerts", ""]
     if run.alerts is None:
-        return [
-            *lines,
-            "Not recorded: the lab has no monitoring (`invoke lab.up --monitoring`).",
-            "",
-        ]
+        return [*lines, f"Not recorded: {run.alerts_unrecorded}.", ""]
     header = ["alert", "expected", "pending at T+ (s)", "firing at T+ (s)", "summary"]
     rows = []
     for alert in run.alerts:

@@ -1,0 +1,112 @@
+"""The rehearsal's own failure modes (issue 42): a killed etcd, kube-apiserver or node endpoint
+of a lab with 2 GPU nodes. lab.status names the process and its log, lab.down still brings the
+GPU node group to 0 through the world's AWS side (read back with the aws CLI), lab.up restarts
+the world, no command ends in a traceback, and a backend whose files were deleted is still
+found and stopped. One real `labs.sim serve` process, as a user has it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+from pathlib import Path
+
+from lab_support import desired_by_aws_cli, invoke_env, pid_alive, run_invoke
+
+from labs.sim import process
+
+LAB = "f42"
+
+
+def component(sim_dir: Path, name: str) -> dict:
+    """A program of the running world as its endpoints file records it (pid, program, log)."""
+    endpoints = json.loads((sim_dir / process.ENDPOINTS).read_text())
+    return endpoints["processes"][name]
+
+
+def world_programs(sim_dir: Path) -> list[dict]:
+    return list(json.loads((sim_dir / process.ENDPOINTS).read_text())["processes"].values())
+
+
+def runs(pid: int, program: str) -> bool:
+    """The pid still runs `program` (not a process that reused the pid since)."""
+    try:
+        argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+    except OSError:
+        return False
+    return Path(argv0).name == program
+
+
+def no_traceback(*results) -> None:
+    for result in results:
+        assert "Traceback" not in result.stdout + result.stderr, result.stdout + result.stderr
+
+
+def test_a_dead_etcd_api_server_or_node_endpoint_is_named_and_never_keeps_gpus(tmp_path: Path):
+    env = invoke_env(tmp_path)
+    sim_dir = tmp_path / LAB / "sim"
+    up = run_invoke("lab.up", "--sim", "--lab", LAB, "--gpus", "2", env=env, timeout=300)
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        inject = run_invoke("scenario.inject", "device-plugin-off", "--lab", LAB, env=env)
+        assert inject.returncode == 0, inject.stdout + inject.stderr
+
+        # a killed etcd: named by status; lab.down sets desiredSize 0 and says what it could not
+        etcd = component(sim_dir, "etcd")
+        os.kill(etcd["pid"], signal.SIGKILL)
+        status = run_invoke("lab.status", "--lab", LAB, env=env, timeout=120)
+        assert f"etcd (pid {etcd['pid']}) is not running; its log is {etcd['log']}" in status.stdout
+        down = run_invoke("lab.down", "--lab", LAB, env=env, timeout=180)
+        no_traceback(status, down)
+        assert down.returncode == 1, down.stdout + down.stderr
+        assert desired_by_aws_cli(env, LAB) == 0
+        assert "these faults could not be reverted: device-plugin-off" in down.stderr
+        assert f"etcd (pid {etcd['pid']}) is not running" in down.stderr
+
+        # lab.up restarts the world; the fault's world is gone, so nothing is left to revert
+        up = run_invoke("lab.up", "--lab", LAB, "--gpus", "2", env=env, timeout=300)
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "the rehearsal backend cannot move (etcd" in up.stdout
+        revert = run_invoke("scenario.revert", "--all", "--lab", LAB, env=env)
+        assert revert.returncode == 0 and "nothing was injected" in revert.stdout, revert.stdout
+
+        # a killed kube-apiserver: the same, the refused connection named
+        apiserver = component(sim_dir, "kube-apiserver")
+        os.kill(apiserver["pid"], signal.SIGKILL)
+        down = run_invoke("lab.down", "--lab", LAB, env=env, timeout=180)
+        no_traceback(down)
+        assert down.returncode == 1, down.stdout + down.stderr
+        assert desired_by_aws_cli(env, LAB) == 0
+        assert "connection refused: nothing listens there" in down.stderr
+        assert f"kube-apiserver (pid {apiserver['pid']}) is not running" in down.stderr
+
+        # a killed node endpoint: the scenario's baseline probe ends in a sentence naming it
+        up = run_invoke("lab.up", "--lab", LAB, "--gpus", "2", env=env, timeout=300)
+        assert up.returncode == 0, up.stdout + up.stderr
+        endpoint = component(sim_dir, "node-endpoint")
+        os.kill(endpoint["pid"], signal.SIGKILL)
+        inject = run_invoke("scenario.inject", "device-plugin-off", "--lab", LAB, env=env)
+        no_traceback(inject)
+        assert inject.returncode == 1
+        assert "answered 500 Internal Server Error to GET" in inject.stderr
+        status = run_invoke("lab.status", "--lab", LAB, env=env, timeout=120)
+        assert f"node-endpoint (pid {endpoint['pid']}) is not running" in status.stdout
+
+        # its files deleted under it: lab.down still finds the backend by its command line
+        world = process.processes(sim_dir)
+        assert world
+        programs = world_programs(sim_dir)
+        shutil.rmtree(tmp_path / LAB)
+        down = run_invoke("lab.down", "--lab", LAB, env=env)
+        no_traceback(down)
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert f"stopped {', '.join(map(str, world))}" in down.stdout
+        assert process.processes(sim_dir) == []
+        live = [e for e in programs if pid_alive(e["pid"]) and runs(e["pid"], e["program"])]
+        assert live == [], "a program of the lab's world outlived lab.down"
+    finally:
+        run_invoke("lab.down", "--lab", LAB, "--destroy", "--yes", env=env)
+        for pid in process.processes(sim_dir):
+            os.kill(pid, signal.SIGKILL)
