@@ -26,6 +26,23 @@ def component(sim_dir: Path, name: str) -> dict:
     return endpoints["processes"][name]
 
 
+def kill(sim_dir: Path, name: str) -> dict:
+    """kill -9 one program of the world; what its endpoints file said of it."""
+    program = component(sim_dir, name)
+    os.kill(program["pid"], signal.SIGKILL)
+    return program
+
+
+def down_at_zero(env: dict[str, str]):
+    """lab.down on a lab whose Kubernetes side is broken: exit 1 in a sentence, and the GPU
+    node group at 0 as the aws CLI reads it."""
+    down = run_invoke("lab.down", "--lab", LAB, env=env, timeout=180)
+    no_traceback(down)
+    assert down.returncode == 1, down.stdout + down.stderr
+    assert desired_by_aws_cli(env, LAB) == 0
+    return down
+
+
 def world_programs(sim_dir: Path) -> list[dict]:
     return list(json.loads((sim_dir / process.ENDPOINTS).read_text())["processes"].values())
 
@@ -54,14 +71,11 @@ def test_a_dead_etcd_api_server_or_node_endpoint_is_named_and_never_keeps_gpus(t
         assert inject.returncode == 0, inject.stdout + inject.stderr
 
         # a killed etcd: named by status; lab.down sets desiredSize 0 and says what it could not
-        etcd = component(sim_dir, "etcd")
-        os.kill(etcd["pid"], signal.SIGKILL)
+        etcd = kill(sim_dir, "etcd")
         status = run_invoke("lab.status", "--lab", LAB, env=env, timeout=120)
+        no_traceback(status)
         assert f"etcd (pid {etcd['pid']}) is not running; its log is {etcd['log']}" in status.stdout
-        down = run_invoke("lab.down", "--lab", LAB, env=env, timeout=180)
-        no_traceback(status, down)
-        assert down.returncode == 1, down.stdout + down.stderr
-        assert desired_by_aws_cli(env, LAB) == 0
+        down = down_at_zero(env)
         assert "these faults could not be reverted: device-plugin-off" in down.stderr
         assert f"etcd (pid {etcd['pid']}) is not running" in down.stderr
 
@@ -73,20 +87,15 @@ def test_a_dead_etcd_api_server_or_node_endpoint_is_named_and_never_keeps_gpus(t
         assert revert.returncode == 0 and "nothing was injected" in revert.stdout, revert.stdout
 
         # a killed kube-apiserver: the same, the refused connection named
-        apiserver = component(sim_dir, "kube-apiserver")
-        os.kill(apiserver["pid"], signal.SIGKILL)
-        down = run_invoke("lab.down", "--lab", LAB, env=env, timeout=180)
-        no_traceback(down)
-        assert down.returncode == 1, down.stdout + down.stderr
-        assert desired_by_aws_cli(env, LAB) == 0
+        apiserver = kill(sim_dir, "kube-apiserver")
+        down = down_at_zero(env)
         assert "connection refused: nothing listens there" in down.stderr
         assert f"kube-apiserver (pid {apiserver['pid']}) is not running" in down.stderr
 
         # a killed node endpoint: the scenario's baseline probe ends in a sentence naming it
         up = run_invoke("lab.up", "--lab", LAB, "--gpus", "2", env=env, timeout=300)
         assert up.returncode == 0, up.stdout + up.stderr
-        endpoint = component(sim_dir, "node-endpoint")
-        os.kill(endpoint["pid"], signal.SIGKILL)
+        endpoint = kill(sim_dir, "node-endpoint")
         inject = run_invoke("scenario.inject", "device-plugin-off", "--lab", LAB, env=env)
         no_traceback(inject)
         assert inject.returncode == 1

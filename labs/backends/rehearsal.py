@@ -154,14 +154,14 @@ class RehearsalBackend:
 
     def _running(self, lab: Lab) -> dict[str, Any]:
         """The live process's endpoints, or a LabError saying how to start it again."""
-        endpoints = process.running_endpoints(lab.paths.sim_dir)
-        if endpoints is None:
+        why = process.why_silent(lab.paths.sim_dir)
+        if why is not None:
             raise LabError(
-                f"the rehearsal backend of lab {lab.name!r} is not running; start it again with "
-                f"`invoke lab.up --lab {lab.name}`, or remove the lab with "
-                f"`invoke lab.down --lab {lab.name} --destroy`"
+                f"the rehearsal backend of lab {lab.name!r} does not answer: {why}. "
+                f"`invoke lab.up --lab {lab.name}` starts it again (or says how), "
+                f"`invoke lab.down --lab {lab.name} --destroy` removes the lab"
             )
-        return endpoints
+        return process.recorded_endpoints(lab.paths.sim_dir)
 
     def infra(self, lab: Lab) -> Infra:
         from labs.sim.infra import SimInfra
