@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,7 @@ from labs.aws.stack import MONITORING_NAMESPACE
 from labs.kube.alerts import ALERTS_PATH, RULES_PATH
 from labs.run.engine import inject_scenario, revert_scenarios
 from labs.sim.controlplane.monitoring import MIN_FOR_SECONDS
+from labs.sim.world import MONITORING_DIR
 
 FAULT = "device-plugin-off"
 CAUGHT = "GpuAllocatableZeroOnGpuNode"
@@ -177,3 +180,48 @@ def test_the_rehearsal_scrapes_what_the_chart_would(sim_lab: SimLab) -> None:
         return sorted((t["labels"]["job"], t["health"]) for t in targets["data"]["activeTargets"])
 
     until(lambda: health() == wanted, what=f"targets {wanted}")
+
+
+def test_a_killed_prometheus_is_not_ready_said_by_status_and_started_again(
+    sim_lab: SimLab,
+) -> None:
+    """As the kubelet has it: the pod 0/1 in CrashLoopBackOff with the killed run in lastState,
+    lab.status naming Prometheus as what could not be read, then the program started again
+    after the back-off and the pod Ready with one restart."""
+    lab = sim_lab.lab
+    config = sim_lab.world.kubeconfig_path.parent / MONITORING_DIR / "prometheus.yaml"
+    [pid] = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
+             and f"--config.file={config}".encode() in _argv(p)]  # fmt: skip
+    os.kill(pid, signal.SIGKILL)
+
+    def container() -> dict[str, Any]:
+        pod = json.loads(kubectl(sim_lab, "-n", MONITORING_NAMESPACE, "get", "pod", "-o", "json",
+                                 "prometheus-kube-prometheus-stack-prometheus-0"))  # fmt: skip
+        return dict(pod["status"]["containerStatuses"][0])
+
+    crashed = until(lambda: (c := container()) and not c["ready"] and c, what="pod not Ready")
+    assert crashed["state"] == {"waiting": {"reason": "CrashLoopBackOff"}}
+    assert crashed["lastState"]["terminated"]["exitCode"] == 137
+    status = run_invoke("lab.status", "--lab", lab.name, env=invoke_env(lab.settings.state_dir))
+    assert "could not read Prometheus' alerts because Prometheus did not answer" in status.stdout
+
+    back = until(lambda: (c := container()) and c["ready"] and c, timeout=120,
+                 what="Prometheus started again")  # fmt: skip
+    assert back["restartCount"] == 1 and "running" in back["state"]
+    until(lambda: "data" in curl_free(sim_lab), what="Prometheus answering again")
+
+
+def _argv(proc: Path) -> bytes:
+    try:
+        return (proc / "cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def curl_free(lab: SimLab) -> dict[str, Any]:
+    """Prometheus' alerts through the API server's proxy, {} while it does not answer."""
+    done = subprocess.run(
+        ["kubectl", "--kubeconfig", str(lab.lab.paths.kubeconfig), "get", "--raw", ALERTS_PATH],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    return dict(json.loads(done.stdout)) if done.returncode == 0 else {}

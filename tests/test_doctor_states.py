@@ -490,7 +490,8 @@ def test_an_unreachable_cluster_exits_2_saying_so(still, tmp_path):
     document = run_invoke("lab.doctor", *args, "--json", env=env)
 
     assert text.returncode == 2, text.stdout + text.stderr
-    assert "could not check: cannot reach the API server at https://127.0.0.1:" in text.stdout
+    assert "could not check: the Kubernetes API at https://127.0.0.1:" in text.stdout
+    assert "connection refused: nothing listens there" in text.stdout
     assert document.returncode == 2 and '"status": "could-not-check"' in document.stdout
 
 

@@ -103,15 +103,16 @@ def test_a_dead_etcd_api_server_or_node_endpoint_is_named_and_never_keeps_gpus(t
         status = run_invoke("lab.status", "--lab", LAB, env=env, timeout=120)
         assert f"node-endpoint (pid {endpoint['pid']}) is not running" in status.stdout
 
-        # its files deleted under it: lab.down still finds the backend by its command line
-        world = process.processes(sim_dir)
-        assert world
+        # its files deleted under it: lab.down still finds the backend by its command line (the
+        # world is frozen first, so none of its writes re-creates the directory meanwhile)
+        [world] = process.processes(sim_dir)
         programs = world_programs(sim_dir)
+        os.kill(world, signal.SIGSTOP)
         shutil.rmtree(tmp_path / LAB)
         down = run_invoke("lab.down", "--lab", LAB, env=env)
         no_traceback(down)
         assert down.returncode == 0, down.stdout + down.stderr
-        assert f"stopped {', '.join(map(str, world))}" in down.stdout
+        assert f"(found by their command line): stopped {world}" in down.stdout
         assert process.processes(sim_dir) == []
         live = [e for e in programs if pid_alive(e["pid"]) and runs(e["pid"], e["program"])]
         assert live == [], "a program of the lab's world outlived lab.down"

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from labs.kube import gpu
 from labs.sim.controllers.base import Controller
+from labs.sim.controllers.kubelet import crash_backoff
 from labs.sim.controllers.pod_endpoint import PodNetwork, announce, pod_entries, serving, withdraw
 from labs.sim.controlplane.gpu_operator import OperatorProcess, OperatorRelease, release
 from labs.sim.controlplane.informers import InformedKubeApi
@@ -33,8 +34,6 @@ log = logging.getLogger(__name__)
 
 # The port the chart's container declares for the operator's metrics.
 METRICS_PORT = 8080
-# kubelet's crash-loop back-off (real seconds): 10 s, doubled per restart, at most 5 minutes.
-BACKOFF_FIRST, BACKOFF_MAX = 10.0, 300.0
 
 
 @dataclass
@@ -101,7 +100,7 @@ class GpuOperatorPod(Controller):
             return None
         now = time.monotonic()
         if running.restart_at is None:
-            backoff = min(BACKOFF_FIRST * 2**running.restarts, BACKOFF_MAX)
+            backoff = crash_backoff(running.restarts)
             log.warning("the GPU Operator exited with %s; starting it again in %.0f s", code,
                         backoff)  # fmt: skip
             running.restart_at = now + backoff

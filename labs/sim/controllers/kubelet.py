@@ -52,6 +52,8 @@ from labs.sim.node.programs import run_container
 from labs.sim.timings import REAL_WORLD_SECONDS, Timings
 
 log = logging.getLogger(__name__)
+# kubelet's crash-loop back-off (real seconds): 10 s, doubled per restart, at most 5 minutes.
+BACKOFF_FIRST, BACKOFF_MAX = 10.0, 300.0
 
 
 @dataclass(frozen=True)
@@ -432,6 +434,44 @@ def finish_container(name: str | None, exit_code: int) -> Callable[[dict], None]
         _set_conditions(pod, {"Ready": "False", "ContainersReady": "False"})
 
     return apply
+
+
+def crash_backoff(restarts: int) -> float:
+    """kubelet's crash-loop back-off before restart number `restarts` + 1 (real seconds)."""
+    return float(min(BACKOFF_FIRST * 2**restarts, BACKOFF_MAX))
+
+
+def container_crashed(exit_code: int) -> Callable[[dict], None]:
+    """An update for a pod (restartPolicy Always) whose container's process ended: not ready,
+    the ended run in lastState, waiting in CrashLoopBackOff, as `kubectl get pods` shows it."""
+
+    def apply(pod: dict) -> None:
+        stamp = now_rfc3339()
+        for container in pod.setdefault("status", {}).get("containerStatuses") or []:
+            started = container["state"].get("running", {}).get("startedAt", stamp)
+            container["lastState"] = {
+                "terminated": {
+                    "exitCode": exit_code,
+                    "reason": "Error",
+                    "startedAt": started,
+                    "finishedAt": stamp,
+                }
+            }
+            container["state"] = {"waiting": {"reason": "CrashLoopBackOff"}}
+            container.update(ready=False, started=False)
+        _set_conditions(pod, {"Ready": "False", "ContainersReady": "False"})
+
+    return apply
+
+
+def container_restarted(pod: dict) -> None:
+    """The update for a crashed container started again (and answering): running and ready,
+    its restartCount one more."""
+    stamp = now_rfc3339()
+    for container in pod.setdefault("status", {}).get("containerStatuses") or []:
+        container["state"] = {"running": {"startedAt": stamp}}
+        container.update(restartCount=container.get("restartCount", 0) + 1, started=True)
+    _set_ready(pod, True)
 
 
 def _set_conditions(pod: dict, wanted: dict[str, str]) -> None:

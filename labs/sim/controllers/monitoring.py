@@ -5,11 +5,14 @@ pod's IP and port; while its Prometheus pod runs, the real Prometheus answers at
 (so the Service `kube-prometheus-stack-prometheus` reaches it, through the API server's proxy
 too). As the prometheus-operator does, it hands Prometheus every PrometheusRule's groups as a
 rule file: a PrometheusRule created, edited or deleted, or a new pace of the world, reloads
-them. A pod that stops running stops its program.
+them. A pod that stops running stops its program; a program that exits is started again
+after the kubelet's back-off (real seconds, as the operator's), its pod not Ready meanwhile.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,23 +21,28 @@ import yaml
 
 from labs.aws.stack import MONITORING_NAMESPACE
 from labs.sim.controllers.base import Controller
+from labs.sim.controllers.kubelet import container_crashed, container_restarted, crash_backoff
 from labs.sim.controllers.pod_endpoint import PodNetwork, announce, pod_entries, serving, withdraw
 from labs.sim.controlplane.informers import InformedKubeApi
 from labs.sim.controlplane.monitoring import Prometheus, StateMetrics
-from labs.sim.controlplane.resources import PODS, PROMETHEUS_RULES
+from labs.sim.controlplane.resources import PODS, PROMETHEUS_RULES, NotFound
 from labs.sim.controlplane.run import ControlPlane
 from labs.sim.timings import Timings
 
 NAME_LABEL = "app.kubernetes.io/name"
+log = logging.getLogger(__name__)
 
 
 @dataclass
 class _Played:
-    """A release pod and the program answering at its address."""
+    """A release pod and the program answering at its address; a program that ended is started
+    again at `restart_at` (the kubelet's back-off), its pod meanwhile not Ready."""
 
     uid: str
     program: StateMetrics | Prometheus
     entries: list[Path] = field(default_factory=list)
+    restarts: int = 0
+    restart_at: float | None = None
 
     def stop(self) -> None:
         withdraw(self.entries)
@@ -64,41 +72,84 @@ class MonitoringRelease(Controller):
 
     def reconcile(self) -> float | None:
         pods = self.store.list(PODS, MONITORING_NAMESPACE)[0]
-        self._play(pods, "kube-state-metrics", self._start_state_metrics)
-        self._play(pods, "prometheus", self._start_prometheus)
+        due = [
+            self._play(pods, "kube-state-metrics", self._start_state_metrics),
+            self._play(pods, "prometheus", self._start_prometheus),
+        ]
         played = self._played.get("prometheus")
         if played is not None and isinstance(played.program, Prometheus):
             wanted = (self._rule_files(), self.timings.speed)
-            if wanted != self._loaded:
+            if wanted != self._loaded and played.restart_at is None:
                 played.program.reload(*wanted)
                 self._loaded = wanted
-        return None
+        return min((d for d in due if d is not None), default=None)
 
     def _play(
         self, pods: list[dict], app: str, start: Callable[[], StateMetrics | Prometheus]
-    ) -> None:
-        """The program behind the running pod labelled `app`, started or stopped to match."""
-        pod = next((p for p in pods if serving(p) and _labels(p).get(NAME_LABEL) == app), None)
+    ) -> float | None:
+        """The program behind the running pod labelled `app`, started or stopped to match (the
+        pod it crashed in stays its own); seconds until a crashed one starts again."""
         played = self._played.get(app)
+
+        def ours(pod: dict) -> bool:
+            mine = played is not None and pod["metadata"]["uid"] == played.uid
+            return _labels(pod).get(NAME_LABEL) == app and (
+                serving(pod) or (mine and not pod["metadata"].get("deletionTimestamp"))
+            )
+
+        pod = next((p for p in pods if ours(p)), None)
         if played is not None and (pod is None or pod["metadata"]["uid"] != played.uid):
             self._played.pop(app).stop()
             played = None
-        if pod is None or played is not None:
-            return
+        if pod is None:
+            return None
+        if played is not None:
+            return self._keep_running(pod, played, start)
         program = start()
         played = self._played[app] = _Played(pod["metadata"]["uid"], program)
         played.entries = pod_entries(pod, _port(pod), self._network)
         announce(played.entries, program.address)
+        return None
+
+    def _keep_running(
+        self, pod: dict, played: _Played, start: Callable[[], StateMetrics | Prometheus]
+    ) -> float | None:
+        """As the kubelet does with a container that exits (restartPolicy Always): its pod not
+        Ready in CrashLoopBackOff, then the program started again after the back-off."""
+        code = played.program.exit_code()
+        if code is None:
+            return None
+        now = time.monotonic()
+        if played.restart_at is None:
+            log.warning("%s exited with %s; starting it again", played.program.program, code)
+            withdraw(played.entries)
+            played.restart_at = now + crash_backoff(played.restarts)
+            self._update(pod, container_crashed(code if code >= 0 else 128 - code))
+        if now < played.restart_at:
+            return played.restart_at - now
+        played.program.stop()
+        played.program = start()
+        played.restarts += 1
+        played.restart_at = None
+        announce(played.entries, played.program.address)
+        self._update(pod, container_restarted)
+        return None
+
+    def _update(self, pod: dict, mutate: Callable[[dict], None]) -> None:
+        try:
+            self.store.update(PODS, pod["metadata"]["name"], mutate, MONITORING_NAMESPACE)
+        except NotFound:
+            pass
 
     def _start_state_metrics(self) -> StateMetrics:
         program = StateMetrics(self._home, self._plane)
-        program.start()
+        program.start(on_exit=self.wake)
         return program
 
     def _start_prometheus(self) -> Prometheus:
         program = Prometheus(self._home, self._plane, proxy_url=self._proxy_url)
         self._loaded = (self._rule_files(), self.timings.speed)
-        program.start(*self._loaded)
+        program.start(*self._loaded, on_exit=self.wake)
         return program
 
     def _rule_files(self) -> dict[str, str]:

@@ -89,7 +89,7 @@ class StateMetrics(BesidePlane):
 
     program: ClassVar[str] = build.KUBE_STATE_METRICS
 
-    def start(self, say: Say = print) -> None:
+    def start(self, say: Say = print, on_exit: Callable[[], None] | None = None) -> None:
         """Build (or find) the program, start it and wait until /healthz answers."""
         binary = build.pinned_binary(build.KUBE_STATE_METRICS_PROGRAM, say)
         kubeconfig = service_account_kubeconfig(self.plane, STATE_METRICS_ACCOUNT)
@@ -103,7 +103,7 @@ class StateMetrics(BesidePlane):
             "--metric-labels-allowlist=nodes=[nvidia.com/gpu.present]",
         ]
         url = f"http://{self.address}/healthz"
-        self._served.start([str(binary), *args], url, ssl.create_default_context())
+        self._served.start([str(binary), *args], url, ssl.create_default_context(), None, on_exit)
 
 
 @dataclass
@@ -114,7 +114,13 @@ class Prometheus(BesidePlane):
     proxy_url: str = field(kw_only=True)
     program: ClassVar[str] = build.PROMETHEUS
 
-    def start(self, rule_files: Mapping[str, str], speed: float, say: Say = print) -> None:
+    def start(
+        self,
+        rule_files: Mapping[str, str],
+        speed: float,
+        say: Say = print,
+        on_exit: Callable[[], None] | None = None,
+    ) -> None:
         """Write the configuration and the rules, start it, wait until /-/ready answers."""
         binary = build.pinned_binary(build.PROMETHEUS_PROGRAM, say)
         shutil.rmtree(self.home / "data", ignore_errors=True)  # a fresh lab, fresh series
@@ -131,7 +137,7 @@ class Prometheus(BesidePlane):
             "--log.level=warn",
         ]
         url = f"http://{self.address}/-/ready"
-        self._served.start([str(binary), *args], url, ssl.create_default_context())
+        self._served.start([str(binary), *args], url, ssl.create_default_context(), None, on_exit)
 
     def reload(self, rule_files: Mapping[str, str], speed: float) -> None:
         """New rules (or a new speed for the old ones): rewrite them and tell it (SIGHUP)."""

@@ -18,6 +18,7 @@ import signal
 import socket
 import ssl
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -144,15 +145,25 @@ class Served:
         url: str,
         context: ssl.SSLContext,
         env: dict[str, str] | None = None,
+        on_exit: Callable[[], None] | None = None,
     ) -> None:
-        """Spawn it and wait until `url` answers; a failed start stops it and names its log."""
+        """Spawn it and wait until `url` answers; a failed start stops it and names its log.
+        `on_exit` is called (from a thread of its own) once the process ends, however."""
         self.log.parent.mkdir(parents=True, exist_ok=True)
-        self.process = spawn(command, self.log, env)
+        self.process = process = spawn(command, self.log, env)
+        if on_exit is not None:
+            threading.Thread(
+                target=lambda: (process.wait(), on_exit()), name=f"{self.name}-exit", daemon=True
+            ).start()
         try:
             wait_answering(url, context, self._alive, self.name, self.log)
         except BaseException:
             self.stop()
             raise
+
+    def exit_code(self) -> int | None:
+        """None while it runs (or was never started)."""
+        return None if self.process is None else self.process.poll()
 
     def _alive(self) -> None:
         assert self.process is not None
@@ -206,6 +217,9 @@ class BesidePlane:
 
     def described(self) -> dict[str, dict[str, Any]]:
         return self._served.described()
+
+    def exit_code(self) -> int | None:
+        return self._served.exit_code()
 
 
 @dataclass
