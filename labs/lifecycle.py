@@ -379,19 +379,21 @@ def _after_zero(lab: Lab, update: str | None, console: Console) -> None:
             ailing = "".join(f"; {why}" for why in lab.backend.ailing(lab))
             gaps.append(f"could not watch the GPU nodes leave through Kubernetes: {error}{ailing}")
         _wait_billing_stopped(lab, cluster, nodegroup, console)
+    unrecorded = None
     try:
         time_limit.disarm(lab, console)
     except StateWriteError as error:
-        raise NotRecorded(
-            f"GPU node group {nodegroup} is at 0 and its time limit is deleted, but the "
-            f"lab's record could not say so: {error}. Free space there and run "
-            f"`invoke lab.down --lab {lab.name}` again to record it"
-        ) from error
+        unrecorded = (
+            f"its time limit is deleted, but the lab's record could not say so: {error}. Free "
+            f"space there and run `invoke lab.down --lab {lab.name}` again to record it"
+        )
     if gaps:
         raise ZeroWithGaps(
             f"GPU node group {nodegroup} reads desiredSize 0 (the EKS API took it), but "
-            + "; ".join(gaps)
+            + "; ".join([*gaps, *filter(None, [unrecorded])])
         )
+    if unrecorded:
+        raise NotRecorded(f"GPU node group {nodegroup} is at 0 and {unrecorded}")
 
 
 def _watch_nodes_leave(lab: Lab, console: Console) -> None:
