@@ -111,10 +111,10 @@ NOSPACE = "No space left on device"
 
 
 @contextmanager
-def small_tmpfs(mount: Path) -> Iterator[Path]:
-    """A 1 MiB tmpfs at `mount` (the suite runs as root), unmounted at the end."""
+def small_tmpfs(mount: Path, size: str = "1m") -> Iterator[Path]:
+    """A tmpfs of `size` (1 MiB) at `mount` (the suite runs as root), unmounted at the end."""
     mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
                           capture_output=True, text=True)  # fmt: skip
     if made.returncode:
         pytest.fail(f"cannot mount a tmpfs at {mount} (run the suite as root): {made.stderr}")

@@ -13,6 +13,7 @@ import shutil
 import signal
 from pathlib import Path
 
+from guard_support import fill, small_tmpfs
 from lab_support import desired_by_aws_cli, invoke_env, pid_alive, run_invoke
 
 from labs.sim import process
@@ -120,3 +121,39 @@ def test_a_dead_etcd_api_server_or_node_endpoint_is_named_and_never_keeps_gpus(t
         run_invoke("lab.down", "--lab", LAB, "--destroy", "--yes", env=env)
         for pid in process.processes(sim_dir):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_full_disk_under_the_world_never_keeps_gpus_and_lab_up_brings_it_back(tmp_path: Path):
+    """The lab's state directory on a small file system, filled while a fault is in: lab.down
+    still sets desiredSize 0 and names the disk; with room again lab.up brings the lab back,
+    `scenario.revert --all` leaves no fault, and --destroy leaves no process."""
+    with small_tmpfs(tmp_path / "disk", size="400m") as disk:
+        env = invoke_env(disk)
+        sim_dir = disk / LAB / "sim"
+        up = run_invoke("lab.up", "--sim", "--lab", LAB, "--gpus", "2", env=env, timeout=300)
+        assert up.returncode == 0, up.stdout + up.stderr
+        try:
+            inject = run_invoke("scenario.inject", "device-plugin-off", "--lab", LAB, env=env)
+            assert inject.returncode == 0, inject.stdout + inject.stderr
+            fill(disk)
+
+            status = run_invoke("lab.status", "--lab", LAB, env=env, timeout=120)
+            down = down_at_zero(env)
+            no_traceback(status)
+            assert f"the disk under {sim_dir} has 0 MiB free" in status.stdout
+            assert f"could not write {disk / LAB / 'state.json'}: No space left" in down.stderr
+
+            (disk / "filler").unlink()
+            up = run_invoke("lab.up", "--lab", LAB, "--gpus", "2", env=env, timeout=300)
+            assert up.returncode == 0, up.stdout + up.stderr
+            revert = run_invoke("scenario.revert", "--all", "--lab", LAB, env=env)
+            assert revert.returncode == 0, revert.stdout + revert.stderr
+            status = run_invoke("lab.status", "--lab", LAB, env=env, timeout=120)
+            assert "injected faults: none" in status.stdout, status.stdout
+        finally:
+            destroyed = run_invoke("lab.down", "--lab", LAB, "--destroy", "--yes", env=env)
+            left = process.processes(sim_dir)
+            for pid in left:
+                os.kill(pid, signal.SIGKILL)
+        assert destroyed.returncode == 0, destroyed.stdout + destroyed.stderr
+        assert left == [], "a process of the lab outlived lab.down --destroy"
