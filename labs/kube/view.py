@@ -42,9 +42,9 @@ def api_client(kubeconfig: Path | str, context: str | None = None) -> Any:
         )
     configuration = client.Configuration()
     config.load_kube_config(str(kubeconfig), context or None, client_configuration=configuration)
-    # A refused connection is tried again (an API server restarting); a read that timed out is
-    # not: urllib3's default would wait four timeouts on a stopped server before saying so.
-    configuration.retries = Retry(total=3, read=0)
+    # A refused connection is tried again (an API server restarting), a read that timed out
+    # once more: urllib3's default would wait four timeouts on a stopped server before saying so.
+    configuration.retries = Retry(total=3, read=1)
     return client.ApiClient(configuration)
 
 
