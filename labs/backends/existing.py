@@ -85,7 +85,7 @@ class ExistingCluster(RealTime):
         return []  # it runs no process of its own
 
     def ailing(self, lab: Lab) -> list[str]:
-        return []  # a managed control plane: a failed call says what went wrong
+        return []  # not the tool's processes: a failed read says what went wrong
 
     def stop_unreachable(self, lab: Lab, why: str, console: Console) -> str | None:
         return None  # never reached: an existing cluster is read, never stopped

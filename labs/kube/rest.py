@@ -49,13 +49,12 @@ class KubeApiError(LabError):
         )
 
 
-def message_of(body: str | bytes) -> str:
+def message_of(body: str) -> str:
     """A Status body's message (or the start of whatever else came back)."""
-    text = body.decode(errors="replace") if isinstance(body, bytes) else body
     try:
-        return str(json.loads(text).get("message"))
+        return str(json.loads(body).get("message"))
     except (ValueError, AttributeError):
-        return text.strip()[:200]
+        return body.strip()[:200]
 
 
 def _cause(error: Exception) -> str:

@@ -57,10 +57,23 @@ def _alive(pid: int) -> bool:
 
 def _zombie(pid: int) -> bool:
     """Exited, waiting for a parent that is not us to reap it (an orphan's reaper may be slow)."""
+    return _state(pid) == "Z"
+
+
+def _state(pid: int) -> str | None:
+    """The process's state letter from /proc (R, S, T, Z, ...); None when it is gone."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):
-        return False
+        return None
+
+
+def _argv(pid: int) -> list[bytes]:
+    """The process's command line from /proc; [] when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return []
 
 
 def _answers(endpoints: dict[str, Any]) -> bool:
@@ -119,12 +132,8 @@ def disk_full(sim_dir: Path) -> str | None:
 def _process_problem(name: str, entry: dict[str, Any]) -> str | None:
     """`etcd (pid 123) is not running ...`, `... is stopped ...`, or None when it runs."""
     pid, log = int(entry.get("pid", 0)), entry.get("log", "?")
-    try:
-        argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        argv0, state = "", "gone"
-    if Path(argv0).name != entry.get("program") or state in ("Z", "X", "gone"):
+    argv0, state = (_argv(pid) or [b""])[0].decode(errors="replace"), _state(pid)
+    if Path(argv0).name != entry.get("program") or state in ("Z", "X", None):
         return f"{name} (pid {pid}) is not running; its log is {log}"
     if state in ("T", "t"):
         return f"{name} (pid {pid}) is stopped (SIGSTOP); `kill -CONT {pid}` resumes it"
@@ -230,10 +239,7 @@ def start(sim_dir: Path, speed: float, cluster_name: str, region: str) -> dict[s
 
 def _is_rehearsal(pid: int, sim_dir: Path) -> bool:
     """The pid runs `labs.sim serve` for this state dir (not a process that reused the pid)."""
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
+    argv = _argv(pid)
     return b"labs.sim" in argv and str(sim_dir).encode() in argv
 
 

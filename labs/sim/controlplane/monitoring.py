@@ -103,7 +103,7 @@ class StateMetrics(BesidePlane):
             "--metric-labels-allowlist=nodes=[nvidia.com/gpu.present]",
         ]
         url = f"http://{self.address}/healthz"
-        self._served.start([str(binary), *args], url, ssl.create_default_context(), None, on_exit)
+        self._served.start([str(binary), *args], url, ssl.create_default_context(), on_exit=on_exit)
 
 
 @dataclass
@@ -137,7 +137,7 @@ class Prometheus(BesidePlane):
             "--log.level=warn",
         ]
         url = f"http://{self.address}/-/ready"
-        self._served.start([str(binary), *args], url, ssl.create_default_context(), None, on_exit)
+        self._served.start([str(binary), *args], url, ssl.create_default_context(), on_exit=on_exit)
 
     def reload(self, rule_files: Mapping[str, str], speed: float) -> None:
         """New rules (or a new speed for the old ones): rewrite them and tell it (SIGHUP)."""
