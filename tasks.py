@@ -10,6 +10,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from invoke import Collection, Context, Exit, task
@@ -257,9 +258,9 @@ def extend(
     time_limit.extend(_open(c, lab, kubeconfig, context, ttl=ttl), _console(), _confirmer(yes))
 
 
-@task(name="list")
+@task(name="list", help={"lab": "ignored: every lab of the state directory is listed"})
 @_friendly
-def list_labs(c: Context) -> None:
+def list_labs(c: Context, lab: str | None = None) -> None:
     """Every lab under the state directory: backend, reachable, GPUs, cost, time limit, faults."""
     from labs import status as lab_status
 
@@ -292,6 +293,20 @@ def env(
     print(env_exports(_open(c, lab, kubeconfig, context)))
 
 
+def _api_server(kubeconfig: str, context: str | None) -> str | None:
+    """The API server a kubeconfig's context (--context, else its current one) points at."""
+    import yaml
+
+    try:
+        config = yaml.safe_load(Path(kubeconfig).expanduser().read_text(encoding="utf-8"))
+        name = context or config["current-context"]
+        [ctx] = [c["context"] for c in config["contexts"] if c["name"] == name]
+        [cluster] = [c["cluster"] for c in config["clusters"] if c["name"] == ctx["cluster"]]
+        return str(cluster["server"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError):
+        return None  # the doctor itself has said what is wrong with the file
+
+
 @task(
     help={
         **LAB_HELP,
@@ -316,14 +331,16 @@ def doctor(
 
     report = examine(lambda: _open(c, lab, kubeconfig, context), pod)
     print(as_json(report) if json else as_text(report))
-    if kubeconfig is None:  # a lab: during an exercise the doctor counts as a hint
-        from labs.practice.exercise import doctor_ran
+    from labs.practice.exercise import doctor_ran
 
-        settings = _settings(c, lab=lab)
-        try:
-            doctor_ran(settings.state_dir, settings.lab)
-        except LabError as error:  # the report stands; a damaged record is only mentioned
-            print(f"warning: {error}", file=sys.stderr)
+    settings = _settings(c, lab=lab)
+    try:  # during an exercise the doctor counts as a hint, on any kubeconfig of the lab
+        if kubeconfig is None:
+            doctor_ran(settings.state_dir, lab_name=settings.lab)
+        else:
+            doctor_ran(settings.state_dir, server=_api_server(kubeconfig, context))
+    except LabError as error:  # the report stands; a damaged record is only mentioned
+        print(f"warning: {error}", file=sys.stderr)
     if report.exit_code:
         raise Exit(code=report.exit_code)
 
@@ -368,9 +385,9 @@ def down(
 # --- scenario.* ------------------------------------------------------------------------
 
 
-@task(name="list")
+@task(name="list", help={"lab": "ignored: every lab has the same catalogue"})
 @_friendly
-def list_(c: Context) -> None:
+def list_(c: Context, lab: str | None = None) -> None:
     """List the scenarios by where the fault lives: name, summary, needs, duration, risk."""
     import scenarios
     from labs.run.contract import AREA_TITLES
@@ -383,9 +400,14 @@ def list_(c: Context) -> None:
             print(f"  {'':<{width}} needs: {info.needs}; takes {info.duration}; risk: {info.risk}")
 
 
-@task(help={"name": "scenario name (see scenario.list)"})
+@task(
+    help={
+        "name": "scenario name (see scenario.list)",
+        "lab": "ignored: a runbook is the same on every lab",
+    }
+)
 @_friendly
-def show(c: Context, name: str) -> None:
+def show(c: Context, name: str, lab: str | None = None) -> None:
     """Show a scenario's runbook: what it does, what to expect, how to debug it."""
     from labs.run.engine import describe_scenario
 
@@ -506,8 +528,21 @@ def _who(who: str | None) -> str:
     return who or getpass.getuser()
 
 
-def _practice_lab(c: Context, lab: str | None) -> Any:
-    """The lab an exercise runs on (a lab of this tool: exercises write to it)."""
+PRACTICE_LAB_HELP = (
+    "the lab of the exercise (default: the one where your exercise is going, else the "
+    "configured lab)"
+)
+
+
+def _practice_lab(c: Context, lab: str | None, who: str | None = None) -> Any:
+    """The lab an exercise runs on (a lab of this tool: exercises write to it): --lab, else
+    the lab where the learner's exercise is going, so commands run as `practice.start`
+    printed them."""
+    if lab is None:
+        from labs.practice.exercise import exercise_lab
+        from labs.practice.record import Record
+
+        lab = exercise_lab(Record(_settings(c).state_dir), _who(who))
     target = _open(c, lab, None, None)
     target.backend.check_writable(target, "practice")
     return target
@@ -553,16 +588,15 @@ def start(
 
 @task(
     help={
-        "lab": LAB_HELP["lab"],
-        "wait": "real-cluster seconds each check may take to hold (default 120)",
+        "lab": PRACTICE_LAB_HELP,
+        "wait": "real-cluster seconds to watch a fix still in progress (default 0: read the "
+        "lab as it is now and answer at once)",
         "rules": "instead: load your Prometheus alert rules from this file into the lab's "
         "Prometheus (lab.up --monitoring) and say whether they fire on the fault",
     }
 )
 @_friendly
-def check(
-    c: Context, lab: str | None = None, wait: float = 120.0, rules: str | None = None
-) -> None:
+def check(c: Context, lab: str | None = None, wait: float = 0.0, rules: str | None = None) -> None:
     """Check my fix (the faults' recovery checks; exit 0 when fixed), or with --rules my alert
     rules (exit 0 when one fires on the fault)."""
     import scenarios
@@ -570,8 +604,6 @@ def check(
 
     target = _practice_lab(c, lab)
     if rules is not None:
-        from pathlib import Path
-
         from labs.practice.rules import check_rules
 
         if not check_rules(target, Path(rules)):
@@ -580,44 +612,101 @@ def check(
         raise Exit(code=1)
 
 
-@task(help={"lab": LAB_HELP["lab"], "text": "what you think the cause is (free text or an id)"})
+WHO_HELP = "whose exercise (default: your user name)"
+
+
+@task(
+    help={
+        "text": "what you think the cause is: in your own words, a doctor finding id or scenario "
+        "name, or the number of a cause `practice.choices` listed",
+        "lab": PRACTICE_LAB_HELP,
+        "who": WHO_HELP,
+    }
+)
 @_friendly
-def answer(c: Context, text: str, lab: str | None = None) -> None:
-    """Say what you think it is: graded against the cause; then the runbook and traps."""
+def answer(c: Context, text: str, lab: str | None = None, who: str | None = None) -> None:
+    """Say what you think it is, graded on what it means; then the runbook and traps."""
     import scenarios
     from labs.practice import exercise
 
-    exercise.answer(_practice_lab(c, lab), scenarios.all_scenarios(), text)
+    target = _practice_lab(c, lab, who)
+    exercise.answer(target, scenarios.all_scenarios(), text, _who(who))
 
 
-@task(help={"lab": LAB_HELP["lab"]})
+@task(help={"lab": PRACTICE_LAB_HELP, "who": WHO_HELP})
 @_friendly
-def hint(c: Context, lab: str | None = None) -> None:
+def choices(c: Context, lab: str | None = None, who: str | None = None) -> None:
+    """Every cause in plain words, numbered for this exercise: answer with its number."""
+    import scenarios
+    from labs.practice import exercise
+
+    target = _practice_lab(c, lab, who)
+    exercise.list_choices(target, scenarios.all_scenarios(), _who(who))
+
+
+@task(help={"lab": PRACTICE_LAB_HELP, "who": WHO_HELP})
+@_friendly
+def dispute(c: Context, lab: str | None = None, who: str | None = None) -> None:
+    """Dispute the grade of your latest answer, once: kept as disputed, left out of your means."""
+    from labs.practice import exercise
+
+    exercise.dispute(_practice_lab(c, lab, who), _who(who))
+
+
+@task(help={"lab": PRACTICE_LAB_HELP, "who": WHO_HELP})
+@_friendly
+def hint(c: Context, lab: str | None = None, who: str | None = None) -> None:
     """The next step of the debugging path, without the cause (each hint is counted)."""
     import scenarios
     from labs.practice import exercise
 
-    print(exercise.hint(_practice_lab(c, lab), scenarios.all_scenarios()))
+    target = _practice_lab(c, lab, who)
+    print(exercise.hint(target, scenarios.all_scenarios(), _who(who)))
 
 
-@task(help={"lab": LAB_HELP["lab"]})
+@task(help={"lab": PRACTICE_LAB_HELP, "who": WHO_HELP})
 @_friendly
-def giveup(c: Context, lab: str | None = None) -> None:
+def giveup(c: Context, lab: str | None = None, who: str | None = None) -> None:
     """Show what the faults were, revert them and record the exercise as given up."""
     import scenarios
     from labs.practice import exercise
 
-    exercise.giveup(_practice_lab(c, lab), scenarios.all_scenarios())
+    exercise.giveup(_practice_lab(c, lab, who), scenarios.all_scenarios(), _who(who))
 
 
-@task(help={"who": "whose record (default: your user name)"})
+@task(
+    help={
+        "who": "whose record (default: your user name); not with --all",
+        "all": "every learner side by side (exercises, median times to diagnose and fix, hints, "
+        "mean grade per area), and their per-area grades by week as a PNG: to --png, else "
+        "practice-history.png in the state directory (the output names it)",
+        "lab": "only the exercises on this lab (default: every lab)",
+        "png": "also draw the per-area grades by week to this PNG file (its directory must exist)",
+    }
+)
 @_friendly
-def history(c: Context, who: str | None = None) -> None:
-    """Your exercises as a table (times, hints, grades) and, per area, the trend."""
-    from labs.practice import exercise
+def history(
+    c: Context,
+    who: str | None = None,
+    all_: bool = False,
+    lab: str | None = None,
+    png: str | None = None,
+) -> None:
+    """Your exercises as a table (times, hints, grades) and, per area, the trend; --all: the
+    whole group side by side, with a PNG of everyone's grades by week."""
+    from pathlib import Path
+
+    from labs.practice import history as view
     from labs.practice.record import Record
 
-    print(exercise.history(Record(_settings(c).state_dir), _who(who)))
+    if all_ and who is not None:
+        raise Exit("error: --all shows every learner; drop --who (or --all)", code=1)
+    state_dir = _settings(c).state_dir
+    record = Record(state_dir)
+    if all_:
+        print(view.group(record, Path(png) if png else state_dir / view.PNG_NAME, lab))
+    else:
+        print(view.history(record, _who(who), lab, Path(png) if png else None))
 
 
 # --- demo ------------------------------------------------------------------------------
@@ -638,5 +727,7 @@ def demo(c: Context, lab: str = "demo") -> None:
 
 lab_tasks = Collection("lab", up, scale, smoke, extend, status, list_labs, env, doctor, down)
 scenario_tasks = Collection("scenario", list_, show, run, inject, revert)
-practice_tasks = Collection("practice", start, check, answer, hint, giveup, history)
+practice_tasks = Collection(
+    "practice", start, check, answer, choices, dispute, hint, giveup, history
+)
 ns = Collection(demo, lab_tasks, scenario_tasks, practice_tasks)

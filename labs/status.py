@@ -37,7 +37,9 @@ def gather(lab: Lab) -> dict[str, Any]:
         "region": lab.region,
         "cluster": lab.outputs.get("cluster_name"),
         "endpoint": lab.outputs.get("cluster_endpoint"),
-        "variables": lab.variables,
+        # A toggle a hidden practice fault turned off would name it: shown once it is revealed.
+        "variables": None if _practising(lab) else lab.variables,
+        "toggles_hidden": _practising(lab),
         "injected": (lab.journal.shown() if backend.keeps_files else None),
         "journal_gap": lab.journal.incomplete() if backend.keeps_files else None,
         "problems": [],
@@ -208,6 +210,8 @@ def render(status: dict[str, Any]) -> str:
     ]
     if status.get("variables"):
         lines.append(f"stack toggles (last applied): {_toggles(status['variables'])}")
+    elif status.get("toggles_hidden"):
+        lines.append("stack toggles (last applied): hidden while a practice exercise is going")
     if status.get("nodegroups"):
         lines.append("node groups:")
         for g in status["nodegroups"]:
@@ -269,6 +273,10 @@ def _alert_lines(status: dict[str, Any]) -> list[str]:
         if alert["summary"]:
             lines.append(f"           {alert['summary']}")
     return lines
+
+
+def _practising(lab: Lab) -> bool:
+    return lab.backend.keeps_files and bool(lab.journal.hidden_outstanding())
 
 
 def _toggles(variables: dict[str, Any]) -> str:

@@ -26,9 +26,9 @@ from labs.lab import Lab
 from labs.run.contract import (
     Baseline,
     ByHand,
+    Cause,
     Check,
     Context,
-    Detection,
     Diagnosis,
     Mutation,
     Needs,
@@ -46,6 +46,8 @@ PROBE = probes.probe_name()
 MANIFESTS = Path(__file__).resolve().parent / "manifests"
 REPO = Path(labs.__file__).resolve().parent.parent
 PROBE_MANIFEST = probes.PROBE_MANIFEST.relative_to(REPO)
+# What of a scenario's workload is still written wrong, one line per object (none: fixed).
+Wrong = Callable[[Objects], list[str]]
 
 
 def fault_tag(scenario: str) -> str:
@@ -105,6 +107,15 @@ def submit(lab: Lab, scenario: str) -> None:
         rest.create(lab.kube, kind.path(WORKLOAD_NAMESPACE), obj)
 
 
+def reset(lab: Lab, scenario: str) -> None:
+    """The tool's part after a learner's fix: the scenario's objects (and whatever gpu-probe the
+    learner ran) go, and the lab's own probe runs again as the lab writes it."""
+    for pod in workload_pods(lab.snapshot("pods"), scenario):
+        probes.delete_probe(lab, lab.settings.probe_timeout, name=gpu.name_of(pod))
+    probes.delete_probe(lab, lab.settings.probe_timeout)
+    undo(lab, scenario)
+
+
 def undo(lab: Lab, scenario: str) -> None:
     """Delete the scenario's Deployments and pods (waiting until the pods are gone), then
     apply the lab's probe unless a gpu-probe is there already. Safe to repeat."""
@@ -125,6 +136,64 @@ def scenario_pods(objects: Objects, scenario: str) -> list[dict[str, Any]]:
         for p in objects.objects("pods")
         if (p["metadata"].get("labels") or {}).get(SCENARIO_LABEL) == fault_tag(scenario)
     ]
+
+
+def workload_pods(objects: Objects, scenario: str) -> list[dict[str, Any]]:
+    """The scenario's pods as a learner may have left them: labelled with its tag, or bearing a
+    name its manifest gives (a pod written again by hand, without the label)."""
+    names = {gpu.name_of(obj) for obj in objects_of(scenario) if obj["kind"] == "Pod"}
+    return [
+        p
+        for p in objects.objects("pods")
+        if gpu.name_of(p) in names
+        or (p["metadata"].get("labels") or {}).get(SCENARIO_LABEL) == fault_tag(scenario)
+    ]
+
+
+def requested(pod: dict[str, Any]) -> dict[str, str]:
+    """What a pod's containers ask for, limits over requests, by resource name."""
+    asked: dict[str, str] = {}
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        resources = container.get("resources") or {}
+        for field in ("requests", "limits"):
+            asked |= {str(k): str(v) for k, v in (resources.get(field) or {}).items()}
+    return asked
+
+
+def fixed(scenario: str, wrong: Wrong) -> Check:
+    """The learner's part, first half: nothing of the scenario's workload is still written
+    wrong (each object `wrong` names is the cause still in)."""
+
+    def condition(ctx: Context) -> Verdict:
+        left = wrong(ctx.view)
+        return not left, "; ".join(left) or "nothing written wrong"
+
+    return Check(f"no workload of {scenario} still written wrong", condition, 60, names_cause=True)
+
+
+def runs_again(scenario: str) -> Check:
+    """The learner's part, second half: a gpu-probe ran (the learner's own counts) and none of
+    the scenario's pods is stuck Pending or Failed."""
+
+    def condition(ctx: Context) -> Verdict:
+        phases = {gpu.name_of(p): gpu.pod_phase(ctx.view, gpu.name_of(p))
+                  for p in ctx.view.objects("pods")
+                  if (p["metadata"].get("labels") or {}).get("app") == PROBE}  # fmt: skip
+        stuck = [
+            f"{gpu.name_of(p)} {gpu.pod_phase(ctx.view, gpu.name_of(p))}"
+            for p in workload_pods(ctx.view, scenario)
+            if gpu.pod_phase(ctx.view, gpu.name_of(p)) in ("Pending", "Failed")
+        ]
+        ran = [name for name, phase in phases.items() if phase in ("Running", "Succeeded")]
+        shown = ", ".join(f"{name} {phase}" for name, phase in phases.items()) or "none"
+        held = bool(ran) and not stuck
+        return held, f"{PROBE} pods: {shown}; stuck: {', '.join(stuck) or 'none'}"
+
+    return Check(
+        f"the workload runs again: a {PROBE} ran, no pod of {scenario} Pending or Failed",
+        condition,
+        180,
+    )
 
 
 def resources_of(objects: Objects, name: str) -> str:
@@ -169,8 +238,9 @@ def ran_with_baseline_output(name: str, scenario: str | None) -> _checks.Conditi
     return condition
 
 
-def recovery(scenario: str) -> list[Check]:
-    """What every workload fault ends with: its pods gone, the lab's probe ran as before."""
+def recovery(scenario: str, wrong: Wrong) -> list[Check]:
+    """What every workload fault ends with: the learner's part (nothing written wrong, the
+    workload runs), then the tool's (its pods gone, the lab's probe ran as before)."""
 
     def gone(ctx: Context) -> Verdict:
         left = [gpu.name_of(p) for p in scenario_pods(ctx.view, scenario)]
@@ -180,9 +250,11 @@ def recovery(scenario: str) -> list[Check]:
         )
 
     return [
-        Check(f"no pod of {scenario} left", gone, 60),
+        fixed(scenario, wrong),
+        runs_again(scenario),
+        Check(f"no pod of {scenario} left", gone, 60, tool=True),
         Check("gpu-probe as the lab writes it ran with the baseline output",
-              ran_with_baseline_output(PROBE, None), 180),
+              ran_with_baseline_output(PROBE, None), 180, tool=True),
     ]  # fmt: skip
 
 
@@ -219,27 +291,34 @@ def scenario(
     traps: Sequence[Trap],
     look: Sequence[Step],
     doctor_finding: str | None,
+    wrong: Wrong,
+    cause: Cause,
     alerts: Sequence[str] = (),
     baseline: Baseline = baseline,
     state: StateRows = state,
     watch: Callable[[Lab], list[WatchedKind]] | None = None,
-    detect: Detection | None = None,
 ) -> Scenario:
     """A workload fault: its own facts, and what every one shares (the lab it needs, the
     baseline probe, the recovery, the by-hand inject and revert around its `look`).
-    `detect` defaults to a pod labelled with the scenario's name."""
+    `wrong` names what of its workload is still written wrong: the cause, as `detect` reads it
+    and as a learner's fix must leave none of it."""
 
-    def pods_left(lab: Lab, view: ClusterView) -> bool:
-        """In while a pod labelled with the scenario's name exists."""
-        return bool(scenario_pods(view, name))
+    def detect(lab: Lab, view: ClusterView) -> bool:
+        """In while any of its workload is written wrong."""
+        return bool(wrong(view))
+
+    def tool_part(lab: Lab) -> None:
+        """Its pods go and the lab's probe runs again, as the lab writes it."""
+        reset(lab, name)
 
     return Scenario(
         name=name,
         summary=summary,
         area="workload",
         doctor_finding=doctor_finding,
+        cause=cause,
         alerts=alerts,
-        detect=detect or pods_left,
+        detect=detect,
         about=about,
         needs=NEEDS,
         risk=risk,
@@ -248,7 +327,8 @@ def scenario(
         inject=inject,
         revert=revert,
         symptoms=symptoms,
-        recovery=recovery(name),
+        recovery=recovery(name, wrong),
+        reset=tool_part,
         diagnose=diagnose,
         traps=traps,
         state=state,

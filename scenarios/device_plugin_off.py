@@ -22,8 +22,19 @@ from labs.kube.changes import patch_cluster_policy
 from labs.kube.logs import operator_step
 from labs.kube.view import ClusterView
 from labs.lab import Lab
-from labs.run.contract import ByHand, Check, Context, Finding, Needs, Scenario, Step, Trap, Verdict
-from scenarios import _checks
+from labs.run.contract import (
+    ByHand,
+    Cause,
+    Check,
+    Context,
+    Finding,
+    Needs,
+    Scenario,
+    Step,
+    Trap,
+    Verdict,
+)
+from scenarios import _checks, _words
 from scenarios._node_internals import NVML_TRAP, node_internals
 
 PROBE = probes.probe_name()
@@ -243,6 +254,16 @@ SCENARIO = Scenario(
     diagnose=diagnose,
     traps=traps,
     doctor_finding="device-plugin-disabled",
+    cause=Cause(
+        plain="The ClusterPolicy switches the device plugin off (devicePlugin.enabled=false), so "
+        "the operator deletes its DaemonSet and no GPU node offers its GPU.",
+        names=(_words.DEVICE_PLUGIN, _words.SWITCHED_OFF),
+        clues=(
+            _words.CLUSTER_POLICY,
+            ("every node", "all nodes", "everywhere", "cluster-wide"),
+            ("GPU Operator", "operator"),
+        ),
+    ),
     alerts=("GpuAllocatableZeroOnGpuNode", "GpuPodUnschedulable"),
     detect=detect,
     state=state,

@@ -18,8 +18,19 @@ from labs.kube import gpu, probes
 from labs.kube.changes import label_node
 from labs.kube.view import ClusterView
 from labs.lab import Lab
-from labs.run.contract import ByHand, Check, Context, Finding, Needs, Scenario, Step, Trap, Verdict
-from scenarios import _checks, _one_node
+from labs.run.contract import (
+    ByHand,
+    Cause,
+    Check,
+    Context,
+    Finding,
+    Needs,
+    Scenario,
+    Step,
+    Trap,
+    Verdict,
+)
+from scenarios import _checks, _one_node, _words
 from scenarios._node_internals import node_internals
 from scenarios._one_node import PINNED, PROBE, remove_pinned
 
@@ -194,6 +205,15 @@ SCENARIO = Scenario(
     diagnose=diagnose,
     traps=traps,
     doctor_finding="deploy-label-false",
+    cause=Cause(
+        plain="One GPU node is labelled nvidia.com/gpu.deploy.device-plugin=false, which keeps "
+        "the device plugin off that node alone.",
+        names=(
+            (*_words.DEVICE_PLUGIN, "deploy label", "gpu.deploy"),
+            (*_words.SWITCHED_OFF, "opted out", "not deploy"),
+        ),
+        clues=(_words.ONE_NODE, ("node label", "label")),
+    ),
     alerts=("GpuAllocatableZeroOnGpuNode", "GpuPodUnschedulable"),
     detect=detect,
     state=_one_node.state_rows,

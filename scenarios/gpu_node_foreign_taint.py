@@ -22,8 +22,19 @@ from labs.kube import gpu
 from labs.kube.changes import taint_node, untaint_nodes
 from labs.kube.view import ClusterView
 from labs.lab import Lab
-from labs.run.contract import ByHand, Check, Context, Finding, Needs, Scenario, Step, Trap, Verdict
-from scenarios import _checks, _one_node
+from labs.run.contract import (
+    ByHand,
+    Cause,
+    Check,
+    Context,
+    Finding,
+    Needs,
+    Scenario,
+    Step,
+    Trap,
+    Verdict,
+)
+from scenarios import _checks, _one_node, _words
 from scenarios._node_internals import node_internals
 from scenarios._one_node import PINNED, remove_pinned
 
@@ -228,6 +239,28 @@ SCENARIO = Scenario(
     diagnose=diagnose,
     traps=traps,
     doctor_finding="gpu-node-taint-not-tolerated",
+    cause=Cause(
+        plain="Another team tainted one GPU node (maintenance=true:NoExecute), and the GPU "
+        "Operator's operands, which do not tolerate that taint, were evicted from it.",
+        names=(("taint", "NoExecute", "maintenance=true"),),
+        clues=(
+            _words.ONE_NODE,
+            _words.OPERANDS,
+            ("evicted", "kicked off", "kicked out"),
+            ("node tainted", "tainted node"),
+            ("not tolerated", "untolerated"),
+            (
+                "another team",
+                "other team",
+                "someone",
+                "foreign",
+                "maintenance",
+                "new taint",
+                "extra taint",
+                "unexpected",
+            ),
+        ),
+    ),
     alerts=("GpuAllocatableZeroOnGpuNode", "GpuPodUnschedulable"),
     detect=detect,
     state=_one_node.state_rows,

@@ -22,7 +22,18 @@ from labs.aws.stack import NODE_TEMPLATE_TAG_PREFIX
 from labs.kube import gpu, probes, rest
 from labs.kube.view import ClusterView, Objects
 from labs.lab import Lab
-from labs.run.contract import ByHand, Check, Context, Finding, Needs, Scenario, Step, Trap, Verdict
+from labs.run.contract import (
+    ByHand,
+    Cause,
+    Check,
+    Context,
+    Finding,
+    Needs,
+    Scenario,
+    Step,
+    Trap,
+    Verdict,
+)
 from scenarios import _checks, _workload
 from scenarios._workload import PROBE
 
@@ -245,6 +256,40 @@ SCENARIO = Scenario(
     "nodes counted, and nothing scales it up",
     area="capacity",
     doctor_finding="gpu-nodes-scaled-to-zero",
+    cause=Cause(
+        plain="The GPU node group's desiredSize is 0, so there is no GPU node at all, and nothing "
+        "in the lab scales it back up.",
+        names=(
+            (
+                "no GPU nodes",
+                "no nodes",
+                "zero nodes",
+                "0 nodes",
+                "scaled to zero",
+                "scaled to 0",
+                "scaled down",
+                "scaled in",
+                "desiredSize 0",
+                "desiredSize zero",
+                "at zero",
+                "at 0",
+                "cost guard",
+                "lab.down",
+                "nodes gone",
+                "nodes terminated",
+            ),
+        ),
+        clues=(
+            ("node group", "nodegroup", "asg", "autoscaling group", "desiredSize"),
+            (
+                "no autoscaler",
+                "autoscaler",
+                "karpenter",
+                "nothing scales",
+                "scale back up",
+            ),
+        ),
+    ),
     # The naive absent() rule fires here, and only here: no GPU node is left to report a 0.
     alerts=("GpuNodesAtZeroWhileGpuPodsWait", "GpuPodUnschedulable", "GpuAllocatableAbsentNaive"),
     detect=detect,

@@ -18,7 +18,7 @@ import json
 from labs.kube import gpu
 from labs.kube.view import Objects
 from labs.lab import Lab
-from labs.run.contract import Check, Context, Finding, Step, Trap, Verdict
+from labs.run.contract import Cause, Check, Context, Finding, Step, Trap, Verdict
 from scenarios import _workload
 from scenarios._workload import PROBE
 
@@ -55,6 +55,15 @@ def revert(lab: Lab) -> None:
     nvidia.com/gpu: 1.
     """
     _workload.undo(lab, NAME)
+
+
+def wrong(objects: Objects) -> list[str]:
+    """Its pods that ask for a MIG slice, which no A10G node can offer."""
+    return [
+        f"{gpu.name_of(pod)}: asks for {', '.join(mig)}"
+        for pod in _workload.workload_pods(objects, NAME)
+        if (mig := [r for r in _workload.requested(pod) if r.startswith("nvidia.com/mig-")])
+    ]
 
 
 # --- symptoms (T+ from the injection) --------------------------------------------------------
@@ -162,6 +171,27 @@ look = [
 
 SCENARIO = _workload.scenario(
     doctor_finding="mig-resource-unavailable",
+    cause=Cause(
+        plain="A pod asks for a MIG slice (nvidia.com/mig-1g.5gb), which the nodes' A10G GPUs "
+        "cannot be cut into, so no node has that resource.",
+        names=(
+            (
+                "MIG",
+                "multi-instance gpu",
+            ),
+        ),
+        clues=(
+            ("A10G", "a10"),
+            ("slice", "partition", "profile"),
+            (
+                "not supported",
+                "unsupported",
+                "not capable",
+                "can not",
+                "mig.capable=false",
+            ),
+        ),
+    ),
     alerts=("GpuPodUnschedulable",),
     name=NAME,
     summary=f"a pod asking for {MIG_RESOURCE} on A10G nodes: Pending, Insufficient on every "
@@ -174,4 +204,5 @@ SCENARIO = _workload.scenario(
     diagnose=diagnose,
     traps=traps,
     look=look,
+    wrong=wrong,
 )

@@ -19,8 +19,8 @@ from __future__ import annotations
 from labs.kube import gpu, probes
 from labs.kube.view import Objects
 from labs.lab import Lab
-from labs.run.contract import Check, Context, Finding, Step, Trap, Verdict
-from scenarios import _workload
+from labs.run.contract import Cause, Check, Context, Finding, Step, Trap, Verdict
+from scenarios import _words, _workload
 from scenarios._workload import PROBE
 
 NAME = "missing-gpu-limit"
@@ -59,6 +59,15 @@ def revert(lab: Lab) -> None:
     its limit and its toleration written.
     """
     _workload.undo(lab, NAME)
+
+
+def wrong(objects: Objects) -> list[str]:
+    """Its probes that ask for no GPU: each runs wherever it lands, counted by nobody."""
+    return [
+        f"{gpu.name_of(pod)}: no limits {gpu.GPU_RESOURCE}"
+        for pod in _workload.workload_pods(objects, NAME)
+        if gpu.GPU_RESOURCE not in _workload.requested(pod)
+    ]
 
 
 # --- symptoms (T+ from the injection) --------------------------------------------------------
@@ -182,6 +191,36 @@ look = [
 
 SCENARIO = _workload.scenario(
     doctor_finding="pod-without-gpu-limit",
+    cause=Cause(
+        plain="The GPU pods set no nvidia.com/gpu limit, so neither the scheduler nor the device "
+        "plugin counts a GPU for them.",
+        names=(
+            (
+                *_words.absent(
+                    "gpu limit",
+                    "limit",
+                    "resources.limits",
+                    "gpu request",
+                    "request",
+                    "nvidia.com/gpu limit",
+                ),
+                "request no gpu",
+                "request no nvidia.com/gpu",
+                "asks for no gpu",
+                "not request gpu",
+                "not ask gpu",
+                "not ask for gpu",
+            ),
+        ),
+        clues=(
+            ("limit", "resources.limits"),
+            ("unallocated", "not allocated", "never allocated", "allocatable"),
+            ("share",),
+            ("system node",),
+            ("nvidia-smi",),
+            ("NVIDIA_VISIBLE_DEVICES",),
+        ),
+    ),
     # No alert: the pods ask for no GPU, so no metric ties them to one (the doctor reads the spec).
     alerts=(),
     name=NAME,
@@ -195,4 +234,5 @@ SCENARIO = _workload.scenario(
     diagnose=diagnose,
     traps=traps,
     look=look,
+    wrong=wrong,
 )

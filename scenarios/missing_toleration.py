@@ -20,8 +20,8 @@ from typing import Any
 from labs.kube import gpu
 from labs.kube.view import Objects
 from labs.lab import Lab
-from labs.run.contract import Check, Context, Finding, Step, Trap, Verdict
-from scenarios import _workload
+from labs.run.contract import Cause, Check, Context, Finding, Step, Trap, Verdict
+from scenarios import _words, _workload
 from scenarios._workload import PROBE
 
 NAME = "missing-toleration"
@@ -60,6 +60,27 @@ def revert(lab: Lab) -> None:
     its toleration and its limit written.
     """
     _workload.undo(lab, NAME)
+
+
+def tolerates_gpu_taint(pod: dict[str, Any]) -> bool:
+    """Does the pod tolerate the GPU nodes' nvidia.com/gpu=true:NoSchedule taint?"""
+    tolerations = (pod.get("spec") or {}).get("tolerations") or []
+    keys = [t.get("key") for t in tolerations if t.get("effect") in (None, "", "NoSchedule")
+            and (t.get("key") or t.get("operator") == "Exists")]  # fmt: skip
+    return gpu.GPU_RESOURCE in keys or any(key is None or key == "" for key in keys)
+
+
+def wrong(objects: Objects) -> list[str]:
+    """Its pods meant for the GPU nodes (a nodeSelector on an nvidia.com/ label) that cannot
+    stand their taint: no toleration written and no GPU asked for (which would bring one)."""
+    return [
+        f"{gpu.name_of(pod)}: pinned to the GPU nodes, no toleration of "
+        f"{gpu.GPU_RESOURCE}:NoSchedule and no GPU asked for"
+        for pod in _workload.workload_pods(objects, NAME)
+        if any(key.startswith("nvidia.com/") for key in (pod["spec"].get("nodeSelector") or {}))
+        and not tolerates_gpu_taint(pod)
+        and gpu.GPU_RESOURCE not in _workload.requested(pod)
+    ]
 
 
 # --- symptoms (T+ from the injection) --------------------------------------------------------
@@ -144,6 +165,18 @@ look = [
 
 SCENARIO = _workload.scenario(
     doctor_finding="pod-untolerated-taint",
+    cause=Cause(
+        plain="A pod meant for the GPU nodes that asks for no GPU was written without the "
+        "nvidia.com/gpu toleration, so the GPU nodes' taint keeps it off them.",
+        names=(_words.TOLERATION,),
+        clues=(
+            _words.TAINT,
+            ("pod", "agent"),
+            ("nodeSelector", "pinned"),
+            ("asks for no gpu", "no gpu", "not request gpu"),
+            ("Pending",),
+        ),
+    ),
     # No alert: the Pending pod asks for no GPU (the GPU probe itself runs).
     alerts=(),
     name=NAME,
@@ -157,4 +190,5 @@ SCENARIO = _workload.scenario(
     diagnose=diagnose,
     traps=traps,
     look=look,
+    wrong=wrong,
 )

@@ -17,18 +17,19 @@ admission webhooks may fail while it is in: read the plan, keep the window short
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from labs import lifecycle
-from labs.aws import stack
-from labs.aws.node_network import NodeRules, node_rules
+from labs.aws import node_network, stack
+from labs.aws.node_network import NodeRules, every_rule, node_rules
 from labs.console import Console
 from labs.errors import LabError
 from labs.kube import gpu, probes, workloads
 from labs.kube.verdicts import AllReduceVerdict, allreduce_verdict, tcp_verdict
 from labs.kube.view import ClusterView
 from labs.lab import Lab
-from labs.run.contract import Check, Context, Finding, Needs, Scenario, Trap, Verdict
+from labs.run.contract import Cause, Check, Context, Finding, Needs, Scenario, Trap, Verdict
 
 V = TypeVar("V")
 
@@ -97,6 +98,7 @@ def baseline(lab: Lab, view: ClusterView) -> dict[str, Any]:
         raise LabError(f"the healthy lab's network checks fail already: {tcp}; {failed}")
     return {
         "rules": rules.describe(),
+        "every_rule": every_rule(lab),
         "tcp": tcp,
         "nodes": sorted({run.node for run in runs.values()}),
         "busbw": min(v.busbw or 0.0 for v in verdicts.values()),
@@ -111,6 +113,14 @@ def inject(lab: Lab) -> None:
 def revert(lab: Lab) -> None:
     """Apply the lab's full variable set with both toggles true (idempotent)."""
     lifecycle.apply_changes(lab, _variables(True), Console())
+
+
+def reset(lab: Lab) -> None:
+    """After a learner's whole fix by hand: their copies of the toggled rules go a moment
+    before the apply with both toggles true writes them again as the stack's own."""
+    if not all((lab.variables or {}).get(name, True) for name in TOGGLES):
+        node_network.revoke_toggled_copies(lab)
+    revert(lab)
 
 
 def detect(lab: Lab, view: ClusterView) -> bool:
@@ -134,7 +144,14 @@ def _rules(expect_open: bool) -> Check:
         return held, rules.describe()
 
     name = "both node-to-node rules back" if expect_open else "both node-to-node rules absent"
-    return Check(name, condition, timeout=120.0, then=_start_tcp)
+    return Check(name, condition, timeout=120.0, then=_start_tcp, names_cause=expect_open)
+
+
+def _every_rule_back(ctx: Context) -> Verdict:
+    """The fault's whole extent: every rule of both groups the baseline had (the webhook ports
+    and the node group's egress went with the recommended rules, not only the NCCL ones)."""
+    missing = sorted(set(ctx.baseline.get("every_rule") or []) - set(every_rule(ctx.lab)))
+    return not missing, "still missing: " + "; ".join(missing) if missing else "every rule back"
 
 
 def _start_tcp(ctx: Context) -> None:
@@ -220,11 +237,13 @@ def _operator_still_installed(ctx: Context) -> Verdict:
 
 symptoms = [_rules(expect_open=False), _tcp_check("timed out"), _allreduce_check(passing=False)]
 recovery = [
+    Check("every rule of the two security groups as in the baseline", _every_rule_back, 120.0,
+          names_cause=True),
     _rules(expect_open=True),
-    _tcp_check("connected"),
-    _allreduce_check(passing=True),
+    replace(_tcp_check("connected"), tool=True),
+    replace(_allreduce_check(passing=True), tool=True),
     Check("GPU Operator still installed (the full variable set was applied)",
-          _operator_still_installed, timeout=60.0),
+          _operator_still_installed, timeout=60.0, tool=True),
 ]  # fmt: skip
 
 
@@ -316,7 +335,27 @@ SCENARIO = Scenario(
     state=state,
     preview=preview,
     clean_up=clean_up,
+    reset=reset,
     doctor_finding="sg-blocks-nccl",
+    cause=Cause(
+        plain="The GPU nodes' security groups lost their node-to-node rules (both lab toggles "
+        "off), so NCCL traffic between the nodes is blocked.",
+        names=(
+            (
+                "security group",
+                "sg",
+                "firewall",
+                "ingress rule",
+                "self rule",
+            ),
+        ),
+        clues=(
+            ("NCCL", "all-reduce", "allreduce", "rendezvous", "29500"),
+            ("blocked", "drop", "removed", "lost", "deny", "closed"),
+            ("between nodes", "cross-node", "across nodes", "node to node", "other node"),
+            ("rules", "ports", "1025-65535", "ephemeral"),
+        ),
+    ),
     # Only the job's end shows: no metric here sees a security group.
     alerts=("GpuPodFailed",),
     detect=detect,

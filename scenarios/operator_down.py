@@ -26,7 +26,18 @@ from labs.kube.changes import delete_daemonset, scale_deployment, set_component_
 from labs.kube.logs import operator_log, operator_step
 from labs.kube.view import ClusterView
 from labs.lab import Lab
-from labs.run.contract import ByHand, Check, Context, Finding, Needs, Scenario, Step, Trap, Verdict
+from labs.run.contract import (
+    ByHand,
+    Cause,
+    Check,
+    Context,
+    Finding,
+    Needs,
+    Scenario,
+    Step,
+    Trap,
+    Verdict,
+)
 from scenarios import _checks
 
 # The harmless edit: GFD relabels its node every 30 s instead of the 60 s its asset sets (the
@@ -346,6 +357,33 @@ SCENARIO = Scenario(
     diagnose=diagnose,
     traps=traps,
     doctor_finding="operator-scaled-to-zero",
+    cause=Cause(
+        plain="The GPU Operator's controller Deployment is scaled to 0 replicas, so nothing "
+        "reconciles the ClusterPolicy or its operands.",
+        names=(
+            ("GPU Operator", "operator"),
+            (
+                "down",
+                "scaled to zero",
+                "scaled to 0",
+                "0 replicas",
+                "zero replicas",
+                "replicas 0",
+                "not running",
+                "stopped",
+                "dead",
+                "missing",
+                "gone",
+                "crashed",
+                "no pod",
+                "nothing reconciles",
+                "nobody reconciles",
+                "not reconcile",
+                "0/0",
+            ),
+        ),
+        clues=(("controller", "reconcile"), ("deployment", "replicas")),
+    ),
     alerts=("GpuOperatorDown",),
     detect=detect,
     state=state,

@@ -24,7 +24,7 @@ from labs.errors import LabError
 from labs.kube import gpu, rest
 from labs.kube.view import WORKLOAD_NAMESPACE, ClusterView, Objects, WatchedKind, standard_kinds
 from labs.lab import Lab
-from labs.run.contract import Check, Context, Finding, Step, Trap, Verdict
+from labs.run.contract import Cause, Check, Context, Finding, Step, Trap, Verdict
 from scenarios import _workload
 from scenarios._workload import PROBE
 
@@ -101,9 +101,14 @@ def revert(lab: Lab) -> None:
     _workload.undo(lab, NAME)
 
 
-def detect(lab: Lab, view: ClusterView) -> bool:
-    """In while the scenario's Deployment exists."""
-    return deployment(view) is not None
+def wrong(objects: Objects) -> list[str]:
+    """Its Deployment while its pods name a RuntimeClass the cluster does not have."""
+    found = deployment(objects)
+    template = ((found or {}).get("spec") or {}).get("template") or {}
+    named = (template.get("spec") or {}).get("runtimeClassName")
+    if found is None or named is None or named in runtime_classes(objects):
+        return []
+    return [f"Deployment {gpu.name_of(found)}: runtimeClassName {named}, no such RuntimeClass"]
 
 
 # --- symptoms (T+ from the injection) --------------------------------------------------------
@@ -195,6 +200,17 @@ look = [
 
 SCENARIO = _workload.scenario(
     doctor_finding="runtimeclass-missing",
+    cause=Cause(
+        plain="The Deployment's pods name a RuntimeClass that does not exist "
+        "(runtimeClassName: nvidia-container-runtime), so the API server refuses every pod.",
+        names=(("RuntimeClass", "runtimeClassName"),),
+        clues=(
+            ("not found", "not exist", "missing", "no such", "wrong", "nonexistent"),
+            ("forbidden", "refused", "rejected", "admission", "FailedCreate", "403"),
+            ("nvidia-container-runtime",),
+            ("deployment", "replicaset"),
+        ),
+    ),
     alerts=("DeploymentPodsRefused",),
     name=NAME,
     summary=f"a Deployment whose pods name RuntimeClass {RUNTIME_CLASS}, which does not exist: "
@@ -210,5 +226,5 @@ SCENARIO = _workload.scenario(
     baseline=baseline,
     state=state,
     watch=watch,
-    detect=detect,
+    wrong=wrong,
 )

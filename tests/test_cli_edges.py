@@ -4,6 +4,7 @@ stopped by `lab.down --destroy`."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -152,3 +153,25 @@ def test_the_readme_says_invoke_one_way_and_how_to_get_it_on_path(tmp_path: Path
     assert ".venv/bin/invoke" not in readme
     hints = run_invoke("scenario.show", "device-plugin-off", env=invoke_env(tmp_path))
     assert 'eval "$(invoke lab.env --lab LAB)"' in hints.stdout
+
+
+def test_every_task_takes_lab_and_says_what_it_does_with_it(tmp_path: Path):
+    """One flag for one fact: `--lab` on every task, and where a lab means nothing the help says
+    so (and the task runs with it)."""
+    env = invoke_env(tmp_path)
+    listing = run_invoke("--list", "--list-format", "json", env=env)
+    assert listing.returncode == 0, listing.stderr
+    tree = json.loads(listing.stdout)
+    names = [task["name"] for task in tree["tasks"]] + [
+        f"{group['name']}.{task['name']}"
+        for group in tree["collections"]
+        for task in group["tasks"]
+    ]
+    assert "practice.history" in names and "scenario.list" in names, names
+    for name in names:
+        shown = run_invoke("--help", name, env=env)
+        assert "--lab=STRING" in shown.stdout, f"{name} takes no --lab:\n{shown.stdout}"
+    for ignored in ("scenario.list", "lab.list"):
+        ran = run_invoke(ignored, "--lab", "anything", env=env)
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        assert "ignored" in run_invoke("--help", ignored, env=env).stdout

@@ -48,7 +48,7 @@ from kubernetes import client
 
 from labs.kube.view import ClusterView, Objects, WatchedKind
 from labs.lab import Lab
-from labs.run.contract import Check, Context, Finding, Needs, Scenario, Trap
+from labs.run.contract import Cause, Check, Context, Finding, Needs, Scenario, Trap
 
 
 def _mode(view: Objects) -> str:
@@ -110,6 +110,7 @@ SCENARIO = Scenario(
     traps=[Trap("looks harmless", "nothing changes", "mode is off", "read the data",
                 "mode is off")],
     doctor_finding="component-disabled",  # the nearest the doctor has to "a switch is off"
+    cause=Cause("ConfigMap lab-toggle is switched off", names=(("lab-toggle", "toggle"), ("off",))),
     detect=lambda lab, view: _mode(view) == "off",
     state=state,
     gauges={"mode": _mode},

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from lab_support import INVOKE, ROOT, cli_lab, healthy_status, kill_when, run_in
 from tool_support import require_tool, require_venv_tool
 
 import scenarios
+from labs.aws import stack
 from labs.journal import HIDDEN_FAULT
 
 LAB = "pr1"
@@ -29,13 +32,43 @@ UNTAINT = (
     "--no-headers | awk '/maintenance/ {print $1}') && kubectl taint node \"$NODE\" "
     "maintenance:NoExecute-"
 )
-REAPPLY_PROBE = (
-    "kubectl delete pod -l eks-gpu-lab/scenario --ignore-not-found && "
-    "kubectl apply -f labs/kube/manifests/gpu-probe.yaml"
+# A pod's spec written again by hand: `kubectl get -o json`, edited, `kubectl replace --force`
+# (the edit drops what the cluster filled in, as a person deletes it from the YAML).
+EDIT_PODS = (
+    "kubectl get pod {pods} -o json | python3 -c 'import json, sys; items = json.load(sys.stdin)"
+    '.get("items"); [p["metadata"].pop(k, None) for p in items for k in ("uid", '
+    '"resourceVersion", "creationTimestamp")]; [p["spec"].pop("nodeName", None) for p in items]'
+    '; [c.__setitem__("resources", {{"limits": {{"nvidia.com/gpu": "1"}}}}) for p in items for c '
+    'in p["spec"]["containers"]]; print(json.dumps({{"apiVersion": "v1", "kind": "List", '
+    '"items": items}}))\' | kubectl replace --force -f -'
 )
+GPU_TOLERATION = '{"key":"nvidia.com/gpu","operator":"Exists","effect":"NoSchedule"}'
 CLUSTER = "$(kubectl config view --minify -o jsonpath='{.clusters[0].name}')"
-# The right fix of each fault, by plain kubectl or the aws CLI ($NODE_SG, $AUX_SG, $VPC: the
-# lab's security groups and VPC, as `aws ec2 describe-security-groups` shows them).
+CLUSTER_SG = (
+    "$(aws eks describe-cluster --name " + CLUSTER + " --query "
+    "cluster.resourcesVpcConfig.clusterSecurityGroupId --output text)"
+)
+# Half of nccl-sg-block's fix: the two rules NCCL needs, not the webhook ports nor the egress.
+NCCL_RULES_ONLY = (
+    "CIDR=$(aws ec2 describe-vpcs --vpc-ids $VPC --query 'Vpcs[0].CidrBlock' "
+    "--output text) && aws ec2 authorize-security-group-ingress --group-id $NODE_SG "
+    '--ip-permissions "IpProtocol=tcp,FromPort=1025,ToPort=65535,UserIdGroupPairs=[{GroupId='
+    '$NODE_SG}]" && aws ec2 authorize-security-group-ingress --group-id $AUX_SG '
+    '--ip-permissions "IpProtocol=-1,IpRanges=[{CidrIp=$CIDR}]"'
+)
+# The rest, as the check's "still missing" lines name it.
+NCCL_THE_REST = (
+    f"SG={CLUSTER_SG} && for port in 4443 6443 8443 9443 10251; do aws ec2 "
+    "authorize-security-group-ingress --group-id $NODE_SG --ip-permissions "
+    '"IpProtocol=tcp,FromPort=$port,ToPort=$port,UserIdGroupPairs=[{GroupId=$SG}]" || exit 1; '
+    "done && aws ec2 authorize-security-group-egress --group-id $NODE_SG --ip-permissions "
+    '"IpProtocol=-1,IpRanges=[{CidrIp=0.0.0.0/0}]"'
+)
+# A partial fix a learner may try first, and what the check must then still name as missing.
+PARTIAL_FIX = {"nccl-sg-block": (NCCL_RULES_ONLY, "egress all to 0.0.0.0/0")}
+# The right fix of each fault as a learner does it: plain kubectl or the aws CLI on what the
+# fault broke, never the tool's own probes or pods ($NODE_SG, $AUX_SG, $VPC: the lab's
+# security groups and VPC, as `aws ec2 describe-security-groups` shows them).
 RIGHT_FIX = {
     "device-plugin-off": "kubectl patch clusterpolicy cluster-policy --type=merge "
     """-p '{"spec":{"devicePlugin":{"enabled":true}}}'""",
@@ -44,16 +77,16 @@ RIGHT_FIX = {
     "gpu-node-foreign-taint": UNTAINT,
     "gpus-scaled-to-zero": f'aws eks update-nodegroup-config --cluster-name "{CLUSTER}" '
     f'--nodegroup-name "{CLUSTER}-ng-gpu" --scaling-config minSize=0,maxSize=2,desiredSize=2',
-    "mig-on-a10g": REAPPLY_PROBE,
-    "missing-gpu-limit": REAPPLY_PROBE,
-    "missing-toleration": REAPPLY_PROBE,
-    # its pods come from a Deployment: the Deployment goes, not only its (refused) pods
-    "runtimeclass-missing": "kubectl delete deployment -l eks-gpu-lab/scenario && " + REAPPLY_PROBE,
-    "nccl-sg-block": "CIDR=$(aws ec2 describe-vpcs --vpc-ids $VPC --query 'Vpcs[0].CidrBlock' "
-    "--output text) && aws ec2 authorize-security-group-ingress --group-id $NODE_SG "
-    '--ip-permissions "IpProtocol=tcp,FromPort=1025,ToPort=65535,UserIdGroupPairs=[{GroupId='
-    '$NODE_SG}]" && aws ec2 authorize-security-group-ingress --group-id $AUX_SG '
-    '--ip-permissions "IpProtocol=-1,IpRanges=[{CidrIp=$CIDR}]"',
+    # the probe asks for the GPU it needs instead of a MIG slice
+    "mig-on-a10g": EDIT_PODS.format(pods="gpu-probe"),
+    "missing-gpu-limit": EDIT_PODS.format(pods="gpu-probe gpu-probe-on-gpu-node"),
+    # the pod meant for the GPU nodes that asks for no GPU gets the toleration written
+    "missing-toleration": "kubectl patch pod gpu-node-agent --type=json -p "
+    f'\'[{{"op":"add","path":"/spec/tolerations/-","value":{GPU_TOLERATION}}}]\'',
+    # nvidia is the AMI's default runtime: the Deployment names no RuntimeClass
+    "runtimeclass-missing": "kubectl patch deployment gpu-probe --type=json -p "
+    """'[{"op":"remove","path":"/spec/template/spec/runtimeClassName"}]'""",
+    "nccl-sg-block": f"{NCCL_RULES_ONLY} && {NCCL_THE_REST}",
     "operator-down": "kubectl -n gpu-operator scale deploy gpu-operator --replicas=1",
 }
 
@@ -104,6 +137,16 @@ def assert_hidden(names: list[str], *texts: str) -> None:
             assert name not in text, f"{name} shown in: {text[:3000]}"
 
 
+def detected_faults(env: dict[str, str]) -> list[str]:
+    """Every scenario whose fault the lab shows now, as `scenario.revert --all` looks for them."""
+    from labs.lab import Lab
+    from labs.run.engine import detect_faults
+    from labs.settings import load_settings
+
+    settings = load_settings(flags={"lab": LAB}, environ=env)
+    return detect_faults(Lab.open(settings), scenarios.all_scenarios())
+
+
 def wait_healthy(env: dict[str, str]) -> None:
     until(lambda: healthy_status(env, LAB), timeout=120, what="a healthy lab")
 
@@ -120,16 +163,42 @@ def test_a_learner_practises_each_fault_blind(lab, name: str):
     seen = everything_a_learner_reads(state_dir, env)
     assert f"injected faults: {HIDDEN_FAULT}" in seen
     assert_hidden([name], start.stdout + start.stderr, seen)
+    turned_off = [t for t in stack.STACK_TOGGLES if f"{t}=false" in seen]
+    assert not turned_off, "a stack toggle the fault turned off would name it"
 
-    fix = shell(state_dir, env, RIGHT_FIX[name])
+    # the wrong fix a learner tries first is told at once (the lab as it is, no waiting)
+    wrong = shell(state_dir, env, RESTART_PLUGIN)
+    assert wrong.returncode == 0, wrong.stdout + wrong.stderr
+    began = time.monotonic()
+    rejected = practice(env, "check")
+    took = time.monotonic() - began
+    print(f"{name}: a wrong fix rejected in {took:.1f} s")
+    assert rejected.returncode == 1, rejected.stdout + rejected.stderr
+    assert "your part:" in rejected.stdout and "the tool's part" not in rejected.stdout
+    assert "not yet" in rejected.stdout or "a workaround" in rejected.stdout, rejected.stdout
+    assert_hidden([name], rejected.stdout)
+
+    if name in PARTIAL_FIX:
+        partial, missing = PARTIAL_FIX[name]
+        half = shell(state_dir, env, partial)
+        assert half.returncode == 0, half.stdout + half.stderr
+        not_yet = practice(env, "check")
+        assert not_yet.returncode == 1, not_yet.stdout + not_yet.stderr
+        assert "not yet" in not_yet.stdout and missing in not_yet.stdout, not_yet.stdout
+        fix = shell(state_dir, env, RIGHT_FIX[name].replace(f"{partial} && ", ""))
+    else:
+        fix = shell(state_dir, env, RIGHT_FIX[name])
     assert fix.returncode == 0, fix.stdout + fix.stderr
-    accepted = practice(env, "check", *WAIT)
+    # no --lab: the running exercise names its lab
+    accepted = run_invoke("practice.check", *WAIT, env=env, timeout=300)
     assert accepted.returncode == 0, accepted.stdout + accepted.stderr
+    assert "the tool's part (its own probes and pods" in accepted.stdout
     assert "recovered, and the cause is gone: the right fix" in accepted.stdout
     assert "the lab is recovered: fixed in" in accepted.stdout
+    assert not detected_faults(env), "the lab is as it began"
 
     scenario = scenarios.get(name)
-    answer = practice(env, "answer", scenario.doctor_finding or name.replace("-", " "))
+    answer = practice(env, "answer", scenario.doctor_finding or name, "--who", who)
     assert answer.returncode == 0, answer.stdout + answer.stderr
     assert f"fault 1: right: it is {name}" in answer.stdout
     assert "traps:" in answer.stdout  # the runbook follows the grade
@@ -157,6 +226,10 @@ def test_two_faults_at_once_are_both_hidden_and_both_must_be_fixed(lab):
     assert hint.returncode == 0 and hint.stdout.startswith("hint 1 of "), hint.stdout
     doctor = run_invoke("lab.doctor", "--lab", LAB, env=env)
     assert doctor.returncode == 1, doctor.stdout + doctor.stderr  # it finds the problems
+    # through the lab's read-only viewer kubeconfig: the doctor still counts as a hint
+    viewer = state_dir / LAB / "sim" / "viewer.kubeconfig"
+    looked = run_invoke("lab.doctor", "--kubeconfig", str(viewer), env=env)
+    assert looked.returncode == 1, looked.stdout + looked.stderr
     assert_hidden(names, start.stdout, seen, hint.stdout)
 
     # the right fix of one, and the wrong fix a learner tries first: not of the other
@@ -164,7 +237,7 @@ def test_two_faults_at_once_are_both_hidden_and_both_must_be_fixed(lab):
     assert first.returncode == 0, first.stderr
     half = practice(env, "check", *WAIT)
     assert half.returncode == 1, half.stdout + half.stderr
-    assert half.stdout.count("the right fix") == 1 and "not recovered" in half.stdout
+    assert half.stdout.count("the right fix") == 1 and "not yet" in half.stdout
     assert "  FAILED: " in half.stdout
     assert_hidden(names, half.stdout)
     second = shell(state_dir, env, RIGHT_FIX[names[1]])
@@ -173,12 +246,12 @@ def test_two_faults_at_once_are_both_hidden_and_both_must_be_fixed(lab):
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("the right fix") == 2
 
-    answer = practice(env, "answer", "it is a node problem")
+    answer = practice(env, "answer", "it is a node problem", "--who", "pair")
     assert "fault 1: the right layer, not the cause" in answer.stdout
     assert "fault 2: wrong" in answer.stdout
     record = run_invoke("practice.history", "--who", "pair", env=env).stdout
     [row] = [line.split() for line in record.splitlines() if names[0] in line]
-    assert "fixed" in row and row[-2:] == ["2", "0.5/0"], record  # the doctor counted as a hint
+    assert "fixed" in row and row[-2:] == ["3", "0.5/0"], record  # each doctor counted as a hint
     assert all(e["state"] == "reverted" for e in hidden_in_journal(state_dir))
 
 
@@ -199,6 +272,46 @@ def test_kill_9_during_a_start_is_undone_by_revert_all_and_recorded_abandoned(la
     record = run_invoke("practice.history", "--who", "killed", env=env).stdout
     assert "gpu-node-foreign-taint  abandoned" in record, record
     wait_healthy(env)
+
+
+def minutes_left(env: dict[str, str]) -> int:
+    """The GPU time limit's countdown as `lab.status` shows it, in minutes."""
+    status = run_invoke("lab.status", "--lab", LAB, env=env).stdout
+    found = re.search(r"^GPU time limit: (?:(\d+)h)?(\d+)m left", status, re.M)
+    assert found, status
+    return int(found.group(1) or 0) * 60 + int(found.group(2))
+
+
+def test_a_shared_lab_keeps_each_exercise_its_learners_and_checks_cost_only_their_wall_time(lab):
+    state_dir, env = lab
+    wait_healthy(env)
+    start = practice(env, "start", "--scenario", "device-plugin-off", "--who", "ann",
+                     "--speed", "1")  # fmt: skip
+    assert start.returncode == 0, start.stdout + start.stderr
+    for flag in ("practice.hint", "practice.check", "practice.giveup"):
+        assert f"`invoke {flag} --lab {LAB}`" in start.stdout, start.stdout
+
+    second = practice(env, "start", "--who", "bob")
+    assert second.returncode == 1
+    assert "is still going on lab pr1: ann's" in second.stderr, second.stderr
+    assert "revert" not in second.stderr, "never advise wiping another learner's exercise"
+    for task in ("practice.hint", "practice.giveup"):  # no --lab: the exercise names its lab
+        refused = run_invoke(task, "--who", "bob", env=env)
+        assert refused.returncode == 1, refused.stdout
+        assert "is ann's, not bob's" in refused.stderr, refused.stderr
+
+    before, began = minutes_left(env), time.monotonic()
+    for _ in range(10):
+        failing = run_invoke("practice.check", env=env)
+        assert failing.returncode == 1 and "not yet" in failing.stdout, failing.stdout
+    spent = time.monotonic() - began
+    used = before - minutes_left(env)
+    print(f"ten failing checks: {spent:.0f} s of wall time, {used} min of the GPU time limit")
+    assert used <= spent / 60 + 1, f"{used} min of the limit gone in {spent:.0f} s"
+
+    gave_up = run_invoke("practice.giveup", "--who", "ann", env=env, timeout=300)
+    assert gave_up.returncode == 0, gave_up.stdout + gave_up.stderr
+    assert "it was device-plugin-off" in gave_up.stdout
 
 
 def test_lab_down_reverts_both_faults_of_an_exercise_and_records_it_abandoned(lab):

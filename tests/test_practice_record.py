@@ -8,7 +8,9 @@ import pytest
 from lab_support import invoke_env, run_invoke
 
 import scenarios
-from labs.practice.exercise import PracticeError, choose, grade, history
+from labs.practice.exercise import PracticeError, choose
+from labs.practice.grading import grade
+from labs.practice.history import history
 from labs.practice.record import ABANDONED, FIXED, Record, RecordError
 
 WHO = "ann"

@@ -172,7 +172,16 @@ def test_a_report_that_does_not_fit_names_the_file_not_a_pil_traceback(tmp_path:
 
 def test_the_alerts_table_shows_what_fired_when_and_the_silent_trap(tmp_path: Path):
     seen = [
-        AlertMoment("GpuAllocatableZeroOnGpuNode", True, False, 1.02, 2.034, "node offers 0"),
+        # `for: 2m` as the rehearsal's Prometheus runs it at 60x: 2 wall seconds
+        AlertMoment(
+            "GpuAllocatableZeroOnGpuNode",
+            True,
+            False,
+            1.02,
+            2.034,
+            "node offers 0",
+            for_seconds=2.0,
+        ),  # fmt: skip
         AlertMoment("GpuAllocatableAbsentNaive", False, True, None, None, ""),
         AlertMoment("GpuOperatorDown", False, False, 0.0, 0.0, "no operator", before=True),
     ]
@@ -181,9 +190,16 @@ def test_the_alerts_table_shows_what_fired_when_and_the_silent_trap(tmp_path: Pa
 
     text = render_markdown(run)
 
-    assert "| GpuAllocatableZeroOnGpuNode | yes | 1.02 | 2.03 | node offers 0 |" in text
-    assert "| GpuAllocatableAbsentNaive (trap) | no | - | silent |  |" in text
-    assert "| GpuOperatorDown (already before the injection) | no | 0.00 | 0.00 |" in text
+    on_eks = "120-180 s after its condition holds"  # for: 2m, then a scrape and an evaluation
+    assert f"| GpuAllocatableZeroOnGpuNode | yes | 1.02 | 2.03 | {on_eks} | node offers 0 |" in text
+    assert "| GpuAllocatableAbsentNaive (trap) | no | - | silent | - |  |" in text
+    assert "| GpuOperatorDown (already before the injection) | no | 0.00 | 0.00 | - |" in text
+    assert "T+ times the speed overstates an alert" in text, "the pace's distortion is said"
+    # what is modelled today is listed, and what runs for real is said to be real
+    [node_side] = [line for line in run.proof["does_not_prove"] if "kubelets" in line]
+    modelled, real = node_side.split("; ")
+    assert "scheduler" not in modelled and "Prometheus" not in modelled, modelled
+    assert "scheduler, controller manager" in real and real.endswith("the real programs"), real
     assert text.index("## Timeline") < text.index("## Alerts") < text.index("## Debugging path")
     assert "Not recorded" in render_markdown(record())
     write_report(run, tmp_path / "run")

@@ -65,12 +65,12 @@ class RehearsalBackend:
         if world is None or before == wanted:
             yield
             return
-        pace.write_speed(world, wanted)
+        pace.write_speed(world, wanted, calendar=False)
         try:
             yield
         finally:
             try:
-                pace.write_speed(world, before)
+                pace.write_speed(world, before, calendar=False)
             except OSError:  # the world went away meanwhile: nothing to restore
                 pass
 
@@ -244,14 +244,22 @@ class RehearsalBackend:
                 "official client, the way a person reads them, with the real message formats",
             ],
             "does_not_prove": [
-                "anything about AWS or EKS: instances, the NVIDIA AMI, the device plugin and "
-                "the kubelet are played by the rehearsal world",
+                "anything about AWS or EKS: the AWS APIs are moto's, and EC2 instances, the "
+                "NVIDIA AMI and the security groups' effect on traffic are played by the "
+                "rehearsal world",
+                "the node side: the kubelets, the container runtime, the operands' containers "
+                "(device plugin, GPU feature discovery, validator), the GPUs and what "
+                "containers print (nvidia-smi, NCCL: replayed from recordings on real GPUs) "
+                "are the world's models; the API server, scheduler, controller manager, the "
+                "GPU Operator's controller, Prometheus and kube-state-metrics are the real "
+                "programs",
                 f"the stack's GPU Operator release: the rehearsal runs NVIDIA's {operator} "
                 "controller and chart (installed by the real helm with the stack's values), "
                 "the stack installs the release `gpu_operator_chart_version` names; the README "
                 "lists what differs",
-                "real timings: T+ values are the rehearsal's; the 'real-time' column only "
-                "scales them by the speed factor",
+                "real timings: T+ values are the rehearsal's; the '~N s real' figures scale "
+                "them by the speed factor, which holds for the world's delays but not for "
+                "Prometheus' scrapes and evaluations (see the alerts section for EKS's)",
                 "the steps marked 'real cluster only' (node internals)",
             ],
         }

@@ -9,19 +9,19 @@ debugging step says.
 
 from __future__ import annotations
 
+import json
 import random
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import mean
 
-from labs.console import columns
 from labs.errors import LabError
 from labs.lab import Lab
+from labs.practice.grading import GRADE_WORDS, RIGHT, choices, judge, read, understood
+from labs.practice.history import HIDDEN, area_grades, clock
 from labs.practice.record import (
     ABANDONED,
-    ENDED,
     FIXED,
     GAVE_UP,
     OPEN,
@@ -31,24 +31,21 @@ from labs.practice.record import (
     Record,
     seconds_between,
 )
-from labs.run.contract import AREAS, Scenario
+from labs.run.contract import AREAS, CheckResult, Scenario
 from labs.run.engine import (
+    check_hand_fix,
     debugging_path,
     describe_scenario,
     fixed_by_hand,
     inject_blind,
-    recovery_now,
     revert_scenarios,
 )
-from labs.state import utc_now
+from labs.state import LabPaths, utc_now
 
 Out = Callable[[str], None]
 Confirm = Callable[[str], bool]
-RIGHT, RIGHT_LAYER, WRONG = 1.0, 0.5, 0.0
-GRADE_WORDS = {RIGHT: "right", RIGHT_LAYER: "the right layer, not the cause", WRONG: "wrong"}
 # Scenarios of the learner's last exercises that a new pick avoids while others remain.
 RECENT_EXERCISES = 3
-HIDDEN = "(hidden)"
 
 
 class PracticeError(LabError):
@@ -65,22 +62,12 @@ def can_coexist(first: Scenario, second: Scenario) -> bool:
     return first.area == "node" and second.area == "workload"
 
 
-def _area_grades(history: Sequence[Exercise]) -> dict[str, list[float]]:
-    """Each area's grades over the learner's ended exercises, oldest first (no answer: wrong)."""
-    grades: dict[str, list[float]] = {}
-    for exercise in history:
-        if exercise.outcome in ENDED:
-            for fault in exercise.faults:
-                grades.setdefault(fault.area, []).append(fault.grade or WRONG)
-    return grades
-
-
 def _ranked(
     pool: Sequence[Scenario], history: Sequence[Exercise], rng: random.Random
 ) -> list[Scenario]:
     """Not seen in the last exercises first, then the worst-scored (or untried) area, then the
     one seen longest ago; the seed breaks ties."""
-    scores = {area: mean(grades) for area, grades in _area_grades(history).items()}
+    scores = {area: mean(g.grade for g in graded) for area, graded in area_grades(history).items()}
     recent = {f.scenario for e in history[-RECENT_EXERCISES:] for f in e.faults}
     last_seen = {f.scenario: e.started_at for e in history for f in e.faults}
     keyed = [
@@ -166,6 +153,20 @@ def settle(lab: Lab) -> None:
         record.ended(exercise.id, ABANDONED)
 
 
+def exercise_lab(record: Record, who: str) -> str | None:
+    """The lab a practice command without --lab means: the one where an exercise is going or
+    waits for its answer (the learner's own first); None when there is none. Two such labs
+    for one learner (or none of theirs among several) ask which."""
+    waiting = record.waiting()
+    labs = list(dict.fromkeys(e.lab for e in waiting if e.who == who)) or list(
+        dict.fromkeys(e.lab for e in waiting)
+    )
+    if len(labs) > 1:
+        going_on = ", ".join(f"{e.lab} ({e.who}'s exercise {e.id})" for e in waiting)
+        raise PracticeError(f"exercises are going on more than one lab: {going_on}; pass --lab")
+    return labs[0] if labs else None
+
+
 def going(lab: Lab) -> Exercise:
     """The exercise going on the lab; PracticeError when there is none (or it never started)."""
     settle(lab)
@@ -197,9 +198,17 @@ def start(
     record = Record(lab.settings.state_dir)
     going = record.unfinished(lab.name)
     if going is not None:
+        mine = going.who == who
         raise PracticeError(
-            f"exercise {going.id} is still going on lab {lab.name}: `invoke practice.check`, "
-            f"or `invoke practice.giveup --lab {lab.name}`"
+            f"exercise {going.id} is still going on lab {lab.name}: "
+            + (
+                f"yours; `invoke practice.check --lab {lab.name}` checks your fix, `invoke "
+                f"practice.giveup --lab {lab.name}` ends it"
+                if mine
+                else f"{going.who}'s, started {going.started_at[:16].replace('T', ' ')} UTC. "
+                "One exercise at a time per lab: wait until it ends, or practise on a lab of "
+                "your own (`invoke lab.up --sim --lab NAME`)"
+            )
         )
     chosen = chosen_by(record.of(who))
     exercise = record.begin(who, lab.name, [(s.name, s.area) for s in chosen])
@@ -210,51 +219,88 @@ def start(
         record.discard(exercise)
         raise
     record.opened(exercise, baselines)
+    flag = f"--lab {lab.name}"
     out(
         f"{len(chosen)} fault(s) in the lab; the clock runs. Debug with kubectl and the aws CLI "
-        f'(eval "$(invoke lab.env --lab {lab.name})"). `invoke practice.hint` gives the next '
-        "step (counted), `invoke practice.check` checks your fix, `invoke practice.answer "
-        '"<cause>"` says what it was, `invoke practice.giveup` shows it and reverts.'
+        f'(eval "$(invoke lab.env {flag})"). `invoke practice.hint {flag}` gives the next '
+        f"step (counted), `invoke practice.check {flag}` checks your fix, `invoke "
+        f'practice.answer "<cause>" {flag}` says what it was, `invoke practice.giveup {flag}` '
+        "shows it and reverts."
     )
     return exercise
 
 
-def check(lab: Lab, catalogue: Mapping[str, Scenario], wait: float, out: Out = print) -> bool:
-    """Run every fault's recovery checks on the lab as the learner left it; True when each is
-    fixed at its cause (then the exercise ends and the journal is cleared)."""
+def _owned(exercise: Exercise, who: str, action: str) -> None:
+    """An exercise's hints, answer and give-up are its learner's: a shared lab's other learners
+    are refused, with whose it is."""
+    if exercise.who != who:
+        raise PracticeError(
+            f"exercise {exercise.id} on lab {exercise.lab} is {exercise.who}'s, not {who}'s: "
+            f"only {exercise.who} can {action} (if that is you, pass --who {exercise.who}); "
+            f"`invoke practice.check --lab {exercise.lab}` may be run by anyone"
+        )
+
+
+WITHHELD = "withheld while the cause is in: it would name it"
+
+
+def _show_results(
+    results: Sequence[CheckResult], hide: _Hider, out: Out, withheld: Sequence[str] = ()
+) -> None:
+    """Each check's result and evidence; `withheld` names checks whose evidence is not shown."""
+    for result in results:
+        mark = "passed" if result.held else "FAILED"
+        seen = WITHHELD if result.name in withheld else result.seen
+        out(hide(f"    {mark}: {result.name}"))
+        out(hide(f"            {'saw' if result.held else 'last seen'}: {seen}"))
+
+
+def check(lab: Lab, catalogue: Mapping[str, Scenario], wait: float = 0.0, out: Out = print) -> bool:
+    """Check each fault's fix on the lab as the learner left it: the learner's part read at once
+    (or watched for `wait` real-cluster seconds), then the tool's own part; True when every
+    fault is fixed at its cause (then the exercise ends and the journal is cleared)."""
     exercise = going(lab)
     hide = _hider(exercise)
     fixed = 0
     for number, fault in enumerate(exercise.faults, 1):
         scenario = _known(catalogue, fault.scenario)
-        results, cause_in = recovery_now(lab, scenario, fault.baseline or {}, wait)
-        failed = [r for r in results if not r.held]
+        found = check_hand_fix(lab, scenario, fault.baseline or {}, wait)
         out(f"fault {number} of {len(exercise.faults)}:")
-        for result in results:
-            mark = "passed" if result.held else "FAILED"
-            out(hide(f"  {mark}: {result.name}"))
-            out(hide(f"          {'saw' if result.held else 'last seen'}: {result.seen}"))
+        out("  your part:")
+        naming = [c.name for c in scenario.recovery if c.names_cause] if found.cause_in else []
+        _show_results(found.learner, hide, out, naming)
+        failed = [r for r in found.learner if not r.held]
         if failed:
-            out(f"  not recovered: {len(failed)} check(s) failed")
-        elif cause_in:
+            out(f"  not yet: {len(failed)} check(s) of your part failed")
+            if wait <= 0:
+                out(f"  a fix still settling? `invoke practice.check --wait 120 --lab {lab.name}` "
+                    "watches it for up to 120 real-cluster seconds")  # fmt: skip
+            continue
+        if found.cause_in:
             out("  a workaround: the symptoms are gone, but the cause is still in the lab")
-        else:
+            continue
+        out("  the tool's part (its own probes and pods, set back and run again):")
+        _show_results(found.tool, hide, out)
+        if found.fixed:
             out("  recovered, and the cause is gone: the right fix")
             fixed += 1
+        else:
+            out("  your part holds, but the lab's own probes did not run as before: see FAILED")
     if fixed < len(exercise.faults):
         return False
     Record(lab.settings.state_dir).ended(exercise.id, FIXED)
     fixed_by_hand(lab, [fault.scenario for fault in exercise.faults])
-    took = _clock(seconds_between(exercise.started_at, utc_now()))
+    took = clock(seconds_between(exercise.started_at, utc_now()))
     out(f"the lab is recovered: fixed in {took}, {exercise.hints} hint(s)")
     if exercise.answer is None:
         out(f'say what it was: `invoke practice.answer "<cause>" --lab {lab.name}`')
     return True
 
 
-def hint(lab: Lab, catalogue: Mapping[str, Scenario]) -> str:
+def hint(lab: Lab, catalogue: Mapping[str, Scenario], who: str) -> str:
     """The next step of the debugging path (what to look at), counted; never the cause."""
     exercise = going(lab)
+    _owned(exercise, who, "take its hints")
     hide = _hider(exercise)
     steps = [
         finding
@@ -263,64 +309,139 @@ def hint(lab: Lab, catalogue: Mapping[str, Scenario]) -> str:
     ]
     taken = Record(lab.settings.state_dir).hint_taken(exercise.id)
     if taken > len(steps):
-        return f"hint {taken}: that was the whole path; `invoke practice.answer` or giveup"
+        return (
+            f'hint {taken}: that was the whole path; `invoke practice.answer "<cause>" --lab '
+            f"{lab.name}`, or `invoke practice.giveup --lab {lab.name}`"
+        )
     step = steps[taken - 1]
     return hide(f"hint {taken} of {len(steps)}: {step.step}\n  look: {step.look}")
 
 
-def doctor_ran(state_dir: Path, lab_name: str) -> None:
-    """`lab.doctor` during an exercise counts as a hint."""
+def doctor_ran(state_dir: Path, lab_name: str | None = None, server: str | None = None) -> None:
+    """`lab.doctor` during an exercise counts as a hint: on the lab by name, or through any
+    kubeconfig whose API server is the lab's (its own, the read-only viewer's, a copy)."""
     record = Record(state_dir)
-    exercise = record.unfinished(lab_name)
-    if exercise is not None:
-        record.hint_taken(exercise.id)
+    for exercise in record.waiting():
+        on_it = exercise.lab == lab_name or (
+            server is not None and server.rstrip("/") in _api_servers(state_dir, exercise.lab)
+        )
+        if on_it and exercise.outcome in UNFINISHED:
+            record.hint_taken(exercise.id)
 
 
-def grade(text: str, scenario: Scenario, catalogue: Mapping[str, Scenario]) -> float:
-    """Right when the words of the cause (the doctor's finding id, or the scenario's name) are
-    all in `text`; the right layer when they name another cause of the same area, or the
-    area itself; wrong otherwise."""
-    words = set(re.findall(r"[a-z0-9]+", text.lower()))
-
-    def names(s: Scenario) -> bool:
-        causes = [cause for cause in (s.doctor_finding, s.name) if cause]
-        return any(set(cause.split("-")) <= words for cause in causes)
-
-    if names(scenario):
-        return RIGHT
-    same_area = [s for s in catalogue.values() if s.area == scenario.area]
-    return RIGHT_LAYER if scenario.area in words or any(map(names, same_area)) else WRONG
+def _api_servers(state_dir: Path, lab_name: str) -> set[str]:
+    """The URLs a kubeconfig of the lab names as its server, from the lab's record."""
+    try:  # only read: a damaged record is the lab's own commands' to report
+        recorded = json.loads(LabPaths.for_lab(state_dir, lab_name).state_file.read_text())
+    except (OSError, ValueError):
+        return set()
+    found = [(recorded.get("outputs") or {}).get("cluster_endpoint"), recorded.get("sim_kube_url")]
+    return {str(url).rstrip("/") for url in found if url}
 
 
-def answer(lab: Lab, catalogue: Mapping[str, Scenario], text: str, out: Out = print) -> None:
-    """Grade the learner's answer against each fault's cause, then show each runbook."""
-    record = Record(lab.settings.state_dir)
+def _awaiting(record: Record, lab: Lab) -> Exercise:
+    """The exercise on the lab that waits for its answer (going, or fixed and not answered)."""
     exercise = record.latest(lab.name)
     if exercise is None or exercise.answer is not None or exercise.outcome not in (OPEN, FIXED):
         raise PracticeError(
             f"no exercise on lab {lab.name} waits for an answer: start one with "
             f"`invoke practice.start --lab {lab.name}`"
         )
+    return exercise
+
+
+def list_choices(lab: Lab, catalogue: Mapping[str, Scenario], who: str, out: Out = print) -> None:
+    """Every cause of the catalogue in plain words, numbered in this exercise's own order;
+    grades nothing (the answer is then a number)."""
+    exercise = _awaiting(Record(lab.settings.state_dir), lab)
+    _owned(exercise, who, "list its choices")
+    out(f"the causes, in the order of exercise {exercise.id} (answer with a number: "
+        f"`invoke practice.answer N --lab {lab.name}`):")  # fmt: skip
+    for number, scenario in enumerate(choices(catalogue, exercise.id), 1):
+        out(f"  {number:>2}. {scenario.cause.plain}")
+
+
+def _chosen(text: str, catalogue: Mapping[str, Scenario], exercise: Exercise) -> str:
+    """A number from the exercise's choices as the name of its cause; any other text as is."""
+    if not text.strip().isdigit():
+        return text
+    order = choices(catalogue, exercise.id)
+    number = int(text)
+    if not 1 <= number <= len(order):
+        raise PracticeError(
+            f"there is no choice {number}: the choices are 1 to {len(order)}; `invoke "
+            f"practice.choices --lab {exercise.lab}` lists them"
+        )
+    return order[number - 1].name
+
+
+def answer(
+    lab: Lab, catalogue: Mapping[str, Scenario], text: str, who: str, out: Out = print
+) -> None:
+    """Grade the learner's answer (free text, an id, or a number `list_choices` gave) against each
+    fault's cause by what it means; a grade that is not right says what was understood and
+    what the cause was. Then each runbook."""
+    record = Record(lab.settings.state_dir)
+    exercise = _awaiting(record, lab)
+    _owned(exercise, who, "answer it")
+    if not text.strip():
+        raise PracticeError(
+            f'say what you think the cause is: `invoke practice.answer "<cause>" --lab '
+            f"{lab.name}`, or list the causes with `invoke practice.choices --lab {lab.name}` "
+            "and answer with a number"
+        )
+    reading = read(_chosen(text, catalogue, exercise), catalogue)
     scenarios = [_known(catalogue, fault.scenario) for fault in exercise.faults]
-    grades = [grade(text, scenario, catalogue) for scenario in scenarios]
+    grades = [judge(reading, scenario, catalogue) for scenario in scenarios]
     record.answered(exercise.id, text, grades)
-    took = _clock(seconds_between(exercise.started_at, utc_now()))
+    took = clock(seconds_between(exercise.started_at, utc_now()))
     out(f"answered after {took}, {exercise.hints} hint(s)")
     for number, (scenario, mark) in enumerate(zip(scenarios, grades, strict=True), 1):
         cause = scenario.doctor_finding or scenario.name
         out(f"fault {number}: {GRADE_WORDS[mark]}: it is {scenario.name} (cause {cause}, "
             f"area {scenario.area})")  # fmt: skip
+        if mark != RIGHT:
+            out(f"  {understood(reading, catalogue)}")
+            out(f"  the cause: {scenario.cause.plain}")
+    if any(mark != RIGHT for mark in grades):
+        out(f"graded unfairly? `invoke practice.dispute --lab {lab.name}` (once) leaves "
+            "this grade out of your per-area means")  # fmt: skip
     for scenario in scenarios:
         out("")
         out(describe_scenario(scenario))
 
 
-def giveup(lab: Lab, catalogue: Mapping[str, Scenario], out: Out = print) -> None:
+def dispute(lab: Lab, who: str, out: Out = print) -> None:
+    """The learner disputes the grade of the latest answered exercise on the lab, once: it is
+    kept as disputed, not as a zero, and counts in no per-area mean."""
+    record = Record(lab.settings.state_dir)
+    exercise = record.latest_answered(lab.name)
+    if exercise is None:
+        raise PracticeError(
+            f"no answered exercise on lab {lab.name} to dispute: a grade can be disputed once "
+            f'`invoke practice.answer "<cause>" --lab {lab.name}` gave it'
+        )
+    _owned(exercise, who, "dispute its grade")
+    given = "/".join(f"{fault.grade:g}" for fault in exercise.faults if fault.grade is not None)
+    if any(fault.disputed for fault in exercise.faults):
+        raise PracticeError(
+            f"the grade of exercise {exercise.id} ({given}) is disputed already; a grade is "
+            "disputed once (`invoke practice.history` shows it as disputed)"
+        )
+    if all(fault.grade == RIGHT for fault in exercise.faults):
+        raise PracticeError(f"exercise {exercise.id} was graded right: nothing to dispute")
+    record.dispute(exercise.id)
+    out(f"the grade of exercise {exercise.id} ({given}) is recorded as disputed: it counts in no "
+        "per-area mean, and `invoke practice.history` shows it as disputed")  # fmt: skip
+
+
+def giveup(lab: Lab, catalogue: Mapping[str, Scenario], who: str, out: Out = print) -> None:
     """Reveal the faults, revert them and record the exercise as given up."""
     record = Record(lab.settings.state_dir)
     exercise = record.unfinished(lab.name)
     if exercise is None:
         raise PracticeError(f"no exercise is going on lab {lab.name}; nothing to give up")
+    _owned(exercise, who, "give it up")
     for fault in exercise.faults:
         scenario = _known(catalogue, fault.scenario)
         out(f"it was {scenario.name} (area {scenario.area}): {scenario.summary}")
@@ -328,43 +449,3 @@ def giveup(lab: Lab, catalogue: Mapping[str, Scenario], out: Out = print) -> Non
     revert_scenarios(lab, catalogue, [fault.scenario for fault in exercise.faults])
     out(f"reverted; exercise {exercise.id} recorded as given up. `invoke scenario.show NAME` "
         "shows the runbook")  # fmt: skip
-
-
-# --- the record -------------------------------------------------------------------------------
-
-
-def _clock(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    minutes, rest = divmod(int(seconds), 60)
-    return f"{minutes}:{rest:02d}"
-
-
-def _grade_text(value: float | None) -> str:
-    return "-" if value is None else f"{value:g}"
-
-
-def history(record: Record, who: str) -> str:
-    """The learner's exercises as a table, then each area's grades over time with a trend."""
-    exercises = record.of(who)
-    if not exercises:
-        return f"no exercise recorded for {who} yet: `invoke practice.start`"
-    header = ("#", "started (UTC)", "faults", "outcome", "diagnose", "fix", "hints", "grade")
-    rows = [header]
-    for e in exercises:
-        hidden = e.outcome in UNFINISHED
-        names = ", ".join(HIDDEN if hidden else f.scenario for f in e.faults)
-        fix = seconds_between(e.started_at, e.ended_at) if e.outcome == FIXED else None
-        rows.append((
-            str(e.id), e.started_at[:16].replace("T", " "), names, e.outcome,
-            _clock(seconds_between(e.started_at, e.answered_at)), _clock(fix), str(e.hints),
-            "/".join(_grade_text(f.grade) for f in e.faults),
-        ))  # fmt: skip
-    lines = [f"practice record of {who}:", *(f"  {line}" for line in columns(rows))]
-    lines += ["", "per area (grades oldest to newest; 1 right, 0.5 right layer, 0 wrong or none):"]
-    for area, grades in sorted(_area_grades(exercises).items(), key=lambda i: AREAS.index(i[0])):
-        trend = (
-            "steady" if grades[-1] == grades[0] else "better" if grades[-1] > grades[0] else "worse"
-        )
-        lines.append(f"  {area:<9} {' '.join(map(_grade_text, grades))}  ({trend})")
-    return "\n".join(lines)

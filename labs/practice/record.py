@@ -3,8 +3,8 @@
 An exercise row is written before anything is injected and finished when the lab is
 recovered, the learner gives up, or its faults were reverted some other way (abandoned), so
 a killed command never leaves a record that claims more than happened. One row per fault
-holds what it was, its baseline (for `practice.check` in a later command) and the answer's
-grade for it.
+holds what it was, its baseline (for `practice.check` in a later command), the answer's
+grade for it and whether that grade is disputed (then it counts in no mean).
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ CREATE TABLE IF NOT EXISTS faults (
     area TEXT NOT NULL,
     baseline TEXT,
     grade REAL,
+    disputed INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (exercise, position)
 );
 """
@@ -68,12 +69,14 @@ class RecordError(LabError):
 
 @dataclass(frozen=True)
 class Fault:
-    """One fault of an exercise: which scenario, its area, baseline and grade (None: none yet)."""
+    """One fault of an exercise: which scenario, its area, baseline and grade (None: none yet);
+    a disputed grade is no zero: it is left out of every mean."""
 
     scenario: str
     area: str
     baseline: dict[str, Any] | None
     grade: float | None
+    disputed: bool = False
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,14 @@ def seconds_between(start: str, end: str | None) -> float | None:
     return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
 
 
+def _add_disputed(db: sqlite3.Connection) -> None:
+    """A record written before grades could be disputed gets the column, every grade undisputed
+    (CREATE TABLE IF NOT EXISTS leaves an older table as it was)."""
+    names = {row[1] for row in db.execute("PRAGMA table_info(faults)")}
+    if "disputed" not in names:
+        db.execute("ALTER TABLE faults ADD COLUMN disputed INTEGER NOT NULL DEFAULT 0")
+
+
 class Record:
     """The practice record of every learner under one state directory."""
 
@@ -135,6 +146,7 @@ class Record:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with closing(sqlite3.connect(self.path, timeout=30)) as db, db:
                 db.executescript(SCHEMA)
+                _add_disputed(db)
                 yield db
         except sqlite3.Error as error:
             raise RecordError(
@@ -207,14 +219,42 @@ class Record:
         found = self._exercises(f"lab = ? AND outcome IN {UNFINISHED}", (lab,))
         return found[-1] if found else None
 
+    def waiting(self) -> list[Exercise]:
+        """Each lab's newest exercise when it is still going, or recovered and waiting for its
+        answer (what `practice.answer` grades), oldest first."""
+        return self._exercises(
+            f"id IN (SELECT MAX(id) FROM exercises GROUP BY lab) AND (outcome IN {UNFINISHED} "
+            "OR (outcome = ? AND answer IS NULL))",
+            (FIXED,),
+        )
+
     def latest(self, lab: str) -> Exercise | None:
         """The newest exercise on `lab`, going or not."""
         found = self._exercises("lab = ?", (lab,))
         return found[-1] if found else None
 
+    def latest_answered(self, lab: str) -> Exercise | None:
+        """The newest exercise on `lab` with an answer: the grade a dispute is about."""
+        found = self._exercises("lab = ? AND answer IS NOT NULL", (lab,))
+        return found[-1] if found else None
+
+    def dispute(self, exercise: int) -> None:
+        """The learner disputes the grade of every fault of `exercise`: kept as given, it then
+        counts in no mean."""
+        with self._db() as db:
+            db.execute("UPDATE faults SET disputed = 1 WHERE exercise = ?", (exercise,))
+
     def of(self, who: str) -> list[Exercise]:
         """Every exercise of `who`, oldest first."""
         return self._exercises("who = ?", (who,))
+
+    def learners(self) -> list[str]:
+        """Everyone with an exercise recorded, by name (none when nothing is recorded)."""
+        if not self.path.exists():  # nothing recorded yet: reading creates no file
+            return []
+        with self._db() as db:
+            rows = db.execute("SELECT DISTINCT who FROM exercises ORDER BY who").fetchall()
+        return [str(row[0]) for row in rows]
 
     def _exercises(self, where: str, args: tuple[Any, ...]) -> list[Exercise]:
         if not self.path.exists():  # nothing recorded yet: reading creates no file
@@ -231,11 +271,11 @@ class Record:
     @staticmethod
     def _faults(db: sqlite3.Connection, exercise: int) -> tuple[Fault, ...]:
         rows = db.execute(
-            "SELECT scenario, area, baseline, grade FROM faults WHERE exercise = ? "
+            "SELECT scenario, area, baseline, grade, disputed FROM faults WHERE exercise = ? "
             "ORDER BY position",
             (exercise,),
         ).fetchall()
         return tuple(
-            Fault(name, area, _untagged(json.loads(baseline)) if baseline else None, grade)
-            for name, area, baseline, grade in rows
+            Fault(name, area, _untagged(json.loads(base)) if base else None, grade, bool(disputed))
+            for name, area, base, grade, disputed in rows
         )

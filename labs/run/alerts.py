@@ -29,6 +29,8 @@ POLL_SECONDS = 0.5
 # Beyond a rule's `for:`: kube-state-metrics sees the change, Prometheus scrapes and evaluates
 # (real-cluster seconds; kube-prometheus-stack scrapes and evaluates every 30 s).
 ALERT_SLACK = 90.0
+# What a scrape and an evaluation add on EKS at most (kube-prometheus-stack's 30 s each).
+EKS_SCRAPE_AND_EVALUATION = 60.0
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class AlertMoment:
     firing_at: float | None
     summary: str
     before: bool = False  # still pending or firing when the fault went in
+    for_seconds: float | None = None  # the rule's `for:` as Prometheus runs it (wall seconds)
 
     def to_dict(self) -> dict[str, Any]:
         """The report's record, T+ to the millisecond."""
@@ -144,8 +147,13 @@ class AlertWatch:
             moment = seen.get((name, state))
             return None if moment is None else moment - self._origin
 
+        def lasts(name: str) -> float | None:
+            rule = self.rules.get(name)
+            return None if rule is None else rule.for_seconds
+
         return [
             AlertMoment(name, name in expected, name in traps, at(name, "pending"),
-                        at(name, "firing"), summaries.get(name, ""), name in self._before)
+                        at(name, "firing"), summaries.get(name, ""), name in self._before,
+                        lasts(name))
             for name in names
         ]  # fmt: skip

@@ -68,12 +68,18 @@ class Check:
     """A named condition with a time limit in real-cluster seconds.
 
     `then` runs once, right after the check first holds (e.g. "now apply the probe again").
+    `tool` marks a recovery check of the tool's part: its own probes and workloads run again,
+    which `practice.check` does itself once the learner's part holds, never the learner.
+    `names_cause` marks a check whose evidence names the cause: a blind exercise withholds it
+    while the cause is still in (after a partial fix it says what is still missing).
     """
 
     name: str
     condition: Callable[[Context], Verdict]
     timeout: float
     then: Callable[[Context], None] | None = None
+    tool: bool = False
+    names_cause: bool = False
 
 
 @dataclass(frozen=True)
@@ -151,6 +157,34 @@ class ByHand:
     revert: Sequence[str]
 
 
+@dataclass(frozen=True)
+class Cause:
+    """The fault's cause as a learner names it, so `practice.answer` grades what they mean.
+
+    `plain` is the cause in one plain sentence (`practice.choices` lists it, so it
+    names what is wrong, not the symptoms). `names` are the concepts an answer must all name
+    to name this cause; `clues` point at it without naming it and decide between two causes
+    one answer names both of. Each concept is a group of synonyms and phrases, its first the
+    label shown back to the learner ("understood: taint, one node"); `labs.practice.grading`
+    matches words in any form (taints, tainted), object and field names as their words
+    (`nvidia.com/gpu`, `resources.limits`, `runtimeClassName`) and forgives one typo.
+    """
+
+    plain: str
+    names: tuple[tuple[str, ...], ...]
+    clues: tuple[tuple[str, ...], ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.plain.strip() or not self.names:
+            raise ValueError(f"a cause needs a plain sentence and at least one concept: {self}")
+        groups = (*self.names, *self.clues)
+        if any(isinstance(group, str) or not group or not all(group) for group in groups):
+            raise ValueError(
+                f"cause {self.plain!r}: each concept group is a tuple of phrases, none empty "
+                '(one phrase: ("taint",))'
+            )
+
+
 Baseline = Callable[["Lab", "ClusterView"], dict[str, Any]]
 Mutation = Callable[["Lab"], None]
 # The debugging path, read while the fault is in: the run's context holds what its checks saw.
@@ -176,12 +210,17 @@ class Scenario:
     `clean_up` removes what the scenario adds beside its fault for its checks (a pinned probe)
     once nothing needs it: after the recovery checks of a run, right after a revert otherwise,
     so it never outlives the scenario into the next one.
+    `reset` is the tool's part after a learner fixed the fault by hand: what the scenario put in
+    the lab for itself (its pods, its probe, the lab's record of a setting) set back as the lab
+    writes it, idempotent against whatever the learner's fix already did; then the recovery's
+    `tool` checks run.
     `doctor_finding` names the `lab.doctor` finding (`labs.doctor.catalog`) that must be the
     probable cause while the fault is in: the doctor's accuracy is measured against it. None
     for a fault that leaves nothing in the cluster to read (the module says why): the doctor
     must then find no problem rather than a wrong one.
     `alerts` names the alerts of the lab's rules (`monitoring/gpu-alerts.yaml`) that fire while
     the fault is in; empty for a fault no cluster metric shows (the module says why).
+    `cause` is what a learner names in `practice.answer`: in plain words and as concepts.
     """
 
     name: str
@@ -200,12 +239,14 @@ class Scenario:
     traps: Sequence[Trap]
     doctor_finding: str | None
     detect: Detection
+    cause: Cause
     state: StateRows | None = None
     gauges: Mapping[str, Gauge] = field(default_factory=dict)
     watch: Callable[[Lab], list[WatchedKind]] | None = None
     by_hand: ByHand | None = None
     preview: Preview | None = None
     clean_up: Mutation | None = None
+    reset: Mutation | None = None
     alerts: Sequence[str] = ()
 
     def __post_init__(self) -> None:
@@ -217,6 +258,11 @@ class Scenario:
             raise ValueError(
                 f"scenario {self.name}: doctor_finding {self.doctor_finding!r} is not a doctor "
                 f"finding; known: {', '.join(sorted(KINDS))}"
+            )
+        if self.cause.plain == self.summary:
+            raise ValueError(
+                f"scenario {self.name}: cause.plain repeats the summary; say the cause itself "
+                "in one plain sentence (what is wrong, not what it shows)"
             )
         if self.area not in AREAS:
             raise ValueError(

@@ -32,7 +32,7 @@ from labs.run.alerts import ALERT_SLACK, AlertWatch
 from labs.run.contract import ByHand, CheckResult, Context, Finding, Needs, Scenario
 from labs.run.report import RunRecord, write_report
 from labs.run.timeline import Timeline
-from labs.run.watch import MIN_TIMEOUT, wall_seconds, watch_checks
+from labs.run.watch import MIN_TIMEOUT, checks_now, wall_seconds, watch_checks
 from labs.state import StateWriteError, utc_now
 
 if TYPE_CHECKING:
@@ -233,6 +233,8 @@ class _Story:
                 kind = "alert" if result.phase == ALERT_PHASE else "check"
                 self.timeline.mark(result.name, kind, at=started + result.t)
                 real = f" (~{result.t * self.scale:.0f} s real)" if self.scale != 1 else ""
+                if kind == "alert" and self.scale != 1:  # Prometheus keeps its own pace
+                    real = " (on EKS: the rule's for: after its condition, + up to 60 s)"
                 self.out(f"  T+{result.t:6.2f}s{real}  {result.phase}: {result.name}")
                 self.out(f"             {result.seen}")
             else:
@@ -659,25 +661,64 @@ def _inject_all(lab: Lab, chosen: Sequence[Scenario], baselines: list[dict[str, 
         raise
 
 
-def recovery_now(
+@dataclass(frozen=True)
+class HandFix:
+    """A learner's fix as `practice.check` found it: the learner's part of the recovery, the
+    tool's part (run only once the learner's part holds and the cause is gone) and whether
+    the cause (`detect`) is still in: checks that hold while it is in mean a workaround."""
+
+    learner: list[CheckResult]
+    tool: list[CheckResult]
+    cause_in: bool
+
+    @property
+    def learners_part_done(self) -> bool:
+        return all(r.held for r in self.learner) and not self.cause_in
+
+    @property
+    def fixed(self) -> bool:
+        return self.learners_part_done and all(r.held for r in self.tool)
+
+
+def check_hand_fix(
     lab: Lab, scenario: Scenario, baseline: Mapping[str, Any], wait: float
-) -> tuple[list[CheckResult], bool]:
-    """The scenario's recovery checks on the lab as it is now (each given at most `wait`
-    real-cluster seconds, at the program's pace), and whether its cause is still in (`detect`):
-    checks that hold while the cause is in mean a workaround, not a fix."""
-    checks = [replace(check, timeout=min(check.timeout, wait)) for check in scenario.recovery]
-    with lab_lock(lab, "practice.check"), lab.backend.program_pace(lab):
-        with _open_view(lab, scenario) as view:
-            ctx = Context(lab, view, dict(baseline))
-            started = time.monotonic()
-            results = watch_checks(ctx, checks, "recovery", started, lab.speed, lambda _r: None)
-            return results, scenario.detect(lab, view)
+) -> HandFix:
+    """The learner's part of the scenario's recovery on the lab as it is now (read once, or
+    watched for up to `wait` real-cluster seconds when a fix is still in progress); when it
+    holds with the cause gone, the tool does its own part (`reset`, then its checks)."""
+    learner = [check for check in scenario.recovery if not check.tool]
+    with lab_lock(lab, "practice.check"), _open_view(lab, scenario) as view:
+        ctx = Context(lab, view, dict(baseline))
+        if wait > 0:
+            limited = [replace(check, timeout=min(check.timeout, wait)) for check in learner]
+            with lab.backend.program_pace(lab):
+                results = watch_checks(ctx, limited, "recovery", time.monotonic(), lab.speed,
+                                       _ignore)  # fmt: skip
+        else:
+            results = checks_now(ctx, learner, "recovery")
+        fix = HandFix(results, [], scenario.detect(lab, view))
+        if not fix.learners_part_done:
+            return fix
+        tool = [check for check in scenario.recovery if check.tool]
+        # What a reset prints (a plan naming the stack's settings) is the tool's business.
+        with lab.backend.program_pace(lab), redirect_stdout(io.StringIO()):
+            if scenario.reset is not None:
+                scenario.reset(lab)
+            if wait <= 0:  # a watch ran them as each check held; a single read did not
+                for check in learner:
+                    if check.then is not None:
+                        check.then(ctx)
+            done = watch_checks(ctx, tool, "recovery", time.monotonic(), lab.speed, _ignore)
+        return replace(fix, tool=done)
+
+
+def _ignore(_result: CheckResult) -> None:
+    """No live story: practice.check prints its results at the end."""
 
 
 def fixed_by_hand(lab: Lab, names: Sequence[str]) -> None:
-    """A learner undid these faults (their recovery checks hold and `detect` finds them gone):
-    their journal entries are reverted without the scenarios' own revert, which could trip
-    over the learner's fix (a rule added by hand that the revert would add again)."""
+    """A learner undid these faults (their recovery holds and `detect` finds them gone, the
+    tool's reset done): their journal entries are marked reverted."""
     with lab_lock(lab, "practice.check"):
         for entry in lab.journal.outstanding():
             if entry["scenario"] in names:

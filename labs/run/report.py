@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from labs.run.alerts import EKS_SCRAPE_AND_EVALUATION
 from labs.run.contract import CheckResult, Finding, Trap
 from labs.state import StateWriteError, atomic_write_json, atomic_write_text
 
@@ -201,11 +202,21 @@ def _traps_section(run: RunRecord) -> list[str]:
     return ["## Traps", "", *_table(header, rows)]
 
 
+def _on_eks(alert: dict[str, Any], speed: float) -> str:
+    """When a person on EKS sees an alert that fired here fire: its `for:` after the condition
+    holds, plus kube-prometheus-stack's scrape and evaluation."""
+    lasts = alert.get("for_seconds")
+    if alert["firing_at"] is None or lasts is None:
+        return "-"
+    low = lasts * speed
+    return f"{low:.0f}-{low + EKS_SCRAPE_AND_EVALUATION:.0f} s after its condition holds"
+
+
 def _alerts_section(run: RunRecord) -> list[str]:
     lines = ["## Alerts", ""]
     if run.alerts is None:
         return [*lines, f"Not recorded: {run.alerts_unrecorded}.", ""]
-    header = ["alert", "expected", "pending at T+ (s)", "firing at T+ (s)", "summary"]
+    header = ["alert", "expected", "pending at T+ (s)", "firing at T+ (s)", "on EKS", "summary"]
     rows = []
     for alert in run.alerts:
         name = alert["name"] + (" (trap)" if alert["trap"] else "")
@@ -213,12 +224,20 @@ def _alerts_section(run: RunRecord) -> list[str]:
         pending, firing = alert["pending_at"], alert["firing_at"]
         shown = "silent" if firing is None and pending is None else _seconds(firing)
         expected = "yes" if alert["expected"] else "no"
-        rows.append([name, expected, _seconds(pending), shown, alert["summary"]])
+        rows.append([name, expected, _seconds(pending), shown, _on_eks(alert, run.speed),
+                     alert["summary"]])  # fmt: skip
     about = (
         "As Prometheus' /api/v1/alerts showed them, polled from the injection until the alerts "
-        "the scenario expects fired; T+ in wall-clock seconds (a rehearsal's Prometheus scrapes "
-        "and evaluates every second, each rule's `for:` divided by the speed)."
+        "the scenario expects fired; T+ in wall-clock seconds."
     )
+    if run.speed != 1:
+        about += (
+            f" The rehearsal ran {run.speed:g}x: each rule's `for:` was divided by that, but its "
+            f"Prometheus scrapes and evaluates every wall second ({run.speed:g} s of the "
+            "world's), so T+ times the speed overstates an alert by up to two such intervals. "
+            "'On EKS' is what a person there sees: the rule's `for:` after its condition holds, "
+            "plus up to 30 s of scraping and 30 s of evaluation."
+        )
     return [*lines, about, "", *_table(header, rows)]
 
 

@@ -83,6 +83,17 @@ def watch_checks(
     return [results[c.name] for c in checks]
 
 
+def checks_now(ctx: Context, checks: Sequence[Check], phase: str) -> list[CheckResult]:
+    """Each check read once on the view as it is (no waiting, no `then`): how the lab stands
+    right now, for a learner who asks whether a fix is done."""
+    results = []
+    for check in checks:
+        held, seen = check.condition(ctx)
+        results.append(CheckResult(phase, check.name, held, 0.0 if held else None, seen,
+                                   time.time() if held else None))  # fmt: skip
+    return results
+
+
 def limit(check: Check, time_scale: float) -> float:
     """A check's time limit in wall-clock seconds on this backend."""
     return wall_seconds(check.timeout, time_scale)

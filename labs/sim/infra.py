@@ -24,17 +24,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from labs.aws import stack
+from labs.aws.node_network import AUX_VPC_ALLOW_RULE, NODE_SG_RECOMMENDED_RULES, SgRule
 from labs.errors import InfraError
 from labs.kube import alerts
 from labs.sim import gpu_operator_release, monitoring_release
 from labs.sim.aws.access import LAB_USER
 from labs.sim.aws.auth import CREDENTIAL_KEYS
 from labs.sim.aws.seed import (
-    AUX_VPC_ALLOW_RULE,
     AZ_SUFFIXES,
     GPU_INSTANCE_TYPE,
-    NODE_SG_RECOMMENDED_RULES,
-    SgRule,
     StackIds,
     add_rule,
     create_gpu_nodegroup,

@@ -4,7 +4,9 @@ A program watching (scenario.run, demo, lab.up) wants the world fast; a person p
 with kubectl wants real-cluster time. The world serves its pace beside its AWS
 endpoint, at `/sim/pace` (`GET` -> `{"speed": S, "now": <world time>}`, `PUT {"speed": S}`,
 with the world's token as a bearer token); the world's clock runs at the pace in force, so
-it is read here too.
+it is read here too. A program's own burst (`"calendar": false`) speeds the world's delays
+but not its calendar: a person's GPU time limit and GPU minutes count the evening they
+spend, not the minutes a check's fast run would be on EKS.
 """
 
 from __future__ import annotations
@@ -40,7 +42,8 @@ def control(timings: Timings, clock: WorldClock, on_change: Callable[[], None]) 
             if problem := range_problem("speed", speed):
                 raise BadRequest(f"speed {wanted!r} {problem} (1 = real time)")
             timings.set_speed(speed)
-            clock.set_speed(speed)
+            if body.get("calendar", True) is not False:
+                clock.set_speed(speed)
             on_change()
         elif method != "GET":
             raise MethodNotAllowed(f"{method} is not allowed on {PACE_PATH}: use GET or PUT")
@@ -72,6 +75,7 @@ def read_now(world: Mapping[str, Any]) -> datetime:
     return datetime.fromisoformat(_call(world, "GET")["now"])
 
 
-def write_speed(world: Mapping[str, Any], speed: float) -> float:
-    """Run the world at `speed` from now on; returns the speed in force."""
-    return float(_call(world, "PUT", {"speed": speed})["speed"])
+def write_speed(world: Mapping[str, Any], speed: float, calendar: bool = True) -> float:
+    """Run the world at `speed` from now on (its calendar too unless `calendar` is False);
+    returns the speed in force."""
+    return float(_call(world, "PUT", {"speed": speed, "calendar": calendar})["speed"])

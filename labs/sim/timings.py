@@ -76,9 +76,11 @@ class WorldClock:
     """The world's calendar: wall time at the world's start, then each stretch of wall time
     times the speed the world ran at meanwhile (its pace changes while it runs).
 
-    A rehearsal lab's time limit is an `at(...)` on this clock, so a 4-hour TTL runs out
-    after 4 minutes of wall time at speed 60, like every other delay of the world, and after
-    4 hours while a person practises at speed 1.
+    A rehearsal lab's time limit is an `at(...)` on this clock, and its GPU minutes are read
+    on it. It runs at the pace a person chose (4 hours at speed 1, 4 minutes at speed 60),
+    never at a program's: a world starts at a person's pace whatever speed its programs run
+    it at, so `lab.up`, a check or a scenario run spends of the limit only the wall time
+    it took.
     """
 
     def __init__(self, speed: float, start: datetime | None = None) -> None:

@@ -142,7 +142,8 @@ def start_world(
     answers.install()
     access.install()
     updates.clear()
-    timings, clock = scaled(speed), WorldClock(speed)
+    # the delays at the programs' pace, the calendar at a person's (`pace` moves it later)
+    timings, clock = scaled(speed), WorldClock(1.0)
     reset_moto()  # moto keeps state per process, across servers: start from an empty account
     # the world's keys are its IAM user's, whom its EKS access entry makes cluster admin; a
     # second user's entry has the view policy (the read-only identity)

@@ -18,11 +18,18 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from botocore.exceptions import ClientError
 
 from labs.aws import stack
+from labs.aws.node_network import (
+    AUX_EGRESS_RULE,
+    AUX_VPC_ALLOW_RULE,
+    NODE_SG_ALWAYS_RULES,
+    NODE_SG_RECOMMENDED_RULES,
+    SgRule,
+)
 from labs.aws.stack import NODE_TEMPLATE_TAG_PREFIX, gpu_node_group_name, system_node_group_name
 from labs.sim.aws.auth import CREDENTIAL_KEYS
 from labs.sim.controlplane.pki import SERVICE_CIDR
@@ -50,38 +57,6 @@ SYSTEM_DISK_GIB, GPU_DISK_GIB = 30, 100
 # Marks the private subnet the GPU node group lives in (the stack's var.gpu_az_index), so the
 # stack's ids read back even while the node group itself is gone.
 GPU_SUBNET_TAG = "sim.eks-gpu-lab/gpu-subnet"
-
-Source = Literal["self", "cluster", "vpc", "anywhere"]
-
-
-@dataclass(frozen=True)
-class SgRule:
-    """One security-group rule, named by its key in the Terraform stack."""
-
-    key: str
-    protocol: str
-    from_port: int
-    to_port: int
-    source: Source
-    egress: bool = False
-
-
-NODE_SG_ALWAYS_RULES = (
-    SgRule("ingress_cluster_443", "tcp", 443, 443, "cluster"),
-    SgRule("ingress_cluster_kubelet", "tcp", 10250, 10250, "cluster"),
-    SgRule("ingress_self_coredns_tcp", "tcp", 53, 53, "self"),
-    SgRule("ingress_self_coredns_udp", "udp", 53, 53, "self"),
-)
-NODE_SG_RECOMMENDED_RULES = (
-    SgRule("ingress_nodes_ephemeral", "tcp", 1025, 65535, "self"),
-    *(
-        SgRule(f"ingress_cluster_{port}_webhook", "tcp", port, port, "cluster")
-        for port in (4443, 6443, 8443, 9443, 10251)
-    ),
-    SgRule("egress_all", "-1", -1, -1, "anywhere", egress=True),
-)
-AUX_VPC_ALLOW_RULE = SgRule("node_aux_from_vpc", "-1", -1, -1, "vpc")
-AUX_EGRESS_RULE = SgRule("node_aux_to_anywhere", "-1", -1, -1, "anywhere", egress=True)
 
 
 @dataclass(frozen=True)

@@ -5,19 +5,22 @@ pod's IP and port; while its Prometheus pod runs, the real Prometheus answers at
 (so the Service `kube-prometheus-stack-prometheus` reaches it, through the API server's proxy
 too). As the prometheus-operator does, it hands Prometheus every PrometheusRule's groups as a
 rule file: a PrometheusRule created, edited or deleted, or a new pace of the world, reloads
-them. A pod that stops running stops its program; a program that exits is started again
-after the kubelet's back-off (real seconds, as the operator's), its pod not Ready meanwhile.
+them; one whose rules do not parse is skipped, as the operator skips it, so it keeps no other
+out. While the release has the operator's Service, the operator's admission webhook answers at
+its cluster IP and the webhook's configuration trusts it (`rule_admission`), so the API server
+refuses such an object in the first place. A pod that stops running stops its program; a
+program that exits is started again after the kubelet's back-off (real seconds, as the
+operator's), its pod not Ready meanwhile.
 """
 
 from __future__ import annotations
 
+import base64
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import yaml
 
 from labs.aws.stack import MONITORING_NAMESPACE
 from labs.sim.controllers.base import Controller
@@ -25,9 +28,23 @@ from labs.sim.controllers.kubelet import container_crashed, container_restarted,
 from labs.sim.controllers.pod_endpoint import PodNetwork, announce, pod_entries, serving, withdraw
 from labs.sim.controlplane.informers import InformedKubeApi
 from labs.sim.controlplane.monitoring import Prometheus, StateMetrics
-from labs.sim.controlplane.resources import PODS, PROMETHEUS_RULES, NotFound
+from labs.sim.controlplane.resources import (
+    PODS,
+    PROMETHEUS_RULES,
+    SERVICES,
+    VALIDATING_WEBHOOKS,
+    NotFound,
+)
+from labs.sim.controlplane.rule_admission import (
+    OPERATOR_SERVICE,
+    WEBHOOK_CONFIGURATION,
+    RuleAdmission,
+    RuleCheck,
+    rule_file,
+)
 from labs.sim.controlplane.run import ControlPlane
 from labs.sim.timings import Timings
+from labs.state import atomic_write_text
 
 NAME_LABEL = "app.kubernetes.io/name"
 log = logging.getLogger(__name__)
@@ -69,8 +86,14 @@ class MonitoringRelease(Controller):
         self._played: dict[str, _Played] = {}  # app.kubernetes.io/name -> what plays it
         self._loaded: tuple[dict[str, str], float] | None = None  # Prometheus' rules, speed
         self._following_rules = False
+        self._check = RuleCheck()
+        self._skipped: set[str] = set()  # `<namespace>/<name>@<resourceVersion>` told once
+        self._admission: RuleAdmission | None = None
+        self._route: Path | None = None  # the operator Service's cluster IP, to the webhook
+        self._following_admission = False
 
     def reconcile(self) -> float | None:
+        self._serve_admission()
         pods = self.store.list(PODS, MONITORING_NAMESPACE)[0]
         due = [
             self._play(pods, "kube-state-metrics", self._start_state_metrics),
@@ -153,17 +176,79 @@ class MonitoringRelease(Controller):
         return program
 
     def _rule_files(self) -> dict[str, str]:
-        """Every PrometheusRule's groups as a rule file `<namespace>-<name>.yaml`, as the
-        prometheus-operator renders them (the chart selects the rules of every namespace)."""
+        """Every PrometheusRule's groups as a rule file `<namespace>-<name>-<uid>.yaml`, as the
+        prometheus-operator renders them (the chart selects the rules of every namespace); one
+        that does not parse is skipped, as the operator skips it (Prometheus would refuse every
+        file of the reload, keeping everyone's new rules out)."""
         if not self._following_rules:  # the release's CRD exists once its Prometheus runs
             self.store.informer(PROMETHEUS_RULES).subscribe(self.wake)
             self._following_rules = True
-        return {
-            f"{rule['metadata']['namespace']}-{rule['metadata']['name']}.yaml": yaml.safe_dump(
-                {"groups": (rule.get("spec") or {}).get("groups") or []}, sort_keys=False
-            )
-            for rule in self.store.list(PROMETHEUS_RULES)[0]
-        }
+        files = {}
+        for rule in self.store.list(PROMETHEUS_RULES)[0]:
+            meta = rule["metadata"]
+            text = rule_file((rule.get("spec") or {}).get("groups") or [])
+            errors = self._check.errors(text)
+            if errors:
+                self._skip(meta, errors)
+                continue
+            files[f"{meta['namespace']}-{meta['name']}-{meta['uid']}.yaml"] = text
+        return files
+
+    def _skip(self, meta: dict, errors: list[str]) -> None:
+        """Say once per version what the operator says of a rule object it skips."""
+        key = f"{meta['namespace']}/{meta['name']}@{meta.get('resourceVersion')}"
+        if key not in self._skipped:
+            self._skipped.add(key)
+            log.warning("skipping prometheusrule %s: invalid rule: %s", key, "; ".join(errors))
+
+    def _serve_admission(self) -> None:
+        """The operator's webhook and the chart's patch job: while the release has the
+        operator's Service, its cluster IP leads to the webhook, whose configuration trusts the
+        webhook's CA; without the Service, nothing answers there."""
+        if not self._following_admission:
+            for rtype in (SERVICES, VALIDATING_WEBHOOKS):
+                self.store.informer(rtype).subscribe(self.wake)
+            self._following_admission = True
+        try:
+            service = self.store.get(SERVICES, OPERATOR_SERVICE, MONITORING_NAMESPACE)
+        except NotFound:
+            self._stop_admission()
+            return
+        if self._admission is None:
+            self._admission = RuleAdmission(self._check)
+            self._admission.start()
+        ports = service["spec"].get("ports") or []
+        address = self._admission.address
+        for port in ports[:1]:
+            route = self._network.routes / f"{service['spec']['clusterIP']}_{port['port']}"
+            if self._route != route or not route.exists():
+                atomic_write_text(route, f"{address}\n")
+                self._route = route
+        self._trust(base64.b64encode(self._admission.ca_pem.encode()).decode())
+
+    def _trust(self, bundle: str) -> None:
+        """The configuration's caBundle set to the webhook's CA, as the patch job sets it."""
+        try:
+            config = self.store.get(VALIDATING_WEBHOOKS, WEBHOOK_CONFIGURATION)
+        except NotFound:
+            return
+        if all(w.get("clientConfig", {}).get("caBundle") == bundle for w in config["webhooks"]):
+            return
+
+        def patched(config: dict) -> None:
+            for webhook in config["webhooks"]:
+                webhook.setdefault("clientConfig", {})["caBundle"] = bundle
+
+        self.store.update(VALIDATING_WEBHOOKS, WEBHOOK_CONFIGURATION, patched)
+
+    def _stop_admission(self) -> None:
+        """The release is gone (or the world stops): nothing answers at the Service's IP."""
+        if self._route is not None:
+            withdraw([self._route])
+            self._route = None
+        if self._admission is not None:
+            self._admission.stop()
+        self._admission = None
 
     def stop(self, timeout: float = 5.0) -> None:
         """The loop first, then every program: none outlives the world."""
@@ -171,6 +256,7 @@ class MonitoringRelease(Controller):
         for played in self._played.values():
             played.stop()
         self._played.clear()
+        self._stop_admission()
 
 
 def _labels(pod: dict) -> dict[str, str]:

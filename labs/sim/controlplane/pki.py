@@ -106,8 +106,10 @@ class Authority:
         organization: str | None = None,
         server: bool = False,
         addresses: tuple[str, ...] = (),
+        names: tuple[str, ...] = (),
     ) -> Issued:
-        """A leaf certificate: a client's (CN = user, O = group) or a server's (with SANs)."""
+        """A leaf certificate: a client's (CN = user, O = group) or a server's (with SANs:
+        the API server's names, `names`, and the IP `addresses`)."""
         key = ec.generate_private_key(ec.SECP256R1())
         usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
         builder = _builder(_name(common_name, organization), self.cert.subject, key.public_key())
@@ -117,9 +119,9 @@ class Authority:
             critical=False,
         )
         if server:
-            names: list[x509.GeneralName] = [x509.DNSName(n) for n in _SERVER_NAMES]
-            names += [x509.IPAddress(ipaddress.ip_address(a)) for a in addresses]
-            builder = builder.add_extension(x509.SubjectAlternativeName(names), critical=False)
+            sans: list[x509.GeneralName] = [x509.DNSName(n) for n in (*_SERVER_NAMES, *names)]
+            sans += [x509.IPAddress(ipaddress.ip_address(a)) for a in addresses]
+            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
         cert = builder.sign(self.key, hashes.SHA256())
         return Issued(cert.public_bytes(serialization.Encoding.PEM).decode(), key_pem(key))
 

@@ -52,6 +52,13 @@ PROMETHEUS_RULES = ResourceType(
     "monitoring.coreos.com", "v1", "prometheusrules", "PrometheusRule", True
 )
 LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True)
+VALIDATING_WEBHOOKS = ResourceType(
+    "admissionregistration.k8s.io",
+    "v1",
+    "validatingwebhookconfigurations",
+    "ValidatingWebhookConfiguration",
+    False,
+)
 CRDS = ResourceType(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False
 )
