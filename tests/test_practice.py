@@ -35,8 +35,8 @@ UNTAINT = (
 # A pod's spec written again by hand: `kubectl get -o json`, edited, `kubectl replace --force`
 # (the edit drops what the cluster filled in, as a person deletes it from the YAML).
 EDIT_PODS = (
-    "kubectl get pod {pods} -o json | python3 -c 'import json, sys; items = json.load(sys.stdin)"
-    '.get("items"); [p["metadata"].pop(k, None) for p in items for k in ("uid", '
+    "kubectl get pod {pods} -o json | python3 -c 'import json, sys; doc = json.load(sys.stdin); "
+    'items = doc.get("items", [doc]); [p["metadata"].pop(k, None) for p in items for k in ("uid", '
     '"resourceVersion", "creationTimestamp")]; [p["spec"].pop("nodeName", None) for p in items]'
     '; [c.__setitem__("resources", {{"limits": {{"nvidia.com/gpu": "1"}}}}) for p in items for c '
     'in p["spec"]["containers"]]; print(json.dumps({{"apiVersion": "v1", "kind": "List", '
@@ -222,7 +222,7 @@ def test_two_faults_at_once_are_both_hidden_and_both_must_be_fixed(lab):
     assert [scenarios.get(n).area for n in names] == ["node", "workload"]
     seen = everything_a_learner_reads(state_dir, env)
     assert f"injected faults: {HIDDEN_FAULT}, {HIDDEN_FAULT}" in seen
-    hint = practice(env, "hint")
+    hint = practice(env, "hint", "--who", "pair")
     assert hint.returncode == 0 and hint.stdout.startswith("hint 1 of "), hint.stdout
     doctor = run_invoke("lab.doctor", "--lab", LAB, env=env)
     assert doctor.returncode == 1, doctor.stdout + doctor.stderr  # it finds the problems

@@ -21,22 +21,21 @@ does, so one bad object never keeps the others out of Prometheus.
 
 from __future__ import annotations
 
-import json
 import logging
 import ssl
 import subprocess
 import threading
 from collections.abc import Callable, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import yaml
 
 from labs.aws.stack import MONITORING_NAMESPACE
 from labs.sim.controlplane import build, pki
 from labs.sim.controlplane.tls import LOOPBACK, ServerTls
+from labs.sim.controlplane.webhook import serve_webhook
 
 OPERATOR_SERVICE = "kube-prometheus-stack-operator"
 WEBHOOK_CONFIGURATION = "kube-prometheus-stack-admission"
@@ -149,34 +148,12 @@ class RuleAdmission:
         """Listen on a free loopback port; returns the address ("host:port")."""
         check = self._check
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # keep-alive: the API server reuses its connection
+        def answer(review: dict[str, Any]) -> dict[str, Any]:
+            return review_answer(review, check)
 
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                if urlsplit(self.path).path != VALIDATE_PATH:  # after it: ?timeout=10s
-                    self.send_error(404)
-                    return
-                length = int(self.headers.get("Content-Length") or 0)
-                try:
-                    review = json.loads(self.rfile.read(length) or b"{}")
-                except ValueError:
-                    self.send_error(400, "request is not JSON")
-                    return
-                body = json.dumps(review_answer(review, check)).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *_: object) -> None:
-                """Quiet: the API server logs a webhook it could not reach itself."""
-
-        server = ThreadingHTTPServer((LOOPBACK, 0), Handler)
-        server.daemon_threads = True
-        server.socket = self._tls().wrap_socket(server.socket, server_side=True)
-        threading.Thread(target=server.serve_forever, name="rule-admission", daemon=True).start()
-        self._server = server
+        self._server = serve_webhook(
+            LOOPBACK, self._tls(), {VALIDATE_PATH: answer}, "rule-admission"
+        )
         return self.address
 
     def _tls(self) -> ssl.SSLContext:

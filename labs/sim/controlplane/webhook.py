@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 import ssl
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from functools import partial
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Protocol
@@ -36,7 +37,7 @@ class Access(Protocol):
         """Whether a SubjectAccessReview's spec is allowed."""
 
 
-def review_answer(review: dict[str, Any], access: Access) -> dict[str, Any]:
+def review_answer(review: dict[str, Any], *, access: Access) -> dict[str, Any]:
     """The TokenReview the API server gets back: authenticated (with the user) or not."""
     token = str((review.get("spec") or {}).get("token", ""))
     user = access.user(token) if token else None
@@ -48,7 +49,7 @@ def review_answer(review: dict[str, Any], access: Access) -> dict[str, Any]:
     return {**_kind(review, "authentication.k8s.io/v1", "TokenReview"), "status": status}
 
 
-def access_answer(review: dict[str, Any], access: Access) -> dict[str, Any]:
+def access_answer(review: dict[str, Any], *, access: Access) -> dict[str, Any]:
     """The SubjectAccessReview the API server gets back: allowed, or no opinion."""
     allowed = access.allowed(review.get("spec") or {})
     status = {"allowed": allowed, "reason": "EKS access policy" if allowed else ""}
@@ -59,10 +60,51 @@ def _kind(review: dict[str, Any], api_version: str, kind: str) -> dict[str, str]
     return {"apiVersion": review.get("apiVersion", api_version), "kind": kind}
 
 
-_ANSWERS: dict[str, Callable[[dict[str, Any], Access], dict[str, Any]]] = {
+_ANSWERS: dict[str, Callable[..., dict[str, Any]]] = {
     REVIEW_PATH: review_answer,
     AUTHORIZE_PATH: access_answer,
 }
+
+
+Answer = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def serve_webhook(
+    host: str, tls: ssl.SSLContext, answers: Mapping[str, Answer], name: str
+) -> ThreadingHTTPServer:
+    """An HTTPS server on a free port of `host` that the API server calls: each JSON POST is
+    answered by its path's function (the query, `?timeout=10s`, ignored), on a connection kept
+    alive so the API server makes no TLS handshake per review."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            answer = answers.get(urlsplit(self.path).path)
+            if answer is None:
+                self.send_error(404)
+                return
+            length = int(self.headers.get("Content-Length") or 0)
+            try:
+                review = json.loads(self.rfile.read(length) or b"{}")
+            except ValueError:
+                self.send_error(400, "request is not JSON")
+                return
+            body = json.dumps(answer(review)).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            """Quiet: the API server logs a webhook it could not reach or was refused by."""
+
+    server = ThreadingHTTPServer((host, 0), Handler)
+    server.daemon_threads = True
+    server.socket = tls.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, name=name, daemon=True).start()
+    return server
 
 
 class AuthWebhook:
@@ -76,37 +118,9 @@ class AuthWebhook:
     def start(self, host: str) -> str:
         """Listen on a free port of `host`; returns the webhooks' base URL."""
         access = self._access
-
-        class Handler(BaseHTTPRequestHandler):
-            # keep-alive: the API server asks on one connection, not a TLS handshake each time
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                length = int(self.headers.get("Content-Length") or 0)
-                try:
-                    review = json.loads(self.rfile.read(length) or b"{}")
-                except ValueError:
-                    review = {}
-                answer = _ANSWERS.get(urlsplit(self.path).path)  # after it: ?timeout=30s
-                if answer is None:
-                    self.send_error(404)
-                    return
-                body = json.dumps(answer(review, access)).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *_: object) -> None:
-                """Quiet: the API server logs authentication failures itself."""
-
-        server = ThreadingHTTPServer((host, 0), Handler)
-        server.daemon_threads = True
-        server.socket = self._tls(host).wrap_socket(server.socket, server_side=True)
-        threading.Thread(target=server.serve_forever, name="auth-webhook", daemon=True).start()
-        self._server = server
-        return f"https://{host}:{server.server_address[1]}"
+        answers = {path: partial(answer, access=access) for path, answer in _ANSWERS.items()}
+        self._server = serve_webhook(host, self._tls(host), answers, "auth-webhook")
+        return f"https://{host}:{self._server.server_address[1]}"
 
     def _tls(self, host: str) -> ssl.SSLContext:
         issued = self._ca.issue("auth-webhook", server=True, addresses=(host,))
