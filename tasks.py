@@ -523,9 +523,9 @@ def revert(
 
 def _who(who: str | None) -> str:
     """The learner whose record an exercise goes to: --who, or the user's login name."""
-    import getpass
+    from labs.practice.exercise import learner
 
-    return who or getpass.getuser()
+    return learner(who)
 
 
 PRACTICE_LAB_HELP = (

@@ -274,6 +274,13 @@ def test_kill_9_during_a_start_is_undone_by_revert_all_and_recorded_abandoned(la
     wait_healthy(env)
 
 
+def as_printed(env: dict[str, str], command: str) -> subprocess.CompletedProcess[str]:
+    """A command a practice task printed, typed as printed (invoke from the venv on PATH)."""
+    path = f"{Path(INVOKE).parent}{os.pathsep}{env['PATH']}"
+    return subprocess.run(["bash", "-c", command], cwd=ROOT, env={**env, "PATH": path},
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+
+
 def minutes_left(env: dict[str, str]) -> int:
     """The GPU time limit's countdown as `lab.status` shows it, in minutes."""
     status = run_invoke("lab.status", "--lab", LAB, env=env).stdout
@@ -288,8 +295,10 @@ def test_a_shared_lab_keeps_each_exercise_its_learners_and_checks_cost_only_thei
     start = practice(env, "start", "--scenario", "device-plugin-off", "--who", "ann",
                      "--speed", "1")  # fmt: skip
     assert start.returncode == 0, start.stdout + start.stderr
-    for flag in ("practice.hint", "practice.check", "practice.giveup"):
-        assert f"`invoke {flag} --lab {LAB}`" in start.stdout, start.stdout
+    printed = dict(re.findall(r"`invoke (practice\.\w+)([^`]*)`", start.stdout))
+    assert set(printed) >= {"practice.hint", "practice.check", "practice.giveup"}, start.stdout
+    hint = as_printed(env, f"invoke practice.hint{printed['practice.hint']}")
+    assert hint.returncode == 0 and hint.stdout.startswith("hint 1 of "), hint.stdout + hint.stderr
 
     second = practice(env, "start", "--who", "bob")
     assert second.returncode == 1
@@ -309,7 +318,7 @@ def test_a_shared_lab_keeps_each_exercise_its_learners_and_checks_cost_only_thei
     print(f"ten failing checks: {spent:.0f} s of wall time, {used} min of the GPU time limit")
     assert used <= spent / 60 + 1, f"{used} min of the limit gone in {spent:.0f} s"
 
-    gave_up = run_invoke("practice.giveup", "--who", "ann", env=env, timeout=300)
+    gave_up = as_printed(env, f"invoke practice.giveup{printed['practice.giveup']}")
     assert gave_up.returncode == 0, gave_up.stdout + gave_up.stderr
     assert "it was device-plugin-off" in gave_up.stdout
 

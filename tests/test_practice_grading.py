@@ -438,7 +438,7 @@ def test_a_number_an_id_or_a_name_is_graded_exactly(tmp_path: Path):
         Record(tmp_path).ended(exercise, FIXED)
     an_exercise(tmp_path, "missing-toleration")
     with pytest.raises(PracticeError, match=f"there is no choice 11: the choices are 1 to 10; "
-                       f"`invoke practice.choices --lab {LAB}` lists them"):  # fmt: skip
+                       f"`invoke practice.choices --lab {LAB} --who {WHO}` lists them"):  # fmt: skip
         said(answer, lab, catalogue, "11", WHO)
 
 
@@ -453,7 +453,7 @@ def test_a_grade_not_right_shows_what_was_understood_and_the_cause(tmp_path: Pat
     assert lines[2].startswith("  understood: pod, toleration; that names: A pod meant for the")
     assert lines[3] == f"  the cause: {catalogue['gpu-node-foreign-taint'].cause.plain}"
     assert lines[4] == (
-        f"graded unfairly? `invoke practice.dispute --lab {LAB}` (once) leaves this "
+        f"graded unfairly? `invoke practice.dispute --lab {LAB} --who {WHO}` (once) leaves this "
         "grade out of your per-area means"
     )
     assert "traps:" in "\n".join(lines)  # the runbook follows

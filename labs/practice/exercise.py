@@ -9,6 +9,7 @@ debugging step says.
 
 from __future__ import annotations
 
+import getpass
 import json
 import random
 from collections.abc import Callable, Mapping, Sequence
@@ -153,6 +154,17 @@ def settle(lab: Lab) -> None:
         record.ended(exercise.id, ABANDONED)
 
 
+def learner(who: str | None = None) -> str:
+    """Whose exercise a practice command acts on: --who, or the user's login name."""
+    return who or getpass.getuser()
+
+
+def _flags(lab: str, who: str) -> str:
+    """What a printed follow-up command needs to run as printed: the lab, and the learner when
+    the one typing it would not be taken for them."""
+    return f"--lab {lab}" + ("" if who == learner() else f" --who {who}")
+
+
 def exercise_lab(record: Record, who: str) -> str | None:
     """The lab a practice command without --lab means: the one where an exercise is going or
     waits for its answer (the learner's own first); None when there is none. Two such labs
@@ -179,7 +191,7 @@ def going(lab: Lab) -> Exercise:
     if exercise.outcome == STARTING:
         raise PracticeError(
             f"exercise {exercise.id} on lab {lab.name} was stopped while it started; "
-            f"`invoke practice.giveup --lab {lab.name}` reverts it"
+            f"`invoke practice.giveup {_flags(lab.name, exercise.who)}` reverts it"
         )
     return exercise
 
@@ -219,11 +231,11 @@ def start(
         record.discard(exercise)
         raise
     record.opened(exercise, baselines)
-    flag = f"--lab {lab.name}"
+    flag = _flags(lab.name, who)
     out(
         f"{len(chosen)} fault(s) in the lab; the clock runs. Debug with kubectl and the aws CLI "
-        f'(eval "$(invoke lab.env {flag})"). `invoke practice.hint {flag}` gives the next '
-        f"step (counted), `invoke practice.check {flag}` checks your fix, `invoke "
+        f'(eval "$(invoke lab.env --lab {lab.name})"). `invoke practice.hint {flag}` gives the '
+        f"next step (counted), `invoke practice.check {flag}` checks your fix, `invoke "
         f'practice.answer "<cause>" {flag}` says what it was, `invoke practice.giveup {flag}` '
         "shows it and reverts."
     )
@@ -293,7 +305,8 @@ def check(lab: Lab, catalogue: Mapping[str, Scenario], wait: float = 0.0, out: O
     took = clock(seconds_between(exercise.started_at, utc_now()))
     out(f"the lab is recovered: fixed in {took}, {exercise.hints} hint(s)")
     if exercise.answer is None:
-        out(f'say what it was: `invoke practice.answer "<cause>" --lab {lab.name}`')
+        flags = _flags(lab.name, exercise.who)
+        out(f'say what it was: `invoke practice.answer "<cause>" {flags}`')
     return True
 
 
@@ -309,9 +322,10 @@ def hint(lab: Lab, catalogue: Mapping[str, Scenario], who: str) -> str:
     ]
     taken = Record(lab.settings.state_dir).hint_taken(exercise.id)
     if taken > len(steps):
+        flags = _flags(lab.name, who)
         return (
-            f'hint {taken}: that was the whole path; `invoke practice.answer "<cause>" --lab '
-            f"{lab.name}`, or `invoke practice.giveup --lab {lab.name}`"
+            f'hint {taken}: that was the whole path; `invoke practice.answer "<cause>" {flags}`, '
+            f"or `invoke practice.giveup {flags}`"
         )
     step = steps[taken - 1]
     return hide(f"hint {taken} of {len(steps)}: {step.step}\n  look: {step.look}")
@@ -356,7 +370,7 @@ def list_choices(lab: Lab, catalogue: Mapping[str, Scenario], who: str, out: Out
     exercise = _awaiting(Record(lab.settings.state_dir), lab)
     _owned(exercise, who, "list its choices")
     out(f"the causes, in the order of exercise {exercise.id} (answer with a number: "
-        f"`invoke practice.answer N --lab {lab.name}`):")  # fmt: skip
+        f"`invoke practice.answer N {_flags(lab.name, who)}`):")  # fmt: skip
     for number, scenario in enumerate(choices(catalogue, exercise.id), 1):
         out(f"  {number:>2}. {scenario.cause.plain}")
 
@@ -370,7 +384,7 @@ def _chosen(text: str, catalogue: Mapping[str, Scenario], exercise: Exercise) ->
     if not 1 <= number <= len(order):
         raise PracticeError(
             f"there is no choice {number}: the choices are 1 to {len(order)}; `invoke "
-            f"practice.choices --lab {exercise.lab}` lists them"
+            f"practice.choices {_flags(exercise.lab, exercise.who)}` lists them"
         )
     return order[number - 1].name
 
@@ -404,7 +418,7 @@ def answer(
             out(f"  {understood(reading, catalogue)}")
             out(f"  the cause: {scenario.cause.plain}")
     if any(mark != RIGHT for mark in grades):
-        out(f"graded unfairly? `invoke practice.dispute --lab {lab.name}` (once) leaves "
+        out(f"graded unfairly? `invoke practice.dispute {_flags(lab.name, who)}` (once) leaves "
             "this grade out of your per-area means")  # fmt: skip
     for scenario in scenarios:
         out("")
