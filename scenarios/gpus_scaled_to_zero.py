@@ -269,7 +269,7 @@ SCENARIO = Scenario(
                 "scaled to 0",
                 "scaled down",
                 "scaled in",
-                "desiredSize 0",
+                "desired size 0",  # desiredSize 0 as its words
                 "desiredSize zero",
                 "at zero",
                 "at 0",
