@@ -140,8 +140,8 @@ def pinned_recovery() -> list[Check]:
         Check("allocatable nvidia.com/gpu back to 1 on every GPU node",
               _checks.allocatable_everywhere("1"), 120),
         Check("the pinned probe, Pending until now, ran on its node: FailedScheduling, then "
-              "Scheduled, Succeeded", pinned_ran_on_node, 420),
+              "Scheduled, Succeeded", pinned_ran_on_node, 420, tool=True),
         Check("gpu-probe-pinned output identical to baseline",
-              _checks.probe_output_as_baseline(PINNED), 420),
+              _checks.probe_output_as_baseline(PINNED), 420, tool=True),
         Check("ClusterPolicy status.state ready", _checks.policy_ready_again, 120),
     ]  # fmt: skip

@@ -208,8 +208,9 @@ recovery = [
     Check("ClusterPolicy status.state ready with the device plugin back",
           _checks.policy_ready_again, 120),
     Check("the pending gpu-probe ran: FailedScheduling, then Scheduled, Succeeded",
-          _checks.probe_ran_after_waiting(PROBE), 420),
-    Check("gpu-probe output identical to baseline", _checks.probe_output_as_baseline(PROBE), 420),
+          _checks.probe_ran_after_waiting(PROBE), 420, tool=True),
+    Check("gpu-probe output identical to baseline", _checks.probe_output_as_baseline(PROBE), 420,
+          tool=True),
 ]  # fmt: skip
 
 

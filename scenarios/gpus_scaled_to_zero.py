@@ -193,8 +193,9 @@ recovery = [
     Check("ClusterPolicy ready with the device plugin on every new node",
           _checks.policy_ready_again, 300),
     Check("the pending gpu-probe ran: FailedScheduling, then Scheduled, Succeeded",
-          _checks.probe_ran_after_waiting(PROBE), 900),
-    Check("gpu-probe output identical to baseline", _checks.probe_output_as_baseline(PROBE), 900),
+          _checks.probe_ran_after_waiting(PROBE), 900, tool=True),
+    Check("gpu-probe output identical to baseline", _checks.probe_output_as_baseline(PROBE), 900,
+          tool=True),
 ]  # fmt: skip
 
 

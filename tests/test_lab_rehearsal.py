@@ -276,7 +276,10 @@ def test_a_killed_backend_is_rebuilt_by_lab_up_and_lab_down_destroy_stops_it(tmp
     env = invoke_env(tmp_path)
     first = run_invoke("lab.up", "--sim", "--lab", "t3", "--gpus", "1", env=env)
     assert first.returncode == 0, first.stdout + first.stderr
-    os.kill(sim_pid(tmp_path, "t3"), signal.SIGKILL)
+    killed = sim_pid(tmp_path, "t3")
+    os.kill(killed, signal.SIGKILL)
+    # SIGKILL is delivered at once but a busy machine takes a moment to tear the process down
+    until(lambda: not pid_alive(killed), 10, "the killed rehearsal process to be gone")
     try:
         stopped = run_invoke("lab.scale", "0", "--lab", "t3", env=env)
         assert stopped.returncode == 1 and "Traceback" not in stopped.stderr

@@ -383,7 +383,7 @@ def _run(lab: Lab, scenario: Scenario, keep_fault: bool, out: Out, plan: list[st
 def _take_baseline(scenario: Scenario, ctx: Context, run: RunRecord, out: Out) -> None:
     """Before anything changes: the fault is not in already, and the lab reads healthy."""
     lab = ctx.lab
-    _not_in_already(lab, scenario, ctx.view)
+    _ready_for_baseline(lab, scenario, ctx.view)
     out(f"baseline: {_first_line(scenario.baseline)}")
     try:
         ctx.baseline = run.baseline = dict(scenario.baseline(lab, ctx.view))
@@ -407,14 +407,31 @@ def _record_injecting(lab: Lab, name: str) -> tuple[Path, str]:
         raise
 
 
-def _not_in_already(lab: Lab, scenario: Scenario, view: ClusterView) -> None:
-    """Without a whole journal, look at the cluster: is this fault in already?"""
+def _ready_for_baseline(lab: Lab, scenario: Scenario, view: ClusterView) -> None:
+    """Without a whole journal, look at the cluster: is this fault in already? And a scenario
+    on the operator's side waits for a ClusterPolicy that settles to ready (a lab just up, or
+    just recovered, may still be reconciling): a baseline of a lab not ready proves nothing."""
     why = lab.journal.incomplete()
     if why and scenario.detect(lab, view):
         raise ScenarioError(
             f"{why}, and {scenario.name}'s fault is in the cluster already: undo it with "
             f"`invoke scenario.revert --all --lab {lab.name}` first. Nothing was changed."
         )
+    if not scenario.needs.operator:
+        return
+
+    def state(objects: ClusterView) -> str:
+        return gpu.policy_state(gpu.cluster_policy(objects)) or "missing"
+
+    try:
+        view.wait_for(lambda v: state(v) == "ready" or None, wall_seconds(SETTLE, lab.speed),
+                      "the ClusterPolicy to be ready", describe=state)  # fmt: skip
+    except WaitTimeout:
+        raise ScenarioError(
+            f"the ClusterPolicy of lab {lab.name!r} is {state(view)!r}, not ready, so there is "
+            f"no healthy baseline and nothing was injected: see `invoke lab.status --lab "
+            f"{lab.name}` (its operand lines) and try again once it is ready"
+        ) from None
 
 
 def _stopped(
@@ -581,7 +598,7 @@ def _inject_and_watch(lab: Lab, scenario: Scenario, out: Out) -> str:
 def _healthy_baseline(lab: Lab, scenario: Scenario, out: Out) -> dict[str, Any]:
     """The scenario's baseline on the lab as it is (the fault must not be in already)."""
     with _open_view(lab, scenario) as view:
-        _not_in_already(lab, scenario, view)
+        _ready_for_baseline(lab, scenario, view)
         out(f"baseline: {_first_line(scenario.baseline)}")
         return dict(scenario.baseline(lab, view))
 

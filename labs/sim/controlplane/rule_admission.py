@@ -35,7 +35,7 @@ import yaml
 from labs.aws.stack import MONITORING_NAMESPACE
 from labs.sim.controlplane import build, pki
 from labs.sim.controlplane.tls import LOOPBACK, ServerTls
-from labs.sim.controlplane.webhook import serve_webhook
+from labs.sim.controlplane.webhook import serve_webhook, stop_webhook
 
 OPERATOR_SERVICE = "kube-prometheus-stack-operator"
 WEBHOOK_CONFIGURATION = "kube-prometheus-stack-admission"
@@ -163,7 +163,5 @@ class RuleAdmission:
         return ServerTls(self._ca.cert_pem, issued.cert_pem, issued.key_pem).server_context()
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        stop_webhook(self._server)
+        self._server = None

@@ -107,6 +107,13 @@ def serve_webhook(
     return server
 
 
+def stop_webhook(server: ThreadingHTTPServer | None) -> None:
+    """Stop a `serve_webhook` server (None: none was started) and close its socket."""
+    if server is not None:
+        server.shutdown()
+        server.server_close()
+
+
 class AuthWebhook:
     """The HTTPS endpoints of both webhooks on loopback, for one control plane."""
 
@@ -127,10 +134,8 @@ class AuthWebhook:
         return ServerTls(self._ca.cert_pem, issued.cert_pem, issued.key_pem).server_context()
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        stop_webhook(self._server)
+        self._server = None
 
 
 def write_webhook_config(path: Path, url: str, ca_data: str) -> Path:
