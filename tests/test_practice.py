@@ -325,6 +325,7 @@ def test_a_shared_lab_keeps_each_exercise_its_learners_and_checks_cost_only_thei
 
 def test_lab_down_reverts_both_faults_of_an_exercise_and_records_it_abandoned(lab):
     state_dir, env = lab
+    wait_healthy(env)
     start = practice(env, "start", "--faults", "2", "--who", "downed", "--speed", SPEED)
     assert start.returncode == 0, start.stdout + start.stderr
     names = [e["scenario"] for e in hidden_in_journal(state_dir)[-2:]]

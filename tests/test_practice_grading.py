@@ -437,8 +437,11 @@ def test_a_number_an_id_or_a_name_is_graded_exactly(tmp_path: Path):
         assert lines[1].startswith(f"fault 1: {GRADE_WORDS[grade_given]}: "), (text, lines)
         Record(tmp_path).ended(exercise, FIXED)
     an_exercise(tmp_path, "missing-toleration")
-    with pytest.raises(PracticeError, match=f"there is no choice 11: the choices are 1 to 10; "
-                       f"`invoke practice.choices --lab {LAB} --who {WHO}` lists them"):  # fmt: skip
+    refusal = (
+        f"there is no choice 11: the choices are 1 to 10; `invoke practice.choices --lab {LAB} "
+        f"--who {WHO}` lists them"
+    )
+    with pytest.raises(PracticeError, match=refusal):
         said(answer, lab, catalogue, "11", WHO)
 
 

@@ -424,7 +424,9 @@ def _ready_for_baseline(lab: Lab, scenario: Scenario, view: ClusterView) -> None
         return gpu.policy_state(gpu.cluster_policy(objects)) or "missing"
 
     try:
-        view.wait_for(lambda v: state(v) == "ready" or None, wall_seconds(SETTLE, lab.speed),
+        # the operator's own requeues keep wall time, as the control plane's do
+        settle = max(wall_seconds(SETTLE, lab.speed), 2 * MIN_TIMEOUT)
+        view.wait_for(lambda v: state(v) == "ready" or None, settle,
                       "the ClusterPolicy to be ready", describe=state)  # fmt: skip
     except WaitTimeout:
         raise ScenarioError(
