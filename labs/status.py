@@ -30,6 +30,7 @@ KUBERC = Path(__file__).resolve().parent / "kube" / "kuberc.yaml"
 def gather(lab: Lab) -> dict[str, Any]:
     """Everything lab.status shows, as plain data."""
     backend = lab.backend
+    practising = _practising(lab)
     status: dict[str, Any] = {
         "lab": lab.name,
         "backend": backend.name,
@@ -38,8 +39,8 @@ def gather(lab: Lab) -> dict[str, Any]:
         "cluster": lab.outputs.get("cluster_name"),
         "endpoint": lab.outputs.get("cluster_endpoint"),
         # A toggle a hidden practice fault turned off would name it: shown once it is revealed.
-        "variables": None if _practising(lab) else lab.variables,
-        "toggles_hidden": _practising(lab),
+        "variables": None if practising else lab.variables,
+        "toggles_hidden": practising,
         "injected": (lab.journal.shown() if backend.keeps_files else None),
         "journal_gap": lab.journal.incomplete() if backend.keeps_files else None,
         "problems": [],

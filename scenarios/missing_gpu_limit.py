@@ -109,12 +109,7 @@ def uncounted(ctx: Context) -> Verdict:
 
 def gpu_request(objects: Objects, name: str) -> str | None:
     """What the pod's containers ask of nvidia.com/gpu (None: nothing)."""
-    for container in ((gpu.pod(objects, name) or {}).get("spec") or {}).get("containers") or []:
-        resources = container.get("resources") or {}
-        for field in ("limits", "requests"):
-            if gpu.GPU_RESOURCE in (resources.get(field) or {}):
-                return str(resources[field][gpu.GPU_RESOURCE])
-    return None
+    return _workload.requested(gpu.pod(objects, name) or {}).get(gpu.GPU_RESOURCE)
 
 
 symptoms = [
