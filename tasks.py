@@ -398,6 +398,8 @@ def list_(c: Context, lab: str | None = None) -> None:
         for info in group:
             print(f"  {info.name:<{width}} {info.summary}")
             print(f"  {'':<{width}} needs: {info.needs}; takes {info.duration}; risk: {info.risk}")
+            if info.needs.rehearsal_only:
+                print(f"  {'':<{width}} rehearsal only: {info.needs.rehearsal_only}")
 
 
 @task(
@@ -580,10 +582,13 @@ def start(
     names = [name.strip() for name in scenario.split(",")] if scenario else []
     pace, how_many, seeded = _speed(speed), _whole(faults, "--faults"), _whole(seed, "--seed")
 
-    def chosen_by(history: Sequence[Exercise]) -> list[Scenario]:
-        return exercise.choose(catalogue, history, area, names, how_many, seeded)
+    target = _practice_lab(c, lab)
 
-    exercise.start(_practice_lab(c, lab), _who(who), chosen_by, pace, _confirmer(yes))
+    def chosen_by(history: Sequence[Exercise]) -> list[Scenario]:
+        rehearsal = target.backend.simulated
+        return exercise.choose(catalogue, history, area, names, how_many, seeded, rehearsal)
+
+    exercise.start(target, _who(who), chosen_by, pace, _confirmer(yes))
 
 
 @task(

@@ -20,7 +20,7 @@ from tool_support import require_tool, require_venv_tool
 
 import scenarios
 from labs.aws import stack
-from labs.journal import HIDDEN_FAULT
+from labs.journal import HIDDEN_FAULT, OUTSTANDING_STATES
 
 LAB = "pr1"
 SPEED = "120"
@@ -98,6 +98,17 @@ def lab(tmp_path_factory: pytest.TempPathFactory):
     state_dir = tmp_path_factory.mktemp("practice")
     with cli_lab(state_dir, LAB, SPEED) as env:
         yield state_dir, env
+
+
+@pytest.fixture(autouse=True)
+def no_fault_left_behind(lab):
+    """A test that fails midway leaves its faults reverted, so the next one starts healthy."""
+    yield
+    state_dir, env = lab
+    journal = state_dir / LAB / "journal.json"
+    entries = json.loads(journal.read_text())["entries"] if journal.exists() else []
+    if any(e["state"] in OUTSTANDING_STATES for e in entries):
+        run_invoke("scenario.revert", "--all", "--lab", LAB, env=env, timeout=300)
 
 
 def practice(env: dict[str, str], command: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -233,7 +244,7 @@ def test_two_faults_at_once_are_both_hidden_and_both_must_be_fixed(lab):
     assert_hidden(names, start.stdout, seen, hint.stdout)
 
     # the right fix of one, and the wrong fix a learner tries first: not of the other
-    first = shell(state_dir, env, f"{RIGHT_FIX[names[0]]} && {RESTART_PLUGIN}")
+    first = shell(state_dir, env, f"{RESTART_PLUGIN} && {RIGHT_FIX[names[0]]}")
     assert first.returncode == 0, first.stderr
     half = practice(env, "check", *WAIT)
     assert half.returncode == 1, half.stdout + half.stderr

@@ -85,8 +85,10 @@ def choose(
     names: Sequence[str] = (),
     faults: int | None = None,
     seed: int | None = None,
+    rehearsal: bool = True,
 ) -> list[Scenario]:
-    """The faults of a new exercise: the ones named, or one (or two that can coexist) picked."""
+    """The faults of a new exercise: the ones named, or one (or two that can coexist) picked
+    (only among the faults the lab can hold: `rehearsal` False leaves out rehearsal-only ones)."""
     wanted = len(names) if names and faults is None else (faults or 1)
     if wanted not in (1, 2) or (names and len(names) != wanted):
         raise PracticeError(
@@ -100,7 +102,11 @@ def choose(
         return chosen
     if area is not None and area not in AREAS:
         raise PracticeError(f"no area {area!r}; the areas are {', '.join(AREAS)}")
-    pool = [s for s in catalogue.values() if area is None or s.area == area]
+    pool = [
+        s
+        for s in catalogue.values()
+        if (area is None or s.area == area) and (rehearsal or not s.needs.rehearsal_only)
+    ]
     ranked = _ranked(pool, history, random.Random(seed))
     if wanted == 1 and ranked:
         return ranked[:1]

@@ -100,10 +100,12 @@ class Needs:
 
     gpu_nodes: int = 0
     operator: bool = False
+    rehearsal_only: str = ""  # why the fault cannot be made on EKS; empty where it can
 
     def __str__(self) -> str:
         parts = [f"{self.gpu_nodes} Ready GPU node(s)"] if self.gpu_nodes else []
         parts += ["the GPU Operator installed and running"] if self.operator else []
+        parts += ["a rehearsal lab"] if self.rehearsal_only else []
         return ", ".join(parts) or "nothing beyond a reachable cluster"
 
 

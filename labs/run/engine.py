@@ -135,6 +135,11 @@ def by_hand_lines(by_hand: ByHand) -> list[str]:
 def check_prerequisites(lab: Lab, needs: Needs) -> None:
     """Raise ScenarioError, naming the command that fixes it, when the lab lacks what is needed."""
     fix_up = f"run `invoke lab.up --lab {lab.name}` and try again. Nothing was changed."
+    if needs.rehearsal_only and not lab.backend.simulated:
+        raise ScenarioError(
+            f"this fault runs only on a rehearsal lab (`invoke lab.up --sim`), and lab "
+            f"{lab.name!r} is not one: {needs.rehearsal_only}. Nothing was changed."
+        )
     if needs.gpu_nodes:
         ready = gpu.ready_gpu_nodes(lab.snapshot("nodes"))
         if len(ready) < needs.gpu_nodes:
