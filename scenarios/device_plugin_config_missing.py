@@ -187,23 +187,12 @@ def plugin_pod_on(view: ClusterView, node: str) -> dict[str, Any] | None:
 
 
 def init_status(pod: dict[str, Any] | None) -> dict[str, Any]:
-    statuses = (pod or {}).get("status", {}).get("initContainerStatuses") or []
-    return next((s for s in statuses if s["name"] == INIT), {})
+    return _checks.init_status(pod, INIT)
 
 
 def describe_init(pod: dict[str, Any] | None) -> str:
     """`<pod> config-manager-init: waiting CrashLoopBackOff, restarts N, last exit 1`."""
-    if pod is None:
-        return "no device-plugin pod there"
-    status = init_status(pod)
-    state = status.get("state") or {}
-    now = next(iter(state), "none")
-    reason = (state.get(now) or {}).get("reason", "")
-    last = ((status.get("lastState") or {}).get("terminated") or {}).get("exitCode")
-    return (
-        f"{gpu.name_of(pod)} {INIT}: {now} {reason}, restarts {status.get('restartCount', 0)}"
-        f"{f', last exit {last}' if last is not None else ''}"
-    )
+    return _checks.describe_init(pod, INIT, "no device-plugin pod there")
 
 
 def init_crash_looping(ctx: Context) -> Verdict:
@@ -266,14 +255,7 @@ def never_running(ctx: Context) -> Verdict:
     return held, f"{describe_init(pod)}; pod {phase}"
 
 
-def policy_not_ready(ctx: Context) -> Verdict:
-    policy = gpu.cluster_policy(ctx.view) or {}
-    state = gpu.policy_state(policy)
-    conditions = (policy.get("status") or {}).get("conditions") or []
-    error: dict[str, Any] = next((c for c in conditions if c.get("type") == "Error"), {})
-    message = str(error.get("message", ""))
-    held = state == "notReady" and "state-device-plugin" in message
-    return held, f"status.state {state!r}: {message or 'no Error condition'}"
+policy_not_ready = _checks.policy_not_ready_naming("state-device-plugin")
 
 
 symptoms = [

@@ -138,6 +138,17 @@ FAULTS: dict[str, dict[str, float | None]] = {
         requests("gpu-probe"): None,  # the baseline's probe is deleted before the injection
         phase("gpu-probe", "Succeeded"): None,
     },
+    # a gpu-holder Running on each GPU node; the validator's workload pod asks for its GPU in an
+    # init container (not in kube_pod_container_resource_requests) and is Failed, its
+    # validator pods not available on either node
+    "validator-gpu-busy": {
+        **{requests(f"gpu-holder-{node}"): 1.0 for node in GPU_NODES},
+        **{phase(f"gpu-holder-{node}", "Running"): 1.0 for node in GPU_NODES},
+        unavailable("nvidia-operator-validator"): 2.0,
+        RECONCILED: 0.0,
+        requests("gpu-probe"): None,
+        phase("gpu-probe", "Succeeded"): None,
+    },
 }
 
 

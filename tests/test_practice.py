@@ -105,6 +105,11 @@ RIGHT_FIX = {
     # nvidia: the runtime nodeadm configures in the NVIDIA AMI's containerd
     "containerd-runtime-missing": "kubectl patch clusterpolicy cluster-policy --type=merge "
     """-p '{"spec":{"operator":{"runtimeClass":"nvidia"}}}'""",
+    # a toolkit built for the AL2 node's glibc 2.26 (the AL2 write-up's pin)
+    "toolkit-glibc-al2": "kubectl patch clusterpolicy cluster-policy --type=merge "
+    """-p '{"spec":{"toolkit":{"version":"v1.14.6-ubi8"}}}'""",
+    # the pods `kubectl describe node` shows holding each GPU, deleted
+    "validator-gpu-busy": "kubectl delete pod -l app=gpu-holder --wait",
 }
 
 

@@ -22,7 +22,7 @@ from labs.doctor.facts import (
     subject,
 )
 from labs.doctor.logs import log_requests
-from labs.doctor.model import DoctorFinding, Evidence
+from labs.doctor.model import DoctorFinding, Evidence, Link
 from labs.kube import gpu
 from labs.kube.scheduling import pod_fits_selector, untolerated_taints
 
@@ -289,15 +289,7 @@ def failing_pods(facts: Facts, focus: tuple[str, str] | None = None) -> list[Doc
     for pod in pods_in_focus(facts, focus):
         meta, status = pod["metadata"], pod.get("status") or {}
         if status.get("reason") == "UnexpectedAdmissionError":
-            found.append(
-                kind("pod-admission-rejected").found(
-                    subject("pod", pod),
-                    f"{pod_ref(pod)} Failed: UnexpectedAdmissionError",
-                    [Evidence(subject("pod", pod), "status.message", str(status.get("message")))],
-                    tags=[node_subject(str((pod.get("spec") or {}).get("nodeName")))],
-                    message=status.get("message"),
-                )
-            )
+            found.append(_validator_blocked(facts, pod) or _rejected(pod))
         for waiting in _waiting(pod, FAILED_WAITING):
             found.append(
                 kind("pod-image-pull").found(
@@ -317,6 +309,67 @@ def failing_pods(facts: Facts, focus: tuple[str, str] | None = None) -> list[Doc
                 )
             )
     return found
+
+
+def _rejected(pod: Obj) -> DoctorFinding:
+    status = pod.get("status") or {}
+    return kind("pod-admission-rejected").found(
+        subject("pod", pod),
+        f"{pod_ref(pod)} Failed: UnexpectedAdmissionError",
+        [Evidence(subject("pod", pod), "status.message", str(status.get("message")))],
+        tags=[node_subject(str((pod.get("spec") or {}).get("nodeName")))],
+        message=status.get("message"),
+    )
+
+
+# The GPU Operator validator's workload pod (gpu-operator v25.3.4 validator/main.go:202), and
+# the kubelet's words for a GPU that exists but is taken (kubernetes v1.35.4
+# pkg/kubelet/cm/devicemanager/manager.go: "requested number of devices unavailable").
+VALIDATOR_WORKLOAD = "nvidia-device-plugin-validator"
+GPU_TAKEN = re.compile(r"Requested: \d+, Available: 0")
+
+
+def _validator_blocked(facts: Facts, pod: Obj) -> DoctorFinding | None:
+    """The validator's workload pod rejected because every GPU of its node is held: the pods
+    holding them are the evidence (None for any other rejection)."""
+    message = str((pod.get("status") or {}).get("message"))
+    labels = pod["metadata"].get("labels") or {}
+    if labels.get("app") != VALIDATOR_WORKLOAD or not GPU_TAKEN.search(message):
+        return None
+    node = str((pod.get("spec") or {}).get("nodeName"))
+    holders = [
+        p
+        for p in facts.pods_on(node)
+        if (p.get("status") or {}).get("phase") == "Running" and _gpus_asked(p)
+    ]
+    held = [
+        Evidence(subject("pod", p), "resources.limits", f"{_gpus_asked(p)} (Running)")
+        for p in holders
+    ]
+    return kind("validator-workload-blocked").found(
+        node_subject(node),
+        f"{pod_ref(pod)} Failed: no free GPU on {node}",
+        [Evidence(subject("pod", pod), "status.message", message), *held],
+        explains=[
+            Link("pod-admission-rejected", subject("pod", pod)),
+            Link("operand-not-ready"),
+            Link("clusterpolicy-not-ready"),
+        ],
+        tags=[node_subject(node)],
+        line=f"{message}; held by {', '.join(pod_ref(p) for p in holders) or 'no running pod'}",
+        pod=pod["metadata"]["name"],
+    )
+
+
+def _gpus_asked(pod: Obj) -> str:
+    """`nvidia.com/gpu: N` of a pod's containers' limits ("" when none asks)."""
+    asked = [
+        f"{name}: {value}"
+        for c in containers(pod)
+        for name, value in ((c.get("resources") or {}).get("limits") or {}).items()
+        if str(name).startswith(GPU_PREFIX)
+    ]
+    return ", ".join(asked)
 
 
 def _waiting(pod: Obj, reasons: tuple[str, ...]) -> list[Obj]:

@@ -41,6 +41,7 @@ CLUSTER_POLICY_PATCHABLE: dict[str, Any] = {
         "dcgmExporter": {"enabled": bool, "env": EnvList},
         "gfd": {"enabled": bool, "env": EnvList},
         "toolkit": {"enabled": bool, "version": str},
+        "validator": {"driver": {"env": EnvList}, "plugin": {"env": EnvList}},
         "operator": {"runtimeClass": str},
     }
 }

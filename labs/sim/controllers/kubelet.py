@@ -26,12 +26,18 @@ terminal and runs when `kubectl attach` comes (`labs.sim.node.container_runtime`
 
 A pod's `initContainers` run first, one after the other, each with its program where the
 world plays it (`labs.sim.node.programs.run_init`; the image's own process, which it does not
-model, succeeds at once). While they run the pod is Pending, `Initialized` False. One that
+model, succeeds at once). A program that runs for a while (`programs.start_init`: the GPU
+Operator's validator) is stepped at each of its sleeps, its container running meanwhile, so
+the one loop of every node's kubelet never waits on it. While they run the pod is Pending,
+`Initialized` False. One that
 exits non-zero fails a restartPolicy Never pod (`Init:Error`); otherwise it is started again
 after the kubelet's crash back-off (`crash_backoff`, restartCount one more each time), waiting
 `CrashLoopBackOff` in between with a `BackOff` Event (`Init:CrashLoopBackOff`). A restartPolicy
 Always pod's container whose long-running program the world plays (`run_daemon`) and which
-exits crash-loops the same way, its pod not Ready. Each container's output goes to its own log,
+exits crash-loops the same way, its pod not Ready. An init container containerd cannot start
+(the NVIDIA runtime's hook failing, `labs.sim.node.node_os.start_error`) gets a `Failed` Event
+instead of `Started`, ends `StartError` with exit code 128 and backs off the same way. Each
+container's output goes to its own log,
 the last ended run's also kept for `kubectl logs --previous`.
 """
 
@@ -61,8 +67,9 @@ from labs.sim.controlplane.kube_api import KubeApi
 from labs.sim.controlplane.resources import NODES, PODS, RUNTIMECLASSES, NotFound, now_rfc3339
 from labs.sim.node.container_logs import ContainerLogs
 from labs.sim.node.hardware import GPU_NAME
+from labs.sim.node.node_os import START_ERROR_EXIT, START_ERROR_REASON, start_error
 from labs.sim.node.nvidia_runtime import injected_gpus
-from labs.sim.node.programs import run_container, run_daemon, run_init
+from labs.sim.node.programs import LongRun, run_container, run_daemon, run_init, start_init
 from labs.sim.node.sandbox import (
     RETRY_JITTER,
     RETRY_SECONDS,
@@ -147,6 +154,7 @@ class Kubelet(Controller):
         self._plans: dict[str, tuple[float, str]] = {}
         self._outcomes: dict[str, Outcome] = {}
         self._sandboxes: dict[str, SandboxFailures] = {}  # pod uid -> its refused sandboxes
+        self._init_runs: dict[str, tuple[str, LongRun]] = {}  # pod uid -> its running init
 
     def reconcile(self) -> float | None:
         now = time.monotonic()
@@ -162,6 +170,7 @@ class Kubelet(Controller):
         live = {p["metadata"]["uid"] for p in pods}
         self._plans = {uid: plan for uid, plan in self._plans.items() if uid in live}
         self._outcomes = {uid: o for uid, o in self._outcomes.items() if uid in live}
+        self._init_runs = {uid: r for uid, r in self._init_runs.items() if uid in live}
         waits = []
         for pod in sorted(pods, key=_arrival):
             uid = pod["metadata"]["uid"]
@@ -266,21 +275,52 @@ class Kubelet(Controller):
             name = container["name"]
             if name in done:
                 continue
-            self._container_events(pod, container, host)
-            text, code = run_init(self.store, pod, container, node)
-            self._logs.restarted(pod, name, text, "stderr")
-            self._logs.ended(pod, name)
+            running = self._init_runs.get(pod["metadata"]["uid"], ("",))[0] == name
+            refused = None if running else start_error(self.store, pod, container, node)
+            if refused is None:
+                ended, sleep = self._run_init(pod, container, node, addresses)
+                if ended is None:  # still running: its next step after its sleep
+                    return True, (now + sleep / self.timings.speed, "init")
+                code = ended
+            else:
+                code = self._start_failed(pod, container, host, refused)
             if code == 0:
                 self._update(pod, _init_ran(name, 0, "", addresses))
                 continue
+            reason = "" if refused is None else START_ERROR_REASON
             if pod["spec"].get("restartPolicy", "Always") == "Never":
-                self._update(pod, _init_ran(name, code, "", addresses))
+                self._update(pod, _init_ran(name, code, "", addresses, reason))
                 return True, None
             backoff = crash_backoff(_restarts_after(pod, name))
             message = self._back_off(pod, name, host, backoff)
-            self._update(pod, _init_ran(name, code, message, addresses))
+            self._update(pod, _init_ran(name, code, message, addresses, reason))
             return True, (now + backoff / self.timings.speed, "init")
         return False, None
+
+    def _run_init(
+        self, pod: dict, container: dict, node: dict, addresses: tuple[str, str]
+    ) -> tuple[int | None, float]:
+        """Start init container `container`, or let its long-running program (`start_init`)
+        run on: (its exit code once it ended, else None; the real seconds it now sleeps)."""
+        uid, name, host = pod["metadata"]["uid"], container["name"], node["metadata"]["name"]
+        running = self._init_runs.get(uid)
+        if running is None or running[0] != name:
+            self._container_events(pod, container, host)
+            started = start_init(self.store, pod, container, node)
+            if started is None:
+                text, code = run_init(self.store, pod, container, node)
+                self._logs.restarted(pod, name, text, "stderr")
+                self._logs.ended(pod, name)
+                return code, 0.0
+            self._logs.restarted(pod, name, "", "stderr")
+            self._update(pod, _init_started(name, addresses))
+            running = self._init_runs[uid] = (name, started)
+        printed, ended, sleep = running[1].step()
+        self._logs.append(pod, printed, name, "stderr")
+        if ended is not None:
+            del self._init_runs[uid]
+            self._logs.ended(pod, name)
+        return ended, sleep
 
     def _run_daemons(
         self, pod: dict, node: dict, now: float, again: bool = False
@@ -325,6 +365,19 @@ class Kubelet(Controller):
             host=host,
         )
         return f"back-off {go_duration(backoff)} restarting failed container={name} pod={pod_text}"
+
+    def _start_failed(self, pod: dict, container: dict, host: str, error: str) -> int:
+        """Container created but containerd could not start it (`labs.sim.node.node_os`): the
+        `Failed` Event as kubelet's startContainer words it (kubernetes v1.35
+        pkg/kubelet/kuberuntime/kuberuntime_container.go, step 3: FailedToStartContainer,
+        `Error: %v`); the exit code containerd reports for it."""
+        image = container.get("image", "")
+        self._events.record(
+            pod, "Pulled", f'Container image "{image}" already present on machine', host=host
+        )
+        self._events.record(pod, "Created", "Container created", host=host)
+        self._events.record(pod, "Failed", f"Error: {error}", "Warning", host=host)
+        return START_ERROR_EXIT
 
     def _container_events(self, pod: dict, container: dict, host: str) -> None:
         """What kubelet records as it starts one container: image present, created, started."""
@@ -555,7 +608,8 @@ def _restarts_after(pod: dict, name: str) -> int:
     """The init container's restartCount once the run that just ended is counted: one more
     than before when an earlier run had ended (the kubelet counts each start after the first)."""
     found = next((s for s in _statuses(pod) if s["name"] == name), {})
-    ran = "terminated" in (found.get("state") or {}) or bool(found.get("lastState"))
+    state = found.get("state") or {}
+    ran = ("terminated" in state or bool(found.get("lastState"))) and "running" not in state
     return int(found.get("restartCount", 0)) + (1 if ran else 0)
 
 
@@ -564,8 +618,32 @@ def _waiting_reason(pod: dict, name: str) -> str:
     return str(((found.get("state") or {}).get("waiting") or {}).get("reason", ""))
 
 
+def _ran_before(entry: dict) -> bool:
+    """An init container's status shows an ended run: its next start is a restart."""
+    return "terminated" in entry["state"] or "terminated" in (entry.get("lastState") or {})
+
+
+def _init_started(name: str, addresses: tuple[str, str]) -> Callable[[dict], None]:
+    """An update for init container `name` started and running (a long-running program): its
+    restartCount one more when an earlier run had ended, the last one kept in lastState."""
+
+    def apply(pod: dict) -> None:
+        status = _placed(pod, *addresses)
+        entry = next((s for s in status.get("initContainerStatuses") or [] if s["name"] == name),
+                     None)  # fmt: skip
+        if entry is None:
+            return
+        if _ran_before(entry):
+            entry["restartCount"] = entry.get("restartCount", 0) + 1
+        entry["state"] = {"running": {"startedAt": now_rfc3339()}}
+        entry.update(ready=False, started=True)
+        _set_conditions(pod, {"PodReadyToStartContainers": "True"})
+
+    return apply
+
+
 def _init_ran(
-    name: str, exit_code: int, backoff: str, addresses: tuple[str, str]
+    name: str, exit_code: int, backoff: str, addresses: tuple[str, str], reason: str = ""
 ) -> Callable[[dict], None]:
     """An update for init container `name` having run once more and ended with `exit_code`:
     Completed (ready), or its run in lastState and waiting CrashLoopBackOff with the `backoff`
@@ -578,12 +656,13 @@ def _init_ran(
         entry = next((s for s in inits if s["name"] == name), None)
         if entry is None:
             return
-        if "terminated" in entry["state"] or "terminated" in (entry.get("lastState") or {}):
+        running = entry["state"].get("running")  # counted when it started (`_init_started`)
+        if not running and _ran_before(entry):
             entry["restartCount"] = entry.get("restartCount", 0) + 1
         ended = {
             "exitCode": exit_code,
-            "reason": "Completed" if exit_code == 0 else "Error",
-            "startedAt": stamp,
+            "reason": reason or ("Completed" if exit_code == 0 else "Error"),
+            "startedAt": (running or {}).get("startedAt", stamp),
             "finishedAt": stamp,
         }
         if exit_code == 0 or not backoff:

@@ -32,12 +32,10 @@ from typing import Protocol
 
 from labs.sim.controlplane.kube_api import KubeApi
 from labs.sim.controlplane.resources import CONFIGMAPS, NODES, NotFound
-from labs.sim.node import container_files, host_files
+from labs.sim.node import container_files, host_files, node_os
 from labs.sim.node.container_files import layer_path, tar
 from labs.sim.node.gpu_faults import lost_xid
 from labs.sim.node.hardware import (
-    AMI_GLIBC,
-    AMI_GLIBC_YEAR,
     CUDA_VERSION,
     GPU_COMPUTE_CAP,
     GPU_DRIVER_VERSION,
@@ -50,6 +48,7 @@ from labs.sim.node.hardware import (
     gpu_uuid,
 )
 from labs.sim.node.nvidia_runtime import container_env, injected_gpus
+from labs.sim.node.validator import Run, nvidia_validator
 
 NOT_MODELLED = "the rehearsal world does not model"
 _VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\?|\w+))")
@@ -64,7 +63,10 @@ BASE_TOOLS = frozenset(
 )
 NVIDIA_HOST_TOOLS = frozenset({"nvidia-smi", "nvidia-ctk"})
 # Binaries an image ships beside the base tools, by the image's repository name.
-IMAGE_TOOLS: dict[str, frozenset[str]] = {"k8s-device-plugin": frozenset({"config-manager"})}
+IMAGE_TOOLS: dict[str, frozenset[str]] = {
+    "k8s-device-plugin": frozenset({"config-manager"}),
+    "gpu-operator-validator": frozenset({"nvidia-validator"}),
+}
 
 
 class Terminal(Protocol):
@@ -231,13 +233,48 @@ def _repository(image: str) -> str:
 
 def plays(container: dict) -> bool:
     """Whether the world plays what this container starts: a program of `PROGRAMS`, run
-    directly or as the first word of its `sh -c` script. The rest (`nvidia-validator`, a
-    shell loop) is the image's own process, which the rehearsal does not model."""
+    directly or as the first word of its `sh -c` script. The rest (a shell loop) is the
+    image's own process, which the rehearsal does not model."""
+    return _program_name(container) in PROGRAMS
+
+
+def _program_name(container: dict) -> str:
+    """The program a container starts: its command, or the first word of its `sh -c` script
+    ("" for none)."""
     argv = container_command(container)
     if argv[:1] and posixpath.basename(argv[0]) in SHELLS and argv[1:2] == ["-c"]:
         script = argv[2] if len(argv) > 2 else ""
         argv = script.split()[:1]
-    return bool(argv) and posixpath.basename(argv[0]) in PROGRAMS
+    return posixpath.basename(argv[0]) if argv else ""
+
+
+@dataclass
+class LongRun:
+    """An init container's program that runs for a while (`LONG_PROGRAMS`): each `step` lets
+    it run until it sleeps again, so the kubelet never waits on it."""
+
+    steps: Run
+    term: Captured
+
+    def step(self) -> tuple[str, int | None, float]:
+        """(what it printed since the last step, its exit code or None while it runs, the real
+        seconds it now sleeps)."""
+        before = len(self.term.text)
+        try:
+            wait = next(self.steps)
+        except StopIteration as end:
+            return self.term.text[before:], int(end.value or 0), 0.0
+        return self.term.text[before:], None, wait
+
+
+def start_init(store: KubeApi, pod: dict, container: dict, node: dict) -> LongRun | None:
+    """The init container's long-running program started (its `sh -c` script's first word in
+    `LONG_PROGRAMS`), None for any other."""
+    program = LONG_PROGRAMS.get(_program_name(container))
+    if program is None:
+        return None
+    term = Captured()
+    return LongRun(program(Process(store, pod, container, node), term), term)
 
 
 def run_init(store: KubeApi, pod: dict, container: dict, node: dict) -> tuple[str, int]:
@@ -498,9 +535,10 @@ def ldd(args: list[str], process: Process, term: Terminal) -> int:
         image = process.container.get("image", "")
         term.err(f"ldd: {NOT_MODELLED} the C library of image {image}\n")
         return 1
+    version, year = node_os.glibc(process.node)
     term.out(
-        f"ldd (GNU libc) {AMI_GLIBC}\n"
-        f"Copyright (C) {AMI_GLIBC_YEAR} Free Software Foundation, Inc.\n"
+        f"ldd (GNU libc) {version}\n"
+        f"Copyright (C) {year} Free Software Foundation, Inc.\n"
         "This is free software; see the source for copying conditions.  There is NO\n"
         "warranty; not even for MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.\n"
         "Written by Roland McGrath and Ulrich Drepper.\n"
@@ -784,6 +822,10 @@ PROGRAMS: dict[str, Program] = {
     "tar": tar,
     "test": test,
     "config-manager": config_manager,
+}
+# Init programs that run for a while, stepped by the kubelet (`start_init`).
+LONG_PROGRAMS: dict[str, Callable[[Process, Terminal], Run]] = {
+    "nvidia-validator": nvidia_validator,
 }
 # Long-running programs a restartPolicy Always container starts: an exit code when the
 # process ends, None while it keeps running (`run_daemon`).
