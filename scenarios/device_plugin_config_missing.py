@@ -390,6 +390,13 @@ by_hand = ByHand(
 )  # fmt: skip
 
 
+def reset(lab: Lab) -> None:
+    """The tool's part after a learner's fix: the lab's own plugin config back (a rollout),
+    then the pinned probe run again if kubelet refused it during that rollout."""
+    revert(lab)
+    _one_node.settle_then_repin(lab)
+
+
 SCENARIO = Scenario(
     name="device-plugin-config-missing",
     summary="a GPU node labelled nvidia.com/device-plugin.config=a10g-24gb, a key the sharing "
@@ -446,5 +453,5 @@ SCENARIO = Scenario(
     gauges=gpu.gpu_gauges(PINNED),
     by_hand=by_hand,
     clean_up=remove_pinned,
-    reset=revert,
+    reset=reset,
 )

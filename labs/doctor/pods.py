@@ -460,7 +460,7 @@ def missing_runtime_classes(facts: Facts) -> list[DoctorFinding]:
             uses.setdefault(name, []).append(Evidence(owner, "runtimeClassName", name))
     for event in facts.objects("events"):
         match = _CLASS_NOT_FOUND.search(str(event.get("message", "")))
-        if match and match.group(1) not in known and _reporter_exists(facts, event):
+        if match and match.group(1) not in known and _reporter_names(facts, event, match.group(1)):
             uses.setdefault(match.group(1), []).append(event_evidence(event))
     return [
         kind("runtimeclass-missing").found(
@@ -474,19 +474,24 @@ def missing_runtime_classes(facts: Facts) -> list[DoctorFinding]:
     ]
 
 
-# The controllers whose refusals the doctor can check are still there (an Event outlives
-# its object by an hour: a deleted Deployment's ReplicaSet must not count).
+# The controllers whose refusals the doctor can check still make them (an Event outlives its
+# cause by an hour: a deleted Deployment's ReplicaSet, or a DaemonSet whose template names
+# another class since, must not count).
 _REPORTERS = {"ReplicaSet": "replicasets", "DaemonSet": "daemonsets", "Deployment": "deployments"}
 
 
-def _reporter_exists(facts: Facts, event: Obj) -> bool:
-    """The object an Event is about still exists (True for a kind the doctor does not list)."""
+def _reporter_names(facts: Facts, event: Obj, runtime_class: str) -> bool:
+    """The object an Event is about still exists and its pod template still names
+    `runtime_class` (True for a kind the doctor does not list)."""
     involved = event.get("involvedObject") or {}
     plural = _REPORTERS.get(str(involved.get("kind")))
     if plural is None:
         return True
     name, namespace = str(involved.get("name", "")), str(involved.get("namespace", ""))
-    return facts.find(plural, name, namespace) is not None
+    reporter = facts.find(plural, name, namespace)
+    if reporter is None:
+        return False
+    return gpu.pod_template_spec(reporter).get("runtimeClassName") == runtime_class
 
 
 def _pod_specs(facts: Facts) -> Iterator[tuple[str, Obj]]:
