@@ -35,8 +35,14 @@ def test_full_run_shows_the_refused_start_and_recovers(sim_lab: SimLab):
     assert any(GLIBC in text and "Error: failed to create containerd task" in text
                for text in seen.values()), seen  # fmt: skip
     assert any("last terminated StartError exit code 128" in t for t in seen.values()), seen
-    assert any(re.search(r"Could not create symlink: symlink /dev/nvidia-caps/nvidia-cap(\d+) "
-                         r"/host-dev-char/243:\1: file exists", t) for t in seen.values()), seen
+    assert any(
+        re.search(
+            r"Could not create symlink: symlink /dev/nvidia-caps/nvidia-cap(\d+) "
+            r"/host-dev-char/243:\1: file exists",
+            t,
+        )
+        for t in seen.values()
+    ), seen
     assert any(t.startswith("CUDA_DRIVER_SKIP_DUPLICATE_LINKS=true; new pod ") and "with it" in t
                and GLIBC in t for t in seen.values()), seen  # fmt: skip
     fault = report["states"]["fault"]
