@@ -320,6 +320,24 @@ def test_missing_operator_names_lab_up(toggle, lab):
         run_scenario(lab, variant(toggle, needs=Needs(operator=True)), out=lambda _line: None)
 
 
+def test_a_rehearsal_only_fault_is_refused_with_its_reason_on_a_lab_that_is_not_one(
+    toggle, lab, still, monkeypatch
+):
+    """A lab whose backend plays nothing (EKS) is refused before the baseline or the journal."""
+    monkeypatch.setattr(type(lab.backend), "simulated", False)
+    why = "no API raises it on a real GPU"
+    only_here = variant(toggle, needs=Needs(rehearsal_only=why))
+    expected = rf"runs only on a rehearsal lab .* lab 'tiny' is not one: {why}\. Nothing was"
+
+    with pytest.raises(ScenarioError, match=expected):
+        run_scenario(lab, only_here, out=lambda _line: None)
+    with pytest.raises(ScenarioError, match=expected):
+        inject_scenario(lab, only_here, out=lambda _line: None)
+
+    assert mode(still) == "on" and lab.journal.entries() == []
+    assert "a rehearsal lab" in describe_scenario(only_here)
+
+
 def test_unknown_scenario_lists_the_known_ones(lab):
     with pytest.raises(scenarios.UnknownScenario, match="known scenarios: .*device-plugin-off"):
         scenarios.get("no-such-fault")

@@ -105,9 +105,7 @@ def no_fault_left_behind(lab):
     """A test that fails midway leaves its faults reverted, so the next one starts healthy."""
     yield
     state_dir, env = lab
-    journal = state_dir / LAB / "journal.json"
-    entries = json.loads(journal.read_text())["entries"] if journal.exists() else []
-    if any(e["state"] in OUTSTANDING_STATES for e in entries):
+    if any(e["state"] in OUTSTANDING_STATES for e in journal_entries(state_dir)):
         run_invoke("scenario.revert", "--all", "--lab", LAB, env=env, timeout=300)
 
 
@@ -137,9 +135,14 @@ def everything_a_learner_reads(state_dir: Path, env: dict[str, str]) -> str:
     return "\n".join([cluster.stdout, status, listing])
 
 
+def journal_entries(state_dir: Path) -> list[dict]:
+    """The lab's journal entries as written on disk (none before the first injection)."""
+    journal = state_dir / LAB / "journal.json"
+    return json.loads(journal.read_text())["entries"] if journal.exists() else []
+
+
 def hidden_in_journal(state_dir: Path) -> list[dict]:
-    entries = json.loads((state_dir / LAB / "journal.json").read_text())["entries"]
-    return [e for e in entries if e.get("hidden")]
+    return [e for e in journal_entries(state_dir) if e.get("hidden")]
 
 
 def assert_hidden(names: list[str], *texts: str) -> None:
