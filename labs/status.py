@@ -169,9 +169,12 @@ def _cluster_policy(lab: Lab) -> dict[str, Any] | None:
     )
     if policy is None:
         return None
+    state = gpu.policy_state(policy)
+    said = gpu.policy_error(policy) if state != "ready" else {}
     return {
         "name": gpu.name_of(policy),
-        "state": (policy.get("status") or {}).get("state"),
+        "state": state,
+        "why": f"{said.get('reason', '')}: {said.get('message', '')}".strip(": "),
         "toggles": gpu.component_toggles(policy),
     }
 
@@ -240,6 +243,8 @@ def render(status: dict[str, Any]) -> str:
     if policy:
         toggles = " ".join(f"{k}={'on' if v else 'off'}" for k, v in policy["toggles"].items())
         lines.append(f"ClusterPolicy {policy['name']}: state {policy['state']}  {toggles}")
+        if policy["why"]:
+            lines.append(f"  the operator says: {policy['why']}")
     elif "clusterpolicy" in status:
         lines.append("ClusterPolicy: none (GPU Operator not installed)")
     lines += _alert_lines(status)

@@ -332,8 +332,7 @@ def policy_status(facts: Facts) -> list[DoctorFinding]:
     if policy is None or state != "notReady":
         return []
     where = subject("clusterpolicy", policy)
-    conditions = (policy.get("status") or {}).get("conditions") or []
-    error: Obj = next((c for c in conditions if c.get("type") == "Error"), {})
+    error: Obj = gpu.policy_error(policy)
     said = f"{error.get('reason', 'no Error condition')}: {error.get('message', '')}".strip(": ")
     return [
         kind("clusterpolicy-not-ready").found(

@@ -356,6 +356,12 @@ def policy_state(policy: Mapping[str, Any] | None) -> str:
     return str((policy.get("status") or {}).get("state") or "unset")
 
 
+def policy_error(policy: Mapping[str, Any]) -> dict[str, Any]:
+    """The operator's Error condition: its reason and message say which states are not ready."""
+    conditions = (policy.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c.get("type") == "Error"), {})
+
+
 def operator_deployment(objects: Objects) -> Obj | None:
     return objects.find("deployments", OPERATOR_DEPLOYMENT)
 
