@@ -73,9 +73,12 @@ def plugins_ready(on_nodes: int | None) -> Condition:
 
 def policy_ready_again(ctx: Context) -> Verdict:
     """status.state ready with the device plugin back on every node (not a stale "ready")."""
-    state = gpu.policy_state(gpu.cluster_policy(ctx.view))
+    policy = gpu.cluster_policy(ctx.view)
+    state = gpu.policy_state(policy)
     plugin_back = plugins_ready(None)(ctx)[0]
-    return plugin_back and state == "ready", f"status.state {state!r}"
+    said = gpu.policy_error(policy) if policy and state != "ready" else {}
+    why = f" ({said.get('message') or said.get('reason')})" if said else ""
+    return plugin_back and state == "ready", f"status.state {state!r}{why}"
 
 
 def probe_ran_after_waiting(name: str) -> Condition:

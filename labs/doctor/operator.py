@@ -21,6 +21,8 @@ from labs.kube.scheduling import pod_fits_selector
 
 MAX_POD_LOGS = 2  # not-ready pods of one DaemonSet whose logs are read
 PLUGIN_CONTAINER = "nvidia-device-plugin"  # the operator's container; the chart's adds "-ctr"
+# What kubectl shows of a pod that is still on its way up, not failing.
+STARTING = {"PodInitializing", "ContainerCreating"}
 # What turning a component off costs, for the info line (the device plugin is an error).
 DISABLED_MEANS = {
     "driver": "the driver must come with the node image (the AL2023 NVIDIA AMI has it)",
@@ -99,13 +101,21 @@ def _readiness(facts: Facts, ds: Obj) -> list[DoctorFinding]:
     name = gpu.name_of(ds)
     group = "device-plugin" if _is_plugin(ds) else "operand"
     shown = [f"{gpu.name_of(p)} ({_pod_state(p)})" for p in pods]
+    # A toggle rewrites an operand's template and its pods are replaced one node at a time: pods
+    # on their way up with nothing restarted are a rollout to look at again, not a root cause.
+    starting = bool(pods) and all(_starting(p) for p in pods)
     nodes = [
         node_subject(str(p["spec"].get("nodeName"))) for p in pods if p["spec"].get("nodeName")
     ]
     return [
         kind("operand-not-ready").found(
             subject("daemonset", ds),
-            f"DaemonSet {name}: {ready}/{desired} ready",
+            f"DaemonSet {name}: {ready}/{desired} ready"
+            + (
+                " (pods starting, none restarted: a rollout? look again in a minute)"
+                if starting
+                else ""
+            ),
             [
                 Evidence(
                     subject("daemonset", ds),
@@ -122,6 +132,8 @@ def _readiness(facts: Facts, ds: Obj) -> list[DoctorFinding]:
                     else []
                 ),
             ],
+            severity="warning" if starting else None,
+            confidence="medium" if starting else "high",
             read_logs=[r for p in pods[:MAX_POD_LOGS] for r in log_requests(p, group)],
             daemonset=name,
             ready=ready,
@@ -142,6 +154,23 @@ def _pod_state(pod: Obj) -> str:
             if waiting:
                 return f"{prefix}{waiting}"
     return str(status.get("phase") or "Pending")
+
+
+def _starting(pod: Obj) -> bool:
+    """Nothing restarted and nothing terminated in error: each container waits to start or
+    an init container runs."""
+    status = pod.get("status") or {}
+    containers = (status.get("initContainerStatuses") or []) + (
+        status.get("containerStatuses") or []
+    )
+    for container in containers:
+        state = container.get("state") or {}
+        if container.get("restartCount") or (state.get("terminated") or {}).get("exitCode"):
+            return False
+        waiting = (state.get("waiting") or {}).get("reason")
+        if waiting and waiting not in STARTING:
+            return False
+    return status.get("phase") in (None, "Pending", "Running")
 
 
 def _coverage(facts: Facts, ds: Obj) -> list[DoctorFinding]:

@@ -17,7 +17,7 @@ from labs.run.contract import Check, CheckResult, Context
 # real time (queues, back-offs, a pod's graceful deletion): a check never gets less than
 # this many wall-clock seconds, so a busy machine cannot fail it. Only a failing check
 # waits this long.
-MIN_TIMEOUT = 30.0
+MIN_TIMEOUT = 60.0
 # Checks are also re-evaluated this often (real-cluster seconds) when nothing changes, so a
 # "still so 30 s later" check is decided close to its moment; never more than 20 times a
 # wall-clock second, never less than once.

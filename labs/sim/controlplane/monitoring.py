@@ -45,10 +45,11 @@ SCRAPED = (
 _DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800, "y": 31536000}
 Say = Callable[[str], None]
-# The shortest `for:` the rehearsal plays (wall seconds): the world's own steps take a second
-# or two of real time on a busy machine (a node draining, an operand restarting), which at a
-# high speed would be minutes of the world and fire rules no real cluster would.
-MIN_FOR_SECONDS = 3.0
+# The shortest `for:` the rehearsal plays (wall seconds): the world's own steps take seconds
+# of real time on a busy machine (a node draining, an operand rolling out one node at a time
+# through its init containers), which at a high speed would be many minutes of the world and
+# fire rules no real cluster would.
+MIN_FOR_SECONDS = 8.0
 
 
 def seconds(duration: str) -> float:
