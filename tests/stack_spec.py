@@ -219,7 +219,6 @@ ADDONS: Final = frozenset(
         "metrics-server",
         "external-dns",
         "eks-pod-identity-agent",
-        "eks-node-monitoring-agent",
         "cert-manager",
     }
 )
