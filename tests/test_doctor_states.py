@@ -172,6 +172,46 @@ def test_toolkit_glibc_on_amazon_linux_2_is_the_cause_and_duplicate_symlinks_are
     assert report.exit_code == 1
 
 
+def test_a_validator_rolling_out_after_a_toggle_is_no_root_cause_but_a_crash_loop_is(cluster):
+    """devicePlugin.enabled=false makes the operator drop plugin-validation from the
+    validator's template, so its pods are replaced node by node: one starting pod (nothing
+    restarted) is a rollout to look at again, ranked below the switch that caused it."""
+    cluster.update(
+        CLUSTER_POLICY, "cluster-policy", lambda p: p["spec"]["devicePlugin"].update(enabled=False)
+    )
+    cluster.delete(DAEMONSETS, "nvidia-device-plugin-daemonset", NS)
+    starting = {
+        "phase": "Pending",
+        "conditions": [{"type": "Ready", "status": "False"}],
+        "initContainerStatuses": [
+            {"name": "driver-validation", "ready": True, "restartCount": 0,
+             "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}},
+            {"name": "cuda-validation", "ready": False, "restartCount": 0,
+             "state": {"running": {"startedAt": "2026-11-23T07:01:00Z"}}},
+        ],
+        "containerStatuses": [
+            {"name": VALIDATOR, "ready": False, "restartCount": 0,
+             "state": {"waiting": {"reason": "PodInitializing"}}},
+        ],
+    }  # fmt: skip
+    rolling = cluster.pods_of(VALIDATOR)[0]
+    cluster.update(PODS, rolling["metadata"]["name"], lambda p: p.update(status=starting), NS)
+    cluster.update(DAEMONSETS, VALIDATOR, lambda d: d["status"].update(numberReady=1), NS)
+
+    report = cluster.examine()
+    rollout = diagnosed(report)["operand-not-ready"]
+    assert report.probable_cause is not None
+    assert report.probable_cause.name == "device-plugin-disabled"
+    assert (rollout.severity, rollout.confidence) == ("warning", "medium")
+    assert "1/2 ready (pods starting, none restarted: a rollout?" in rollout.summary
+    assert "status = PodInitializing" in values(rollout)
+
+    crash_loop_validator(cluster, "")  # the same DaemonSet, its pods restarting
+    looping = diagnosed(cluster.examine())["operand-not-ready"]
+    assert (looping.severity, looping.confidence) == ("error", "high")
+    assert "rollout" not in looping.summary
+
+
 def test_duplicate_symlink_warnings_alone_are_not_called_the_cause(cluster):
     crash_loop_validator(cluster, SYMLINK_WARNINGS)
 
