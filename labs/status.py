@@ -169,12 +169,10 @@ def _cluster_policy(lab: Lab) -> dict[str, Any] | None:
     )
     if policy is None:
         return None
-    state = gpu.policy_state(policy)
-    said = gpu.policy_error(policy) if state != "ready" else {}
     return {
         "name": gpu.name_of(policy),
-        "state": state,
-        "why": f"{said.get('reason', '')}: {said.get('message', '')}".strip(": "),
+        "state": gpu.policy_state(policy),
+        "why": gpu.policy_error(policy),
         "toggles": gpu.component_toggles(policy),
     }
 

@@ -53,8 +53,8 @@ def policy_ready_again(ctx: Context) -> Verdict:
     policy = gpu.cluster_policy(ctx.view)
     state = gpu.policy_state(policy)
     plugin_back = plugins_ready(None)(ctx)[0]
-    said = gpu.policy_error(policy) if policy and state != "ready" else {}
-    why = f" ({said.get('message') or said.get('reason')})" if said else ""
+    said = gpu.policy_error(policy)
+    why = f" ({said})" if said else ""
     return plugin_back and state == "ready", f"status.state {state!r}{why}"
 
 

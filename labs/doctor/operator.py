@@ -361,8 +361,8 @@ def policy_status(facts: Facts) -> list[DoctorFinding]:
     if policy is None or state != "notReady":
         return []
     where = subject("clusterpolicy", policy)
-    error: Obj = gpu.policy_error(policy)
-    said = f"{error.get('reason', 'no Error condition')}: {error.get('message', '')}".strip(": ")
+    error: Obj = gpu.policy_error_condition(policy)
+    said = gpu.policy_error(policy) or "no Error condition"
     return [
         kind("clusterpolicy-not-ready").found(
             where,

@@ -356,10 +356,19 @@ def policy_state(policy: Mapping[str, Any] | None) -> str:
     return str((policy.get("status") or {}).get("state") or "unset")
 
 
-def policy_error(policy: Mapping[str, Any]) -> dict[str, Any]:
-    """The operator's Error condition: its reason and message say which states are not ready."""
+def policy_error_condition(policy: Mapping[str, Any]) -> dict[str, Any]:
+    """The operator's Error condition ({} when it has none)."""
     conditions = (policy.get("status") or {}).get("conditions") or []
     return next((c for c in conditions if c.get("type") == "Error"), {})
+
+
+def policy_error(policy: Mapping[str, Any] | None) -> str:
+    """Why the operator holds a ClusterPolicy not ready, as `reason: message` (its Error
+    condition names the states); "" while it is ready."""
+    if policy is None or policy_state(policy) == "ready":
+        return ""
+    error = policy_error_condition(policy)
+    return f"{error.get('reason', '')}: {error.get('message', '')}".strip(": ")
 
 
 def operator_deployment(objects: Objects) -> Obj | None:
