@@ -159,18 +159,14 @@ def _pod_state(pod: Obj) -> str:
 def _starting(pod: Obj) -> bool:
     """Nothing restarted and nothing terminated in error: each container waits to start or
     an init container runs."""
-    status = pod.get("status") or {}
-    containers = (status.get("initContainerStatuses") or []) + (
-        status.get("containerStatuses") or []
-    )
-    for container in containers:
+    for container in gpu.container_statuses(pod):
         state = container.get("state") or {}
         if container.get("restartCount") or (state.get("terminated") or {}).get("exitCode"):
             return False
         waiting = (state.get("waiting") or {}).get("reason")
         if waiting and waiting not in STARTING:
             return False
-    return status.get("phase") in (None, "Pending", "Running")
+    return (pod.get("status") or {}).get("phase") in (None, "Pending", "Running")
 
 
 def _coverage(facts: Facts, ds: Obj) -> list[DoctorFinding]:
