@@ -106,7 +106,7 @@ def _reverter() -> Callable[..., list[str]]:
     """What lab.down reverts with: every journalled fault, then a practice exercise whose
     faults are gone is recorded as abandoned."""
     import scenarios
-    from labs.lifecycle import AfterRevert
+    from labs.commands.down import AfterRevert
     from labs.practice.exercise import settle
     from labs.run.engine import revert_scenarios
 
@@ -169,14 +169,14 @@ def up(
 ) -> None:
     """Bring up the lab: infra (with --monitoring, Prometheus and the GPU alert rules),
     kubeconfig, GPU Operator, GPU time limit, GPU nodes, probe."""
-    from labs import lifecycle
+    from labs.commands import up as up_command
 
     operator = False if no_operator else None
     settings = _settings(
         c, lab=lab, gpus=gpus, operator=operator, monitoring=True if monitoring else None,
         ttl=ttl, kubeconfig=kubeconfig, context=context,
     )  # fmt: skip
-    made = lifecycle.up(
+    made = up_command.up(
         settings, sim=sim, dry_run=dry_run, console=_console(), confirm=_confirmer(yes),
         keep_later=ttl is None,
     )  # fmt: skip
@@ -185,8 +185,8 @@ def up(
 
 
 def _smoke(target: Any, nccl: bool) -> None:
-    from labs.smoke import render
-    from labs.smoke import smoke as run_smoke
+    from labs.commands.smoke import render
+    from labs.commands.smoke import smoke as run_smoke
 
     result = run_smoke(target, _console(), nccl=nccl)
     print("\n".join(render(result, simulated=target.backend.simulated)))
@@ -231,7 +231,7 @@ def scale(
     context: str | None = None,
 ) -> None:
     """Scale the GPU node group (EKS API), setting or removing the GPU time limit, and wait."""
-    from labs import lifecycle
+    from labs.commands import scale as scale_command
     from labs.settings import SettingsError
 
     try:
@@ -239,7 +239,7 @@ def scale(
     except ValueError:
         raise SettingsError(f"GPU count {count!r} is not a whole number; use e.g. 2") from None
     target = _open(c, lab, kubeconfig, context, ttl=ttl)
-    lifecycle.scale(target, wanted, _console(), confirm=_confirmer(yes), keep_later=ttl is None)
+    scale_command.scale(target, wanted, _console(), confirm=_confirmer(yes), keep_later=ttl is None)
 
 
 @task(help={**LAB_HELP, "ttl": flag_help()["ttl"], "yes": "do not ask before --ttl off"})
@@ -262,7 +262,7 @@ def extend(
 @_friendly
 def list_labs(c: Context, lab: str | None = None) -> None:
     """Every lab under the state directory: backend, reachable, GPUs, cost, time limit, faults."""
-    from labs import status as lab_status
+    from labs.commands import status as lab_status
 
     settings = _settings(c)
     print(lab_status.render_list(lab_status.gather_all(settings), str(settings.state_dir)))
@@ -274,7 +274,7 @@ def status(
     c: Context, lab: str | None = None, kubeconfig: str | None = None, context: str | None = None
 ) -> None:
     """Show backend, node groups, nodes and GPUs, operator components, faults, cost per hour."""
-    from labs import status as lab_status
+    from labs.commands import status as lab_status
 
     facts = lab_status.gather(_open(c, lab, kubeconfig, context))
     print(lab_status.render(facts))
@@ -288,7 +288,7 @@ def env(
     c: Context, lab: str | None = None, kubeconfig: str | None = None, context: str | None = None
 ) -> None:
     """Print shell exports for kubectl/aws by hand: eval "$(invoke lab.env)"."""
-    from labs.status import env_exports
+    from labs.commands.status import env_exports
 
     print(env_exports(_open(c, lab, kubeconfig, context)))
 
@@ -364,7 +364,7 @@ def down(
     context: str | None = None,
 ) -> None:
     """Cost guard: revert injected faults, GPU nodes to 0 and wait; --destroy ends the week."""
-    from labs import lifecycle
+    from labs.commands import down as down_command
     from labs.settings import SettingsError
 
     if all and (lab or kubeconfig):
@@ -372,7 +372,7 @@ def down(
             "--all takes every lab under the state directory; drop --lab/--kubeconfig"
         )
     settings = _settings(c, lab=lab, kubeconfig=kubeconfig, context=context)
-    run_down = lifecycle.down_all if all else lifecycle.down
+    run_down = down_command.down_all if all else down_command.down
     run_down(
         settings,
         destroy=destroy,
@@ -722,7 +722,7 @@ def history(
 def demo(c: Context, lab: str = "demo") -> None:
     """The whole story on the local rehearsal backend: up, device-plugin-off, report, down."""
     import scenarios
-    from labs.demo import run_demo
+    from labs.commands.demo import run_demo
 
     catalogue = scenarios.all_scenarios()
     code = run_demo(_settings(c, lab=lab), catalogue[DEMO_SCENARIO], catalogue, _console())

@@ -25,9 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from labs import lifecycle  # noqa: E402
 from labs.aws import stack  # noqa: E402
 from labs.aws.cloud import nodegroup_instances  # noqa: E402
+from labs.commands import down, scale, up  # noqa: E402
 from labs.console import Console  # noqa: E402
 from labs.lab import Lab  # noqa: E402
 from labs.settings import LabSettings, load_settings  # noqa: E402
@@ -44,15 +44,15 @@ def settings(state_dir: Path, lab: str, speed: float, gpus: int, operator: bool)
 
 def write_up_order(state_dir: Path, speed: float, gpus: int, console: Console) -> Lab:
     """Base stack, GPU nodes, then the operator's apply, then wait for it and probe."""
-    lifecycle.up(settings(state_dir, "writeup", speed, 0, False), True, False, console)
+    up.up(settings(state_dir, "writeup", speed, 0, False), True, False, console)
     lab = Lab.open(settings(state_dir, "writeup", speed, gpus, True))
-    lifecycle.scale(lab, gpus, console)
-    lifecycle.apply_changes(lab, {stack.ENABLE_GPU_OPERATOR: True}, console)
-    return lifecycle.up(lab.settings, True, False, console)  # waits, then the probe
+    scale.scale(lab, gpus, console)
+    up.apply_changes(lab, {stack.ENABLE_GPU_OPERATOR: True}, console)
+    return up.up(lab.settings, True, False, console)  # waits, then the probe
 
 
 def lab_up_order(state_dir: Path, speed: float, gpus: int, console: Console) -> Lab:
-    return lifecycle.up(settings(state_dir, "labup", speed, gpus, True), True, False, console)
+    return up.up(settings(state_dir, "labup", speed, gpus, True), True, False, console)
 
 
 def gpu_node_minutes(lab: Lab, until: datetime) -> float:
@@ -76,7 +76,7 @@ def measure(
     try:
         return gpu_node_minutes(lab, probed), wall
     finally:
-        lifecycle.down(lab.settings, True, lambda _q: True, lambda _lab, _c: [], console)
+        down.down(lab.settings, True, lambda _q: True, lambda _lab, _c: [], console)
 
 
 def main() -> None:

@@ -14,6 +14,14 @@ class InfraError(LabError, RuntimeError):
     """Infrastructure could not be planned, applied, read or destroyed; the message says why."""
 
 
+class CommandError(LabError):
+    """A lab command (up, scale, down) could not go on; the message says what to do."""
+
+
+class NotRecorded(CommandError):
+    """The backend change was made, but the lab's files could not record it (a full disk)."""
+
+
 class ReadOnlyTarget(LabError):
     """The target is a cluster the tool did not create: it is only ever read."""
 

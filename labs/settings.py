@@ -162,7 +162,7 @@ class LabSettings:
         GPU nodes are scaled through the EKS API, never through Terraform.
         `cross_node_traffic=False` removes both node-to-node allow rules (nccl-sg-block).
         `enable_monitoring` is the `monitoring` setting (a lab's first apply; later applies
-        keep the value last applied, see lifecycle.full_variables).
+        keep the value last applied, see labs.commands.up.full_variables).
         """
         return {
             stack.CLUSTER_BASE_NAME: self.lab,

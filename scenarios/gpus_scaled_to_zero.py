@@ -16,9 +16,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from labs import lifecycle
 from labs.aws.cloud import describe_gpu_nodegroup
 from labs.aws.stack import NODE_TEMPLATE_TAG_PREFIX
+from labs.commands.scale import gpu_nodegroup, request_gpu_nodes
 from labs.kube import gpu, probes, rest
 from labs.kube.view import ClusterView, Objects
 from labs.lab import Lab
@@ -57,7 +57,7 @@ def session_size(lab: Lab) -> int:
 
 def node_group(lab: Lab) -> dict[str, Any]:
     """The GPU node group as EKS describes it (scaling, tags)."""
-    cluster, group = lifecycle.gpu_nodegroup(lab)
+    cluster, group = gpu_nodegroup(lab)
     return describe_gpu_nodegroup(lab.aws_client("eks"), cluster, group)
 
 
@@ -76,7 +76,7 @@ def inject(lab: Lab) -> None:
     UpdateNodegroupConfig minSize=0, desiredSize=0 after checking the cluster and the AWS
     account are the lab's own; the GPU nodes then go.
     """
-    lifecycle.request_gpu_nodes(lab, 0)
+    request_gpu_nodes(lab, 0)
 
 
 def detect(lab: Lab, view: ClusterView) -> bool:
@@ -90,7 +90,7 @@ def revert(lab: Lab) -> None:
 
     What `invoke lab.scale 2` asks: desiredSize = the lab's `gpus` setting (at least 2).
     """
-    lifecycle.request_gpu_nodes(lab, session_size(lab))
+    request_gpu_nodes(lab, session_size(lab))
 
 
 # --- symptoms (T+ from the injection) --------------------------------------------------------
@@ -150,7 +150,7 @@ def diagnose(ctx: Context) -> list[Finding]:
     lab, view = ctx.lab, ctx.view
     phase, events = gpu.pod_story(view, PROBE)
     group = node_group(lab)
-    cluster, name = lifecycle.gpu_nodegroup(lab)
+    cluster, name = gpu_nodegroup(lab)
     describe = f"aws eks describe-nodegroup --cluster-name {cluster} --nodegroup-name {name}"
     found = autoscalers(lab)
     return [

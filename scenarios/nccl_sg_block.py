@@ -20,9 +20,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from labs import lifecycle
 from labs.aws import node_network, stack
 from labs.aws.node_network import NodeRules, every_rule, node_rules
+from labs.commands.up import apply_changes, full_variables
 from labs.console import Console
 from labs.errors import LabError
 from labs.kube import gpu, probes, workloads
@@ -107,12 +107,12 @@ def baseline(lab: Lab, view: ClusterView) -> dict[str, Any]:
 
 def inject(lab: Lab) -> None:
     """Apply the lab's full variable set with both security-group toggles false."""
-    lifecycle.apply_changes(lab, _variables(False), Console())
+    apply_changes(lab, _variables(False), Console())
 
 
 def revert(lab: Lab) -> None:
     """Apply the lab's full variable set with both toggles true (idempotent)."""
-    lifecycle.apply_changes(lab, _variables(True), Console())
+    apply_changes(lab, _variables(True), Console())
 
 
 def reset(lab: Lab) -> None:
@@ -131,7 +131,7 @@ def detect(lab: Lab, view: ClusterView) -> bool:
 
 def preview(lab: Lab) -> list[str]:
     """The infrastructure plan of the injection: the two rules removed, nothing else."""
-    return lab.infra().plan(lifecycle.full_variables(lab, **_variables(False)))
+    return lab.infra().plan(full_variables(lab, **_variables(False)))
 
 
 # --- symptoms and recovery ----------------------------------------------------------------
@@ -256,7 +256,7 @@ def diagnose(ctx: Context) -> list[Finding]:
     lab = ctx.lab
     rules = node_rules(lab)
     toggles = {name: (lab.variables or {}).get(name) for name in TOGGLES}
-    fix = lab.infra().plan(lifecycle.full_variables(lab, **_variables(True)))
+    fix = lab.infra().plan(full_variables(lab, **_variables(True)))
     return [
         Finding("1. the job's logs", "kubectl logs nccl-allreduce-0; kubectl logs nccl-allreduce-1",
                 _seen(ctx, "allreduce"),

@@ -29,9 +29,9 @@ from lab_support import TEST_TTL, pause
 from tool_support import require_tool, require_venv_tool
 
 import scenarios
-from labs import status as lab_status
 from labs.aws.cloud import scale_gpu_nodegroup
 from labs.backends import REHEARSAL
+from labs.commands import status as lab_status
 from labs.journal import INJECTED, REVERTED
 from labs.kube import rest, workloads
 from labs.kube.gpu import (

@@ -22,7 +22,7 @@ from lab_support import ROOT, invoke_env, run_invoke
 from scenario_support import LAB_NAME, SimLab, by_hand_env, quiet, wait_ready
 
 import scenarios
-from labs import lifecycle
+from labs.commands.scale import scale
 from labs.console import Console
 from labs.doctor.model import Report
 from labs.doctor.render import SCHEMA, as_document, as_text
@@ -211,7 +211,7 @@ def test_security_group_rules_that_block_nccl_are_named_on_a_lab(sim_lab: SimLab
 def test_gpu_nodes_scaled_to_zero_are_named_with_the_node_group(sim_lab: SimLab):
     lab = sim_lab.lab
     console = Console(io.StringIO())
-    lifecycle.scale(lab, 0, console)
+    scale(lab, 0, console)
     try:
         probes.create_probe(lab)
         deadline = time.monotonic() + 30
@@ -220,7 +220,7 @@ def test_gpu_nodes_scaled_to_zero_are_named_with_the_node_group(sim_lab: SimLab)
             time.sleep(0.1)  # until the scheduler has said why the probe waits
     finally:
         probes.delete_probe(lab, 30)
-        lifecycle.scale(lab, 2, console)
+        scale(lab, 2, console)
     wait_ready(lab)
 
     cause = report.probable_cause

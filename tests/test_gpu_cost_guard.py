@@ -27,11 +27,11 @@ from botocore.stub import ANY, Stubber
 from lab_support import ROOT, in_order, invoke_env, pid_alive, run_invoke, sim_pid
 from tool_support import require_venv_tool
 
-from labs import lifecycle
 from labs.aws import stack
 from labs.aws.pricing import estimate_hourly_cost
 from labs.aws.schedules import EKS_SCALE_TARGET, due_at
 from labs.backends import AWS, REHEARSAL
+from labs.commands.scale import scale
 from labs.console import Console
 from labs.errors import LabError
 from labs.journal import INJECTED
@@ -414,7 +414,7 @@ def test_a_failed_scaling_update_reaches_the_user_with_eks_own_error(tmp_path, m
         )
 
         with pytest.raises(LabError) as raised:  # the task prints a LabError as `error: ...`
-            lifecycle.scale(lab, 1, Console(out))
+            scale(lab, 1, Console(out))
 
         api.assert_no_pending_responses()
     message = str(raised.value)

@@ -29,13 +29,12 @@ from scenario_support import own_world
 from tool_support import require_tool, require_venv_tool
 
 import scenarios
-from labs import lifecycle
 from labs.aws import stack
 from labs.aws.schedules import due_at
+from labs.commands import down, scale, up
 from labs.console import Console
-from labs.errors import InfraError
+from labs.errors import CommandError, InfraError
 from labs.lab import Lab
-from labs.lifecycle import LifecycleError
 from labs.settings import load_settings
 from labs.sim.aws.seed import moto_clients
 
@@ -147,7 +146,7 @@ def _tfvars(settings) -> dict:
 def test_aws_dry_run_prints_the_plan_and_the_calls_and_changes_nothing(aws_world):
     world, settings = aws_world
     console, out = _console()
-    lifecycle.up(settings, sim=False, dry_run=True, console=console)
+    up.up(settings, sim=False, dry_run=True, console=console)
     text = out.getvalue()
     assert "nothing is changed" in text
     assert "account   123456789012" in text, "the read-only preflight runs in a dry run"
@@ -161,7 +160,7 @@ def test_aws_dry_run_prints_the_plan_and_the_calls_and_changes_nothing(aws_world
 def test_aws_lab_up_applies_with_terraform_then_scales_through_the_eks_api(aws_world):
     world, settings = aws_world
     console, out = _console()
-    lab = lifecycle.up(settings, sim=False, dry_run=False, console=console)
+    lab = up.up(settings, sim=False, dry_run=False, console=console)
     text = out.getvalue()
     assert lab.backend.name == "aws"
     assert _scaling(world) == {"minSize": 0, "maxSize": 2, "desiredSize": 2}
@@ -180,7 +179,7 @@ def test_aws_lab_up_applies_with_terraform_then_scales_through_the_eks_api(aws_w
 def test_aws_lab_up_twice_does_no_second_apply_or_scale(aws_world):
     _, settings = aws_world
     console, out = _console()
-    lifecycle.up(settings, sim=False, dry_run=False, console=console)
+    up.up(settings, sim=False, dry_run=False, console=console)
     text = out.getvalue()
     assert text.count("already applied with these variables; skipping") == 2
     assert "(already so; no API call)" in text
@@ -189,7 +188,7 @@ def test_aws_lab_up_twice_does_no_second_apply_or_scale(aws_world):
 def test_aws_lab_scale_carries_min_0_max_2_and_waits(aws_world):
     world, settings = aws_world
     console, out = _console()
-    lifecycle.scale(Lab.open(settings), 1, console)
+    scale.scale(Lab.open(settings), 1, console)
     assert _scaling(world) == {"minSize": 0, "maxSize": 2, "desiredSize": 1}
     assert "1 GPU node(s):" in out.getvalue()
 
@@ -220,7 +219,7 @@ def test_monitoring_from_lab_up_stays_through_a_scenarios_toggles_and_a_plain_la
     a lab.up without the flag) run with the setting off and must keep what was applied."""
     _, settings = aws_world
     console, out = _console()
-    lifecycle.up(replace(settings, monitoring=True), sim=False, dry_run=False, console=console)
+    up.up(replace(settings, monitoring=True), sim=False, dry_run=False, console=console)
     assert "+ create terraform_data.monitoring[0]" in out.getvalue()
     on = _tfvars(settings)
     assert on[stack.ENABLE_MONITORING] is True
@@ -234,7 +233,7 @@ def test_monitoring_from_lab_up_stays_through_a_scenarios_toggles_and_a_plain_la
     assert _tfvars(settings) == on
 
     console, out = _console()
-    lifecycle.up(settings, sim=False, dry_run=False, console=console)
+    up.up(settings, sim=False, dry_run=False, console=console)
     assert _tfvars(settings) == on
     assert "terraform_data.monitoring" not in out.getvalue()
 
@@ -246,11 +245,11 @@ def test_lab_down_scales_to_zero_even_when_a_revert_fails(aws_world):
     lab.journal.mark(entry, "injected")
 
     def failing_revert(_lab, _console):
-        raise LifecycleError("the cluster API did not answer")
+        raise CommandError("the cluster API did not answer")
 
     console, out = _console()
-    with pytest.raises(LifecycleError, match="could not be reverted: stuck-fault"):
-        lifecycle.down(
+    with pytest.raises(CommandError, match="could not be reverted: stuck-fault"):
+        down.down(
             settings, destroy=False, confirm=lambda _q: False, revert=failing_revert,
             console=console,
         )  # fmt: skip
@@ -306,25 +305,25 @@ def test_aws_lab_down_reaches_zero_gpus_whatever_kubernetes_says(aws_world, dama
     """The GPU node group is an AWS resource: lab.down scales it to 0 through the EKS API
     whatever the lab's Kubernetes says, names what it could not read there, and exits 1."""
     world, settings = aws_world
-    lifecycle.scale(Lab.open(settings), 2, _console()[0])
+    scale.scale(Lab.open(settings), 2, _console()[0])
     env = _aws_env(world, settings)
 
     with _kubernetes_damaged(world, settings.paths.kubeconfig, damage) as named:
-        down = run_invoke("lab.down", "--lab", LAB, env=env, timeout=600)
+        ran = run_invoke("lab.down", "--lab", LAB, env=env, timeout=600)
 
-    assert down.returncode == 1, down.stdout + down.stderr
-    assert "Traceback" not in down.stdout + down.stderr
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    assert "Traceback" not in ran.stdout + ran.stderr
     assert desired_by_aws_cli(env, LAB) == 0
-    assert f"GPU node group {LAB}-ng-gpu reads desiredSize 0 (the EKS API took it)" in down.stderr
-    assert "could not watch the GPU nodes leave through Kubernetes" in down.stderr
-    assert named in down.stderr
+    assert f"GPU node group {LAB}-ng-gpu reads desiredSize 0 (the EKS API took it)" in ran.stderr
+    assert "could not watch the GPU nodes leave through Kubernetes" in ran.stderr
+    assert named in ran.stderr
 
 
 def test_aws_lab_down_scales_to_zero_and_is_safe_twice(aws_world):
     world, settings = aws_world
     for _ in range(2):
         console, out = _console()
-        lifecycle.down(
+        down.down(
             settings, destroy=False, confirm=lambda _q: False,
             revert=lambda lab, c: [], console=console,
         )  # fmt: skip
@@ -342,12 +341,12 @@ def test_lab_down_destroy_completes_with_the_gpu_node_group_deleted_out_of_band(
     )
     env = _aws_env(world, settings)
 
-    down = run_invoke("lab.down", "--lab", LAB, "--destroy", "--yes", env=env)
+    ran = run_invoke("lab.down", "--lab", LAB, "--destroy", "--yes", env=env)
 
-    assert down.returncode == 0, down.stdout + down.stderr
-    assert f"GPU node group {LAB}-ng-gpu of cluster {LAB}: not found" in down.stdout
-    assert DESTROYED_MARKER in down.stdout, "terraform destroy did not run"
-    assert f"lab {LAB!r} is gone" in down.stdout
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert f"GPU node group {LAB}-ng-gpu of cluster {LAB}: not found" in ran.stdout
+    assert DESTROYED_MARKER in ran.stdout, "terraform destroy did not run"
+    assert f"lab {LAB!r} is gone" in ran.stdout
     assert not settings.paths.state_file.exists()
 
 
@@ -389,9 +388,9 @@ resource "terraform_data" "fails" {{
     try:
         console, _ = _console()
         with pytest.raises(InfraError):
-            lifecycle.up(settings, sim=False, dry_run=False, console=console)
+            up.up(settings, sim=False, dry_run=False, console=console)
         assert not marker.exists()
-        lifecycle.down(
+        down.down(
             settings, destroy=True, confirm=lambda _q: True, revert=lambda lab, c: [],
             console=console,
         )  # fmt: skip

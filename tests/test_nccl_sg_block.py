@@ -27,12 +27,12 @@ from tool_support import require_tool, require_venv_tool
 import scenarios
 from labs.aws import stack
 from labs.aws.node_network import node_rules
+from labs.commands.smoke import render, smoke
 from labs.console import Console
 from labs.journal import REVERTED
 from labs.kube import workloads
 from labs.kube.verdicts import allreduce_verdict, cuda_verdict, tcp_verdict
 from labs.run.engine import ScenarioError, inject_scenario, revert_scenarios, run_scenario
-from labs.smoke import render, smoke
 
 REAL = Path(__file__).parent / "fixtures" / "real-gpu"
 NAME = "nccl-sg-block"
@@ -75,10 +75,10 @@ def test_the_real_recordings_read_as_expected():
 
 
 def _toggles(lab, on: bool) -> None:
-    from labs import lifecycle
+    from labs.commands.up import apply_changes
 
     changes = {stack.ENABLE_AUX_SG_VPC_ALLOW: on, stack.NODE_SG_ENABLE_RECOMMENDED_RULES: on}
-    lifecycle.apply_changes(lab, changes, Console(open(os.devnull, "w")))
+    apply_changes(lab, changes, Console(open(os.devnull, "w")))
 
 
 def _run(lab, workload) -> dict[str, workloads.PodRun]:

@@ -32,7 +32,7 @@ from scenario_support import (
 from tool_support import require_tool
 
 import scenarios
-from labs import status as lab_status
+from labs.commands import status as lab_status
 from labs.kube import gpu
 from labs.kube.probes import PROBE_MANIFEST
 from labs.kube.workloads import ALLREDUCE, CUDA_CHECK, MANIFESTS, TCP_CHECK, Workload

@@ -36,8 +36,8 @@ from tool_support import require_tool
 
 from labs.aws import stack as contract
 from labs.backends import AWS
+from labs.commands.up import full_variables, up_variables
 from labs.lab import Lab
-from labs.lifecycle import full_variables, up_variables
 from labs.settings import load_settings
 
 VALUES_FILE = '${file("${path.module}/monitoring_values.yaml")}'

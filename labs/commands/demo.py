@@ -23,7 +23,7 @@ def run_demo(
     console: Console,
 ) -> int:
     """Run the demo; return the process exit code (0 only when the scenario proved recovery)."""
-    from labs import lifecycle
+    from labs.commands import down, up
     from labs.run.engine import revert_scenarios, run_scenario
 
     settings = replace(settings, gpus=max(settings.gpus, 2), operator=True, monitoring=True)
@@ -35,10 +35,10 @@ def run_demo(
         )
     console.say(f"eks-gpu-lab demo: rehearsal lab {settings.lab!r} (no AWS, nothing billed)")
     try:
-        lab = lifecycle.up(settings, sim=True, dry_run=False, console=console)
+        lab = up.up(settings, sim=True, dry_run=False, console=console)
         result = run_scenario(lab, scenario, out=console.say)
     finally:
-        lifecycle.down(
+        down.down(
             settings,
             destroy=True,
             confirm=lambda _question: True,
