@@ -41,7 +41,7 @@ RUN_STOP_SECONDS = 120.0
 def down(
     settings: LabSettings,
     destroy: bool,
-    confirm: Callable[[str], bool],
+    confirm: Confirm,
     revert: Reverter,
     console: Console,
 ) -> None:
@@ -201,9 +201,7 @@ def _gone_group_idle(
     return f"GPU {where} does not exist"
 
 
-def _destroy(
-    lab: Lab, confirm: Callable[[str], bool], console: Console, problems: list[str]
-) -> None:
+def _destroy(lab: Lab, confirm: Confirm, console: Console, problems: list[str]) -> None:
     question = f"Destroy lab {lab.name!r} ({lab.backend.name}) and everything in it?"
     if not confirm(question):
         raise CommandError("not destroyed: confirmation refused (pass --yes to skip the question)")

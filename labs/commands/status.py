@@ -24,7 +24,7 @@ from labs.kube.view import Snapshot, check_access, check_lab_kubeconfig
 from labs.lab import Lab, known_labs
 from labs.settings import LabSettings
 
-KUBERC = Path(__file__).resolve().parent.parent / "kube" / "kuberc.yaml"
+KUBERC = Path(gpu.__file__).resolve().parent / "kuberc.yaml"  # with the kube layer
 
 
 def gather(lab: Lab) -> dict[str, Any]:
