@@ -8,11 +8,34 @@ scenario only names which probe or how many nodes.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from labs.kube import gpu, probes
 from labs.run.contract import Context, Step, Verdict
 
 Condition = Callable[[Context], Verdict]
+
+
+def init_status(pod: dict[str, Any] | None, name: str) -> dict[str, Any]:
+    """The status of the pod's init container `name` ({} when it has none)."""
+    statuses = ((pod or {}).get("status") or {}).get("initContainerStatuses") or []
+    return next((s for s in statuses if s["name"] == name), {})
+
+
+def describe_init(pod: dict[str, Any] | None, name: str, no_pod: str) -> str:
+    """`<pod> <name>: waiting CrashLoopBackOff, restarts N, last exit 1` (`no_pod` for None)."""
+    if pod is None:
+        return no_pod
+    status = init_status(pod, name)
+    state = status.get("state") or {}
+    now = next(iter(state), "none")
+    reason = (state.get(now) or {}).get("reason", "")
+    last = ((status.get("lastState") or {}).get("terminated") or {}).get("exitCode")
+    return (
+        f"{gpu.name_of(pod)} {name}: {f'{now} {reason}'.rstrip()}, "
+        f"restarts {status.get('restartCount', 0)}"
+        f"{f', last exit {last}' if last is not None else ''}"
+    )
 
 
 def policy_state_step(means: str) -> Step:
@@ -89,5 +112,21 @@ def policy_stays_ready(fault_seen: Condition) -> Condition:
         state = gpu.policy_state(gpu.cluster_policy(ctx.view))
         in_effect, seen = fault_seen(ctx)
         return in_effect and state == "ready", f"status.state {state!r} while {seen}"
+
+    return condition
+
+
+def policy_not_ready_naming(state: str) -> Condition:
+    """ClusterPolicy status.state notReady, its Error condition naming operator state `state`
+    (`... states not ready: [state-device-plugin ...]`)."""
+
+    def condition(ctx: Context) -> Verdict:
+        policy = gpu.cluster_policy(ctx.view) or {}
+        now = gpu.policy_state(policy)
+        conditions = (policy.get("status") or {}).get("conditions") or []
+        error: dict[str, Any] = next((c for c in conditions if c.get("type") == "Error"), {})
+        message = str(error.get("message", ""))
+        held = now == "notReady" and state in message
+        return held, f"status.state {now!r}: {message or 'no Error condition'}"
 
     return condition

@@ -83,6 +83,37 @@ def remove_pinned(lab: Lab) -> None:
     probes.delete_probe(lab, lab.settings.probe_timeout, name=PINNED)
 
 
+REJECTED = "UnexpectedAdmissionError"  # kubelet's reason for a pod the device manager refused
+SETTLE_SECONDS = 300.0  # real-cluster seconds for a device-plugin rollout to reach every node
+
+
+def _plugin_settled(view: ClusterView) -> bool:
+    plugin = gpu.daemonset(view)
+    values = gpu.allocatable_by_node(view)
+    return (
+        plugin is not None
+        and gpu.daemonset_rolled_out(plugin)
+        and len(set(gpu.daemonset_counts(plugin))) == 1
+        and bool(values)
+        and all(value == "1" for value in values.values())
+    )
+
+
+def settle_then_repin(lab: Lab) -> None:
+    """The tool's part after a learner's fix, before its pinned probe counts: the device plugin
+    settled on every GPU node (a restart, the learner's or a reset's, rolls it), then a pinned
+    probe kubelet rejected meanwhile (`UnexpectedAdmissionError`: bound as the plugin went)
+    pinned again. The race is kubelet's; the tool's own probe must not fail a right fix."""
+    with lab.view() as view:
+        view.wait_for(_plugin_settled, SETTLE_SECONDS / lab.speed + 30.0,
+                      "the device plugin settled on every GPU node")  # fmt: skip
+        found = gpu.pod(view, PINNED) or {}
+    status, spec = found.get("status") or {}, found.get("spec") or {}
+    if status.get("phase") == "Failed" and status.get("reason") == REJECTED:
+        node = spec.get("nodeName") or (spec.get("nodeSelector") or {}).get(probes.HOSTNAME_LABEL)
+        probes.recreate_probe(lab, lab.settings.probe_timeout, name=PINNED, node=node)
+
+
 def only_node_dark(ctx: Context) -> Verdict:
     values = gpu.allocatable_by_node(ctx.view)
     node, others = ctx.baseline["node"], ctx.baseline["others"]

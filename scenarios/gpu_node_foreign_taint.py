@@ -267,4 +267,5 @@ SCENARIO = Scenario(
     gauges=gpu.gpu_gauges(PINNED),
     by_hand=by_hand,
     clean_up=remove_pinned,
+    reset=_one_node.settle_then_repin,
 )

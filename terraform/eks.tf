@@ -57,6 +57,11 @@ module "eks" {
     external-dns = {
       most_recent = true
     }
+    # Sets node conditions such as AcceleratedHardwareReady (an Xid on a GPU) that the
+    # doctor and the gpu-xid-79 scenario read.
+    eks-node-monitoring-agent = {
+      most_recent = true
+    }
     eks-pod-identity-agent = {
       most_recent = true
     }

@@ -99,6 +99,17 @@ FAULTS: dict[str, dict[str, float | None]] = {
     },
     "device-plugin-off-one-node": {allocatable("gpu-a"): 0.0, **waiting("gpu-probe")},
     "gpu-node-foreign-taint": {allocatable("gpu-a"): 0.0, **waiting("gpu-probe")},
+    # the plugin pod (and GFD's, which runs the same config-manager-init) is Init:CrashLoopBackOff
+    # on gpu-a; the operator counts the unavailable pods: notReady
+    "device-plugin-config-missing": {
+        allocatable("gpu-a"): 0.0,
+        unavailable("nvidia-device-plugin-daemonset"): 1.0,
+        unavailable("gpu-feature-discovery"): 1.0,
+        RECONCILED: 0.0,
+        **waiting("gpu-probe"),
+    },
+    # the plugin marks the lost GPU unhealthy (allocatable 0); dcgm-exporter keeps its last Xid
+    "gpu-xid-79": {allocatable("gpu-a"): 0.0, xid("gpu-a"): 79.0},
     "gpus-scaled-to-zero": {**GPU_NODES_GONE, **waiting("gpu-probe")},
     "mig-on-a10g": waiting("gpu-probe", "nvidia_com_mig_1g_5gb"),
     "missing-gpu-limit": {
@@ -119,6 +130,31 @@ FAULTS: dict[str, dict[str, float | None]] = {
         for key, value in ((requests(rank), 1.0), (phase(rank, "Failed"), 1.0))
     },
     "operator-down": {OPERATOR_AVAILABLE: 0.0, RECONCILED: None},  # its metrics went with its pod
+    # one pod per operand never gets a sandbox on gpu-a; the operator says notReady (0)
+    "containerd-runtime-missing": {
+        allocatable("gpu-a"): 0.0,
+        **{unavailable(name): 1.0 for name in OPERANDS},
+        RECONCILED: 0.0,
+        requests("gpu-probe"): None,  # the baseline's probe is deleted before the injection
+        phase("gpu-probe", "Succeeded"): None,
+    },
+    # a gpu-holder Running on each GPU node; the validator's workload pod asks for its GPU in an
+    # init container (not in kube_pod_container_resource_requests) and is Failed, its
+    # validator pods not available on either node
+    "validator-gpu-busy": {
+        **{requests(f"gpu-holder-{node}"): 1.0 for node in GPU_NODES},
+        **{phase(f"gpu-holder-{node}", "Running"): 1.0 for node in GPU_NODES},
+        unavailable("nvidia-operator-validator"): 2.0,
+        RECONCILED: 0.0,
+        requests("gpu-probe"): None,
+        phase("gpu-probe", "Succeeded"): None,
+    },
+    # one GPU node on AL2: its validator pod loops on toolkit-validation's refused start, so
+    # the validator DaemonSet has one pod unavailable; the device plugin there still runs
+    "toolkit-glibc-al2": {
+        unavailable("nvidia-operator-validator"): 1.0,
+        RECONCILED: 0.0,
+    },
 }
 
 

@@ -219,6 +219,7 @@ ADDONS: Final = frozenset(
         "metrics-server",
         "external-dns",
         "eks-pod-identity-agent",
+        "eks-node-monitoring-agent",
         "cert-manager",
     }
 )

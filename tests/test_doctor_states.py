@@ -469,6 +469,22 @@ def test_a_refusal_reported_by_a_replicaset_since_deleted_is_no_finding(cluster)
     assert "runtimeclass-missing" not in diagnosed(cluster.examine())
 
 
+def test_a_refusal_by_a_daemonset_that_names_another_class_since_is_no_finding(cluster):
+    """A DaemonSet re-rendered after a revert (its template names nvidia again) keeps the
+    refusals it reported while it named a class that is gone: history, not the cause."""
+    [plugin] = cluster.still.api.list(DAEMONSETS, NS, label_selector=None)[0][:1] or [None]
+    assert plugin is not None, "the healthy lab has operand DaemonSets"
+    about = {"kind": "DaemonSet", "metadata": plugin["metadata"]}
+    refused = REFUSED_CDI.replace("cuda-job-5d9f8c7b6-", f"{plugin['metadata']['name']}-")
+    cluster.event(about, "FailedCreate", refused)
+
+    assert "runtimeclass-missing" not in diagnosed(cluster.examine())
+    cluster.update(DAEMONSETS, plugin["metadata"]["name"],
+                   lambda d: d["spec"]["template"]["spec"].update(runtimeClassName="nvidia-cdi"),
+                   NS)  # fmt: skip
+    assert "runtimeclass-missing" in diagnosed(cluster.examine())
+
+
 def test_gpu_nodes_scaled_to_zero_while_a_gpu_pod_waits(cluster):
     for node in GPU_NODES:
         cluster.delete(NODES, node)

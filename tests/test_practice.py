@@ -32,6 +32,12 @@ UNTAINT = (
     "--no-headers | awk '/maintenance/ {print $1}') && kubectl taint node \"$NODE\" "
     "maintenance:NoExecute-"
 )
+# The node whose node monitoring agent reports the GPU lost (AcceleratedHardwareReady False).
+XID_NODE = (
+    "NODE=$(kubectl get nodes -o jsonpath='{range .items[*]}{.metadata.name} "
+    '{.status.conditions[?(@.type=="AcceleratedHardwareReady")].status}{"\\n"}{end}\' '
+    "| awk '$2==\"False\" {print $1}')"
+)
 # A pod's spec written again by hand: `kubectl get -o json`, edited, `kubectl replace --force`
 # (the edit drops what the cluster filled in, as a person deletes it from the YAML).
 EDIT_PODS = (
@@ -75,6 +81,14 @@ RIGHT_FIX = {
     "device-plugin-off-one-node": "kubectl label nodes -l nvidia.com/gpu.deploy.device-plugin="
     "false nvidia.com/gpu.deploy.device-plugin=true --overwrite",
     "gpu-node-foreign-taint": UNTAINT,
+    # the node asks for the config the map has
+    "device-plugin-config-missing": "kubectl label nodes -l nvidia.com/device-plugin.config="
+    "a10g-24gb nvidia.com/device-plugin.config=a10g --overwrite",
+    # the node whose GPU fell off the bus drained, its instance terminated: the node group
+    # boots a new one
+    "gpu-xid-79": XID_NODE + ' && kubectl drain "$NODE" --ignore-daemonsets '
+    "--delete-emptydir-data --force && aws ec2 terminate-instances --instance-ids "
+    "$(kubectl get node \"$NODE\" -o jsonpath='{.spec.providerID}' | cut -d/ -f5)",
     "gpus-scaled-to-zero": f'aws eks update-nodegroup-config --cluster-name "{CLUSTER}" '
     f'--nodegroup-name "{CLUSTER}-ng-gpu" --scaling-config minSize=0,maxSize=2,desiredSize=2',
     # the probe asks for the GPU it needs instead of a MIG slice
@@ -88,6 +102,14 @@ RIGHT_FIX = {
     """'[{"op":"remove","path":"/spec/template/spec/runtimeClassName"}]'""",
     "nccl-sg-block": f"{NCCL_RULES_ONLY} && {NCCL_THE_REST}",
     "operator-down": "kubectl -n gpu-operator scale deploy gpu-operator --replicas=1",
+    # nvidia: the runtime nodeadm configures in the NVIDIA AMI's containerd
+    "containerd-runtime-missing": "kubectl patch clusterpolicy cluster-policy --type=merge "
+    """-p '{"spec":{"operator":{"runtimeClass":"nvidia"}}}'""",
+    # a toolkit built for the AL2 node's glibc 2.26 (the AL2 write-up's pin)
+    "toolkit-glibc-al2": "kubectl patch clusterpolicy cluster-policy --type=merge "
+    """-p '{"spec":{"toolkit":{"version":"v1.14.6-ubi8"}}}'""",
+    # the pods `kubectl describe node` shows holding each GPU, deleted
+    "validator-gpu-busy": "kubectl delete pod -l app=gpu-holder --wait",
 }
 
 

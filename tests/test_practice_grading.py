@@ -83,6 +83,30 @@ CORPUS: dict[str, list[tuple[str, float]]] = {
         ("dp off in clusterpolicy for all nodes", W),
         ("the GPU pods forgot their limits", W),
     ],
+    "device-plugin-config-missing": [
+        ("the node label nvidia.com/device-plugin.config names a config the ConfigMap lacks", R),
+        ("specified config a10g-24gb does not exist: wrong sharing config name on one node", R),
+        ("device-plugin-config-missing", R),
+        ("time-slicing config missing for the label on that node", R),
+        ("config-manager init container crash loops: the node's config label has a typo", R),
+        ("the device-plugin.config label points at a key not in the time-slicing ConfigMap", R),
+        ("one node asks for a sharing config that does not exist", R),
+        ("wrong config name in the node label, the configmap has no such key", R),
+        ("the plugin pod on one node is stuck in Init:CrashLoopBackOff", L),
+        ("device plugin crash looping on one node", L),
+        ("something wrong with one node's device plugin", L),
+        ("one node advertises 0 GPUs", L),
+        ("device plugin disabled in the ClusterPolicy", W),
+        ("a maintenance taint on one GPU node", W),
+        ("the gpu operator is scaled to zero", W),
+        ("the pod has no GPU limit", W),
+        ("the configmap lacks the config the node label names, so config-manager fails", R),
+        ("missing time-slicing key a10g-24gb in the sharing configmap", R),
+        ("an init container of the plugin keeps failing on a node", L),
+        ("problem with one node", L),
+        ("security groups block NCCL traffic", W),
+        ("the GPU node group was scaled to 0", W),
+    ],
     "gpu-node-foreign-taint": [
         ("a taint on one GPU node that the operands do not tolerate", R),
         ("another team put a maintenance=true:NoExecute taint on a gpu node", R),
@@ -109,6 +133,30 @@ CORPUS: dict[str, list[tuple[str, float]]] = {
         ("node label deploy.device-plugin=false", L),
         ("the pod is missing tolerations, so it can't land on the tainted GPU nodes", W),
         ("the whole node group was scaled in", W),
+    ],
+    "gpu-xid-79": [
+        ("the GPU fell off the bus, Xid 79", R),
+        ("device plugin log shows XidCriticalError Xid=79 and marked the GPU unhealthy", R),
+        ("xid-79", R),
+        ("one node's GPU is lost: hardware failure (Xid 79), the node must be replaced", R),
+        ("GPU has fallen off the PCIe bus on one node", R),
+        ("gpu-xid-error", R),
+        ("a hardware XID error took one node's GPU out; AcceleratedHardwareReady is False", R),
+        ("nvidia-smi says GPU is lost on that node", R),
+        ("one of the GPU nodes has a problem", L),
+        ("something is wrong on a single node", L),
+        ("a node-level issue on one GPU node", L),
+        ("only that node offers 0 GPUs", L),
+        ("the device plugin is disabled in the ClusterPolicy", W),
+        ("pods are missing the nvidia.com/gpu toleration", W),
+        ("the GPU node group was scaled to 0", W),
+        ("security groups block NCCL traffic", W),
+        ("dcgm exporter reports XID 79 for the GPU of one node: it fell off the bus", R),
+        ("Xid 79 on one node, the GPU dropped off the bus", R),
+        ("problem with one node", L),
+        ("per node issue", L),
+        ("the gpu operator is scaled to zero", W),
+        ("the pod has no GPU limit", W),
     ],
     "gpus-scaled-to-zero": [
         ("gpu node group scaled to zero", R),
@@ -289,6 +337,79 @@ CORPUS: dict[str, list[tuple[str, float]]] = {
         ("containerd on the nodes lacks the nvidia runtime", W),
         ("device plugin pods are missing on one node", W),
     ],
+    "containerd-runtime-missing": [
+        ("the clusterpolicy's runtimeClass names a handler containerd doesn't have", R),
+        ("containerd on the nodes has no runtime called nvidia-experimental", R),
+        ("operator.runtimeClass set to nvidia-experimental, which isn't configured in containerd, "
+         "so the operand pods fail FailedCreatePodSandBox", R),
+        ("no runtime configured for the handler the RuntimeClass names", R),
+        ("the runtime handler is missing from the container runtime's config", R),
+        ("containerd-runtime-missing", R),
+        ("sandbox creation fails: no runtime for nvidia-experimental is configured", R),
+        ("the runtime class handler isn't known to containerd on the gpu nodes", R),
+        ("the GPU operator's operands are not ready", L),
+        ("the clusterpolicy is misconfigured", L),
+        ("operand-not-ready", L),
+        ("the operator is not reconciling", L),
+        ("device plugin disabled in the cluster policy", L),
+        ("pods name a RuntimeClass that does not exist", W),
+        ("a foreign taint on one GPU node", W),
+        ("the gpu node group was scaled to zero", W),
+        ("the security group blocks the nodes", W),
+        ("the nvidia driver crashed", W),
+        ("ClusterPolicy points the operands at a container runtime the nodes lack", R),
+        ("the pods were stuck ContainerCreating because containerd lacks that runtime", R),
+        ("something is wrong with the gpu operator", L),
+        ("missing nvidia.com/gpu toleration", W),
+    ],
+    "toolkit-glibc-al2": [
+        ("the container toolkit needs glibc 2.27 but the Amazon Linux 2 node has 2.26", R),
+        ("GLIBC_2.27 not found: the toolkit 1.17 is too new for the AL2 node's libc", R),
+        ("nvidia-container-cli from the operator's toolkit can't load on AL2's old glibc", R),
+        ("toolkit-glibc-mismatch", R),
+        ("the node's C library is older than the toolkit was built for", R),
+        ("glibc on the amzn2 node is too old for the toolkit, pin v1.14.6-ubi8", R),
+        ("the prestart hook fails because of a glibc version mismatch", R),
+        ("glibc mismatch between the toolkit and the node OS", R),
+        ("an operand of the GPU operator fails on one node", L),
+        ("the GPU operator's operands are not ready", L),
+        ("clusterpolicy-not-ready", L),
+        ("the operator's DaemonSets are not all ready", L),
+        ("the validator crash-loops on duplicate symlinks", W),
+        ("CUDA_DRIVER_SKIP_DUPLICATE_LINKS is missing from the validator", W),
+        ("containerd has no nvidia runtime configured", L),
+        ("a foreign taint on one GPU node", W),
+        ("the gpu node group was scaled to zero", W),
+        ("device plugin disabled in the cluster policy", L),
+        ("the GPU fell off the bus", W),
+        ("missing nvidia.com/gpu toleration", W),
+        ("the security group blocks the nodes", W),
+        ("the time-slicing config does not exist", W),
+    ],
+    "validator-gpu-busy": [
+        ("pods were holding every GPU so the validator's workload pod got Available: 0", R),
+        ("the GPUs are busy: gpu-holder pods hold them and the validator can't run its test", R),
+        ("validator-workload-blocked", R),
+        ("with WITH_WORKLOAD=true the validator needs a free GPU, but each one was in use", R),
+        ("the validation pod was rejected because another pod occupied the node's GPU", R),
+        ("a running pod held the GPU, so plugin-validation gave up waiting for its pod", R),
+        ("nvidia.com/gpu 1/1 allocated to other pods, the validator's test pod had no GPU", R),
+        ("GPU in use by a sleeping pod, the operator validator kept failing", R),
+        ("the operator validator pod is stuck in Init:CrashLoopBackOff", L),
+        ("the clusterpolicy is notReady because of state-operator-validation", L),
+        ("operand-not-ready", L),
+        ("the gpu operator validator is broken", L),
+        ("something is wrong with the gpu operator", L),
+        ("the device plugin is switched off", L),
+        ("a foreign taint on one GPU node", W),
+        ("the gpu node group was scaled to zero", W),
+        ("the GPU fell off the bus", W),
+        ("the nvidia driver crashed", W),
+        ("the pods were given no GPU limit", W),
+        ("missing nvidia.com/gpu toleration", W),
+        ("the security group blocks the nodes", W),
+        ("the nodes' gpus advertise nothing because their driver is broken", W),
+    ],
 }  # fmt: skip
 
 
@@ -437,12 +558,13 @@ def test_a_number_an_id_or_a_name_is_graded_exactly(tmp_path: Path):
         assert lines[1].startswith(f"fault 1: {GRADE_WORDS[grade_given]}: "), (text, lines)
         Record(tmp_path).ended(exercise, FIXED)
     an_exercise(tmp_path, "missing-toleration")
+    count = len(catalogue)  # one choice per fault of the catalogue
     refusal = (
-        f"there is no choice 11: the choices are 1 to 10; `invoke practice.choices --lab {LAB} "
-        f"--who {WHO}` lists them"
+        f"there is no choice {count + 1}: the choices are 1 to {count}; `invoke practice.choices "
+        f"--lab {LAB} --who {WHO}` lists them"
     )
     with pytest.raises(PracticeError, match=refusal):
-        said(answer, lab, catalogue, "11", WHO)
+        said(answer, lab, catalogue, str(count + 1), WHO)
 
 
 def test_a_grade_not_right_shows_what_was_understood_and_the_cause(tmp_path: Path):

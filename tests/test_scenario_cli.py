@@ -63,11 +63,13 @@ def test_scenario_list_show_and_unknown_names(tmp_path: Path):
     for line in listing.stdout.splitlines():
         if not line.startswith(" "):
             heading = groups.setdefault(line.split(":")[0], [])
-        elif not line.strip().startswith("needs:"):
+        elif not line.strip().startswith(("needs:", "rehearsal only:")):
             heading.append(line.split()[0])
     assert groups == {area: [s.name for s in group] for area, group in scenarios.by_area().items()}
     assert list(groups) == [a for a in ("operator", "node", "network", "workload", "capacity")
                             if a in groups] and len(groups) >= 4  # fmt: skip
+    rehearsal_only = [s.name for s in scenarios.all_scenarios().values() if s.needs.rehearsal_only]
+    assert listing.stdout.count("\n" + " " * 32 + "rehearsal only: ") == len(rehearsal_only)
     show = run_invoke("scenario.show", "device-plugin-off", env=env)
     assert show.returncode == 0 and "devicePlugin" in show.stdout
     assert "by hand with kubectl" in show.stdout and "$ kubectl patch clusterpolicy" in show.stdout

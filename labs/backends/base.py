@@ -151,6 +151,17 @@ class Backend(Protocol):
         """What a scenario run on this backend proves, and what it cannot."""
         ...
 
+    def lose_gpu(self, lab: Lab, node: str, xid: int) -> None:
+        """Make `node`'s GPU fall off the bus with `xid`: only a rehearsal world can (LabError
+        elsewhere; scenarios that need it declare `Needs.rehearsal_only`)."""
+        ...
+
+    def set_node_os(self, lab: Lab, node: str, family: str) -> None:
+        """Put GPU node `node` on AMI family `family` (`al2`, back with `al2023`) in place: only
+        a rehearsal world can (LabError elsewhere; scenarios that need it declare
+        `Needs.rehearsal_only`)."""
+        ...
+
     def env_exports(self, lab: Lab) -> dict[str, str]:
         """Environment for the aws CLI beyond the region (endpoint, stand-in credentials)."""
         ...
@@ -178,3 +189,17 @@ class RealTime:
 
     def set_speed(self, lab: Lab, speed: float) -> None:
         return None
+
+    def lose_gpu(self, lab: Lab, node: str, xid: int) -> None:
+        raise LabError(
+            f"lab {lab.name!r} has real GPUs: an Xid {xid} cannot be made on one (no API raises "
+            "it, and a GPU off the bus needs its instance replaced); a rehearsal lab plays it. "
+            "Nothing was changed."
+        )
+
+    def set_node_os(self, lab: Lab, node: str, family: str) -> None:
+        raise LabError(
+            f"lab {lab.name!r} runs real nodes: a running node cannot change its AMI, and EKS "
+            f"1.35 has no Amazon Linux 2 AMI to boot one on; a rehearsal lab plays it. Nothing "
+            "was changed."
+        )

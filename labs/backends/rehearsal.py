@@ -264,6 +264,18 @@ class RehearsalBackend:
             ],
         }
 
+    def lose_gpu(self, lab: Lab, node: str, xid: int) -> None:
+        """The world marks the GPU lost (`labs.sim.node.gpu_faults`)."""
+        from labs.sim.node.gpu_faults import lose_gpu
+
+        lose_gpu(self._running(lab), node, xid)
+
+    def set_node_os(self, lab: Lab, node: str, family: str) -> None:
+        """The world switches the node's AMI family (`labs.sim.node.node_os`)."""
+        from labs.sim.node.node_os import switch
+
+        switch(self._running(lab), node, family)
+
     def env_exports(self, lab: Lab) -> dict[str, str]:
         """moto's endpoint and stand-in keys; first on PATH the kubectl of the control plane's
         release (no version-skew warning) and the lab's helm (`helm list -n gpu-operator` as

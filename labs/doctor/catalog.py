@@ -410,13 +410,20 @@ KINDS = _kinds(
         "containerd-runtime-missing",
         "node-internals",
         "error",
-        "containerd has no `nvidia` runtime ({line}). Toolkit >= 1.17 (operator v24.9+) reads "
-        "containerd's config through its CLI, which fails on distributions with their own "
-        "containerd (k0s, k3s, RKE2), so the runtime is never added",
+        "containerd on the node has no runtime `{handler}` ({line}), so no pod whose "
+        "RuntimeClass names that handler gets a sandbox; the operand pods' RuntimeClass is the "
+        "ClusterPolicy's spec.operator.runtimeClass, created by the operator with a handler of "
+        "the same name, so the class exists while containerd lacks the runtime. Where the "
+        "missing one is `nvidia`, the toolkit never added it: toolkit >= 1.17 (operator v24.9+) "
+        "reads containerd's config through its CLI, which fails on distributions with their "
+        "own containerd (k0s, k3s, RKE2)",
+        "name a runtime the node's containerd has (on the node: containerd config dump | grep "
+        "-A3 'runtimes\\.'; `nvidia` and runc on EKS's NVIDIA AMI): kubectl patch clusterpolicy "
+        '{policy} --type=merge -p \'{{"spec":{{"operator":{{"runtimeClass":"nvidia"}}}}}}\'; '
+        "deleting the stuck pods changes nothing. Where containerd lacks nvidia itself (k0s): "
         "pin the toolkit and point it at the distribution's containerd: helm upgrade ... --set "
         "toolkit.version=v1.16.2-ubuntu20.04 and toolkit.env CONTAINERD_CONFIG, "
-        "CONTAINERD_SOCKET, CONTAINERD_RUNTIME_CLASS=nvidia; on the node: containerd config "
-        "dump | grep -A3 nvidia",
+        "CONTAINERD_SOCKET, CONTAINERD_RUNTIME_CLASS=nvidia",
     ),
     Kind(
         "validator-duplicate-symlinks",

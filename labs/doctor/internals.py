@@ -19,8 +19,6 @@ from labs.doctor.model import DoctorFinding, Evidence, Link
 from labs.kube import gpu
 
 AL2 = re.compile(r"^Amazon Linux 2(?!\d)")
-NEEDS_GLIBC_227 = (1, 17)  # toolkit releases from 1.17 on are built against glibc >= 2.27
-_VERSION = re.compile(r"v?(\d+)\.(\d+)")
 EXEC_NOTE = (
     "the doctor never runs commands in pods (exec starts a process: not a read). By hand: "
     "kubectl -n {ns} exec ds/nvidia-dcgm-exporter -- nvidia-smi (the driver, from a pod with "
@@ -38,15 +36,10 @@ def _toolkit_on(facts: Facts) -> bool:
     return bool(section) or gpu.daemonset(facts, "nvidia-container-toolkit-daemonset") is not None
 
 
-def _needs_new_glibc(version: str) -> bool:
-    match = _VERSION.match(version)
-    return match is not None and (int(match.group(1)), int(match.group(2))) >= NEEDS_GLIBC_227
-
-
 def toolkit_vs_os(facts: Facts) -> list[DoctorFinding]:
     """GPU nodes on Amazon Linux 2 (glibc 2.26) given a toolkit that needs glibc >= 2.27."""
     version = toolkit_version(facts)
-    if not _toolkit_on(facts) or version is None or not _needs_new_glibc(version):
+    if not _toolkit_on(facts) or version is None or not gpu.toolkit_needs_glibc_227(version):
         return []
     found = []
     for node in facts.gpu_nodes:
@@ -79,7 +72,10 @@ class EventPattern:
 
 
 EVENT_PATTERNS = (
-    EventPattern("containerd-runtime-missing", re.compile(r'no runtime for "[^"]+" is configured')),
+    EventPattern(
+        "containerd-runtime-missing",
+        re.compile(r'no runtime for "(?P<handler>[^"]+)" is configured'),
+    ),
     EventPattern("toolkit-glibc-mismatch", re.compile(r"version .GLIBC_2\.\d+. not found")),
 )
 
@@ -92,7 +88,7 @@ def sandbox_events(facts: Facts) -> list[DoctorFinding]:
         hits = [known for known in EVENT_PATTERNS if known.pattern.search(message)]
         pod = _stuck_pod(facts, event) if hits else None
         if pod is not None:
-            found += [_from_event(facts, event, pod, k.finding, message) for k in hits]
+            found += [_from_event(facts, event, pod, k, message) for k in hits]
     return found
 
 
@@ -107,13 +103,18 @@ def _stuck_pod(facts: Facts, event: Obj) -> Obj | None:
     return None if gpu.is_ready(pod) else pod
 
 
-def _from_event(facts: Facts, event: Obj, pod: Obj, finding: str, message: str) -> DoctorFinding:
+def _from_event(
+    facts: Facts, event: Obj, pod: Obj, known: EventPattern, message: str
+) -> DoctorFinding:
+    """The finding `known` names, its templates filled with what the message says (the
+    runtime handler containerd lacks)."""
     node = str((pod.get("spec") or {}).get("nodeName") or (event.get("source") or {}).get("host"))
     meta = pod["metadata"]
-    return kind(finding).found(
+    match = known.pattern.search(message)
+    return kind(known.finding).found(
         node_subject(node),
         f"{meta.get('namespace')}/{meta['name']}: {message[:160]}",
         [event_evidence(event)],
         explains=[Link("operand-not-ready"), Link("clusterpolicy-not-ready")],
-        fields=line_fields(facts, node, message),
+        fields={**line_fields(facts, node, message), **(match.groupdict() if match else {})},
     )

@@ -22,7 +22,7 @@ from labs.doctor.facts import (
     subject,
 )
 from labs.doctor.logs import log_requests
-from labs.doctor.model import DoctorFinding, Evidence
+from labs.doctor.model import DoctorFinding, Evidence, Link
 from labs.kube import gpu
 from labs.kube.scheduling import pod_fits_selector, untolerated_taints
 
@@ -289,15 +289,7 @@ def failing_pods(facts: Facts, focus: tuple[str, str] | None = None) -> list[Doc
     for pod in pods_in_focus(facts, focus):
         meta, status = pod["metadata"], pod.get("status") or {}
         if status.get("reason") == "UnexpectedAdmissionError":
-            found.append(
-                kind("pod-admission-rejected").found(
-                    subject("pod", pod),
-                    f"{pod_ref(pod)} Failed: UnexpectedAdmissionError",
-                    [Evidence(subject("pod", pod), "status.message", str(status.get("message")))],
-                    tags=[node_subject(str((pod.get("spec") or {}).get("nodeName")))],
-                    message=status.get("message"),
-                )
-            )
+            found.append(_validator_blocked(facts, pod) or _rejected(pod))
         for waiting in _waiting(pod, FAILED_WAITING):
             found.append(
                 kind("pod-image-pull").found(
@@ -317,6 +309,67 @@ def failing_pods(facts: Facts, focus: tuple[str, str] | None = None) -> list[Doc
                 )
             )
     return found
+
+
+def _rejected(pod: Obj) -> DoctorFinding:
+    status = pod.get("status") or {}
+    return kind("pod-admission-rejected").found(
+        subject("pod", pod),
+        f"{pod_ref(pod)} Failed: UnexpectedAdmissionError",
+        [Evidence(subject("pod", pod), "status.message", str(status.get("message")))],
+        tags=[node_subject(str((pod.get("spec") or {}).get("nodeName")))],
+        message=status.get("message"),
+    )
+
+
+# The GPU Operator validator's workload pod (gpu-operator v25.3.4 validator/main.go:202), and
+# the kubelet's words for a GPU that exists but is taken (kubernetes v1.35.4
+# pkg/kubelet/cm/devicemanager/manager.go: "requested number of devices unavailable").
+VALIDATOR_WORKLOAD = "nvidia-device-plugin-validator"
+GPU_TAKEN = re.compile(r"Requested: \d+, Available: 0")
+
+
+def _validator_blocked(facts: Facts, pod: Obj) -> DoctorFinding | None:
+    """The validator's workload pod rejected because every GPU of its node is held: the pods
+    holding them are the evidence (None for any other rejection)."""
+    message = str((pod.get("status") or {}).get("message"))
+    labels = pod["metadata"].get("labels") or {}
+    if labels.get("app") != VALIDATOR_WORKLOAD or not GPU_TAKEN.search(message):
+        return None
+    node = str((pod.get("spec") or {}).get("nodeName"))
+    holders = [
+        p
+        for p in facts.pods_on(node)
+        if (p.get("status") or {}).get("phase") == "Running" and _gpus_asked(p)
+    ]
+    held = [
+        Evidence(subject("pod", p), "resources.limits", f"{_gpus_asked(p)} (Running)")
+        for p in holders
+    ]
+    return kind("validator-workload-blocked").found(
+        node_subject(node),
+        f"{pod_ref(pod)} Failed: no free GPU on {node}",
+        [Evidence(subject("pod", pod), "status.message", message), *held],
+        explains=[
+            Link("pod-admission-rejected", subject("pod", pod)),
+            Link("operand-not-ready"),
+            Link("clusterpolicy-not-ready"),
+        ],
+        tags=[node_subject(node)],
+        line=f"{message}; held by {', '.join(pod_ref(p) for p in holders) or 'no running pod'}",
+        pod=pod["metadata"]["name"],
+    )
+
+
+def _gpus_asked(pod: Obj) -> str:
+    """`nvidia.com/gpu: N` of a pod's containers' limits ("" when none asks)."""
+    asked = [
+        f"{name}: {value}"
+        for c in containers(pod)
+        for name, value in ((c.get("resources") or {}).get("limits") or {}).items()
+        if str(name).startswith(GPU_PREFIX)
+    ]
+    return ", ".join(asked)
 
 
 def _waiting(pod: Obj, reasons: tuple[str, ...]) -> list[Obj]:
@@ -407,7 +460,7 @@ def missing_runtime_classes(facts: Facts) -> list[DoctorFinding]:
             uses.setdefault(name, []).append(Evidence(owner, "runtimeClassName", name))
     for event in facts.objects("events"):
         match = _CLASS_NOT_FOUND.search(str(event.get("message", "")))
-        if match and match.group(1) not in known and _reporter_exists(facts, event):
+        if match and match.group(1) not in known and _reporter_names(facts, event, match.group(1)):
             uses.setdefault(match.group(1), []).append(event_evidence(event))
     return [
         kind("runtimeclass-missing").found(
@@ -421,19 +474,24 @@ def missing_runtime_classes(facts: Facts) -> list[DoctorFinding]:
     ]
 
 
-# The controllers whose refusals the doctor can check are still there (an Event outlives
-# its object by an hour: a deleted Deployment's ReplicaSet must not count).
+# The controllers whose refusals the doctor can check still make them (an Event outlives its
+# cause by an hour: a deleted Deployment's ReplicaSet, or a DaemonSet whose template names
+# another class since, must not count).
 _REPORTERS = {"ReplicaSet": "replicasets", "DaemonSet": "daemonsets", "Deployment": "deployments"}
 
 
-def _reporter_exists(facts: Facts, event: Obj) -> bool:
-    """The object an Event is about still exists (True for a kind the doctor does not list)."""
+def _reporter_names(facts: Facts, event: Obj, runtime_class: str) -> bool:
+    """The object an Event is about still exists and its pod template still names
+    `runtime_class` (True for a kind the doctor does not list)."""
     involved = event.get("involvedObject") or {}
     plural = _REPORTERS.get(str(involved.get("kind")))
     if plural is None:
         return True
     name, namespace = str(involved.get("name", "")), str(involved.get("namespace", ""))
-    return facts.find(plural, name, namespace) is not None
+    reporter = facts.find(plural, name, namespace)
+    if reporter is None:
+        return False
+    return gpu.pod_template_spec(reporter).get("runtimeClassName") == runtime_class
 
 
 def _pod_specs(facts: Facts) -> Iterator[tuple[str, Obj]]:

@@ -32,10 +32,17 @@ class EnvList(list[dict[str, str]]):
 # refused before it reaches the cluster.
 CLUSTER_POLICY_PATCHABLE: dict[str, Any] = {
     "spec": {
-        "devicePlugin": {"enabled": bool, "env": EnvList},
+        "devicePlugin": {
+            "enabled": bool,
+            "env": EnvList,
+            # a sharing-config ConfigMap and its default key; null: none (chart default)
+            "config": {"name": str, "default": str},
+        },
         "dcgmExporter": {"enabled": bool, "env": EnvList},
         "gfd": {"enabled": bool, "env": EnvList},
         "toolkit": {"enabled": bool, "version": str},
+        "validator": {"driver": {"env": EnvList}, "plugin": {"env": EnvList}},
+        "operator": {"runtimeClass": str},
     }
 }
 
@@ -51,6 +58,8 @@ def validate_policy_patch(
             raise ValueError(f"ClusterPolicy has no patchable field {here!r} (known: {known})")
         expected = shape[key]
         if isinstance(expected, Mapping):
+            if value is None and path:  # merge-patch null removes a section
+                continue
             if not isinstance(value, Mapping):
                 raise ValueError(f"ClusterPolicy field {here!r} must be an object")
             validate_policy_patch(value, expected, here)

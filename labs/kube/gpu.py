@@ -13,6 +13,7 @@ GPUs does this node offer" has three answers: None, "0", or a number.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,18 @@ CLUSTER_POLICY_NAME = "cluster-policy"
 OPERATOR_DEPLOYMENT = "gpu-operator"
 # The chart labels the controller's pods `app=gpu-operator` (what the Deployment selects).
 OPERATOR_POD_SELECTOR = "app=gpu-operator"
+TOOLKIT_DAEMONSET = "nvidia-container-toolkit-daemonset"
+# NVIDIA Container Toolkit releases from 1.17 on are built against glibc >= 2.27, which Amazon
+# Linux 2 (glibc 2.26) lacks; 1.14.6-ubi8, the AL2 write-up's pin, runs there. The one rule the
+# doctor reads a cluster by and the rehearsal world plays the node's failure by.
+TOOLKIT_NEEDS_GLIBC_227 = (1, 17)
+_TOOLKIT_VERSION = re.compile(r"v?(\d+)\.(\d+)")
+
+
+def toolkit_needs_glibc_227(version: str) -> bool:
+    """Whether a container toolkit release (`v1.17.8-ubuntu20.04`, `1.14.6`) needs glibc 2.27."""
+    found = _TOOLKIT_VERSION.match(version)
+    return found is not None and (int(found[1]), int(found[2])) >= TOOLKIT_NEEDS_GLIBC_227
 
 
 @dataclass(frozen=True)

@@ -164,7 +164,11 @@ def read(text: str, catalogue: Mapping[str, Scenario]) -> Reading:
         named = [_group_at(words, group) for group in cause.names]
         clues = [_group_at(words, group) for group in cause.clues]
         for group, at in zip((*cause.names, *cause.clues), (*named, *clues), strict=True):
-            if at is not None:
+            if at is None:
+                continue
+            if _group_at(words, group[:1]) == at:  # a group whose label was written here
+                places[at] = group[0]
+            else:
                 places.setdefault(at, group[0])
         ids = [
             i for i in (scenario.name, scenario.doctor_finding) if i and _mentions_id(lowered, i)

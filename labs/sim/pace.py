@@ -52,11 +52,14 @@ def control(timings: Timings, clock: WorldClock, on_change: Callable[[], None]) 
     return handle
 
 
-def _call(world: Mapping[str, Any], method: str, body: dict | None = None) -> dict[str, Any]:
-    """One request to the world's pace, with its token (`world`: its endpoints)."""
+def call(
+    world: Mapping[str, Any], path: str, method: str, body: dict | None = None
+) -> dict[str, Any]:
+    """One request to a control of the world (`path`: its pace, its GPU faults), with its
+    token (`world`: its endpoints)."""
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(
-        f"{world['aws_endpoint_url']}{PACE_PATH}", data=data, method=method,
+        f"{world['aws_endpoint_url']}{path}", data=data, method=method,
         headers={"Content-Type": "application/json",
                  "Authorization": f"Bearer {world['kube_token']}"},
     )  # fmt: skip
@@ -67,15 +70,15 @@ def _call(world: Mapping[str, Any], method: str, body: dict | None = None) -> di
 
 def read_speed(world: Mapping[str, Any]) -> float:
     """The running world's speed."""
-    return float(_call(world, "GET")["speed"])
+    return float(call(world, PACE_PATH, "GET")["speed"])
 
 
 def read_now(world: Mapping[str, Any]) -> datetime:
     """The running world's clock."""
-    return datetime.fromisoformat(_call(world, "GET")["now"])
+    return datetime.fromisoformat(call(world, PACE_PATH, "GET")["now"])
 
 
 def write_speed(world: Mapping[str, Any], speed: float, calendar: bool = True) -> float:
     """Run the world at `speed` from now on (its calendar too unless `calendar` is False);
     returns the speed in force."""
-    return float(_call(world, "PUT", {"speed": speed, "calendar": calendar})["speed"])
+    return float(call(world, PACE_PATH, "PUT", {"speed": speed, "calendar": calendar})["speed"])

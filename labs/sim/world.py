@@ -58,6 +58,7 @@ from labs.sim.controlplane.kubeconfig import kubeconfig_document, write_kubeconf
 from labs.sim.controlplane.metrics_server import MetricsServer
 from labs.sim.controlplane.node_endpoint import NodeEndpoint
 from labs.sim.controlplane.run import ControlPlane
+from labs.sim.node import gpu_faults, node_os
 from labs.sim.node.container_logs import ContainerLogs
 from labs.sim.process import ENDPOINTS
 from labs.sim.timings import DEFAULT_SPEED, WorldClock, scaled
@@ -192,7 +193,7 @@ def start_world(
             nodes,
             NodeLeases(informed, timings),
             Kubelet(informed, timings, logs, programs=[TcpCheck(network), AllReduce(network)]),
-            DevicePlugin(informed, timings),
+            DevicePlugin(informed, timings, logs),
             GpuOperatorPod(informed, timings, plane, logs, pod_network, state_dir / OPERATOR_DIR),
             FeatureDiscovery(informed, timings),
             dcgm_exporter(informed, timings, pod_network),
@@ -208,6 +209,9 @@ def start_world(
             schedules,
         ]
         aws.on_write("/clusters", nodes.wake)
+        aws.on_write("/", nodes.wake)  # EC2 (query API): an instance terminated by hand
+        aws.controls[gpu_faults.GPU_FAULTS_PATH] = gpu_faults.control(store)
+        aws.controls[node_os.NODE_OS_PATH] = node_os.control(store)
         aws.on_write("/schedules", schedules.wake)
         for controller in world._controllers:
             controller.start()

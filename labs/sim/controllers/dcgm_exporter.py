@@ -4,7 +4,9 @@ For each running pod of the dcgm-exporter DaemonSet the world serves the exporte
 from a small HTTP server on loopback (`pod_endpoint`), so `kubectl port-forward` to the pod
 (or its Service) and Prometheus through the API server's pod proxy reach it, as on EKS.
 The page is Prometheus text with dcgm-exporter's field names, help lines and labels; the
-figures are the world's GPU model (the idle A10G `nvidia-smi` shows on that node).
+figures are the world's GPU model (the idle A10G `nvidia-smi` shows on that node), read at each
+scrape: a GPU that fell off the bus (`labs.sim.node.gpu_faults`) reports its Xid in
+`DCGM_FI_DEV_XID_ERRORS`, the last Xid the GPU raised.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 from labs.kube import gpu
 from labs.sim.controllers.pod_endpoint import Page, PodMetrics, PodNetwork
 from labs.sim.controlplane.informers import InformedKubeApi
+from labs.sim.controlplane.resources import NODES, NotFound
+from labs.sim.node.gpu_faults import lost_xid
 from labs.sim.node.hardware import (
     GPU_DRIVER_VERSION,
     GPU_MEMORY_MIB,
@@ -35,16 +39,19 @@ FIELDS = (
 )
 
 
-def metrics_page(node_name: str) -> str:
-    """The exporter's `/metrics` on `node_name`: one GPU, labelled as dcgm-exporter does."""
+def metrics_page(node_name: str, xid: int | None = None) -> str:
+    """The exporter's `/metrics` on `node_name`: one GPU, labelled as dcgm-exporter does; `xid`
+    is the last Xid the GPU raised (None: none)."""
     labels = (
         f'gpu="0",UUID="{gpu_uuid(node_name)}",pci_bus_id="{GPU_TABLE_CELLS["bus_id"]}",'
         f'device="nvidia0",modelName="{GPU_NAME}",Hostname="{node_name}",'
         f'DCGM_FI_DRIVER_VERSION="{GPU_DRIVER_VERSION}"'
     )
+    values = {name: value for name, _help, value in FIELDS}
+    values["DCGM_FI_DEV_XID_ERRORS"] = str(xid or 0)
     return "".join(
-        f"# HELP {name} {help_text}\n# TYPE {name} gauge\n{name}{{{labels}}} {value}\n"
-        for name, help_text, value in FIELDS
+        f"# HELP {name} {help_text}\n# TYPE {name} gauge\n{name}{{{labels}}} {values[name]}\n"
+        for name, help_text, _value in FIELDS
     )
 
 
@@ -52,8 +59,16 @@ def dcgm_exporter(store: InformedKubeApi, timings: Timings, network: PodNetwork)
     """Each running exporter pod serves its node's page on port 9400."""
 
     def page_for(pod: dict) -> Page:
-        page = metrics_page(pod["spec"]["nodeName"])
-        return lambda: page
+        node_name = pod["spec"]["nodeName"]
+
+        def page() -> str:
+            try:
+                xid = lost_xid(store.get(NODES, node_name))
+            except NotFound:
+                xid = None
+            return metrics_page(node_name, xid)
+
+        return page
 
     return PodMetrics(
         store, timings, network, f"app={gpu.DCGM_EXPORTER_DAEMONSET}", EXPORTER_PORT,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 from labs.sim.controlplane.kube_api import KubeApi
 from labs.sim.controlplane.resources import EVENTS, NotFound, now_rfc3339
@@ -45,20 +46,25 @@ class EventRecorder:
         message: str,
         event_type: str = "Normal",
         host: str | None = None,
+        series: str | None = None,
     ) -> dict:
         """Create the Event, or bump the one already recorded for the same story.
 
         `involved` is the object, or a reference without a uid (as the taint manager names
-        a pod it deletes); the Event's involvedObject then has no uid either.
+        a pod it deletes); the Event's involvedObject then has no uid either. `series` names
+        a story whose message changes each time (client-go's combined Event): the Event of
+        the same series is bumped and takes the new message.
         """
         meta = involved["metadata"]
         namespace = meta.get("namespace") or "default"
-        key = (meta.get("uid", ""), reason, message)
+        key = (meta.get("uid", ""), reason, message if series is None else f"series:{series}")
         with self._lock:
             known = self._known.get(key)
         if known is not None:
             try:
-                return self._store.update(EVENTS, known[1], _bump, namespace=known[0])
+                return self._store.update(
+                    EVENTS, known[1], _bump(None if series is None else message), known[0]
+                )
             except NotFound:
                 with self._lock:
                     self._known.pop(key, None)
@@ -90,6 +96,13 @@ class EventRecorder:
         return created
 
 
-def _bump(event: dict) -> None:
-    event["count"] = event.get("count", 1) + 1
-    event["lastTimestamp"] = now_rfc3339()
+def _bump(message: str | None) -> Callable[[dict], None]:
+    """One more of the same Event (with its new message, for a series)."""
+
+    def apply(event: dict) -> None:
+        event["count"] = event.get("count", 1) + 1
+        event["lastTimestamp"] = now_rfc3339()
+        if message is not None:
+            event["message"] = message
+
+    return apply

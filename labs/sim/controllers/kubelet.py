@@ -8,7 +8,10 @@ devices present; ...` when the node has none healthy), any other resource with
 checked. An admitted pod gets `Pulled` (image already present), `Created` and `Started`
 Events after `container_start`, turns Running, and Ready after its startup time (the pod
 annotation `sim.eks-gpu-lab/startup-seconds` in real-world seconds, an operand DaemonSet's
-`operand_first_ready`/`operand_all_ready`, else `container_ready`).
+`operand_first_ready`/`operand_all_ready`, else `container_ready`). A pod whose
+RuntimeClass handler the node's containerd lacks never gets that far: it stays
+ContainerCreating, a `FailedCreatePodSandBox` Event per attempt, tried again after the pod
+worker's back-off (`labs.sim.node.sandbox`).
 
 What a container does is decided by the first matching program:
 - the network's programs (`labs.sim.controllers.network`): the TCP check and the all-reduce.
@@ -20,12 +23,29 @@ Only run-to-completion pods (restartPolicy Never or OnFailure) finish (Succeeded
 Failed when the program exits non-zero); restartPolicy Always pods keep running, and so
 does a container started with `stdin` (`kubectl debug -i`): its process waits for its
 terminal and runs when `kubectl attach` comes (`labs.sim.node.container_runtime`).
+
+A pod's `initContainers` run first, one after the other, each with its program where the
+world plays it (`labs.sim.node.programs.run_init`; the image's own process, which it does not
+model, succeeds at once). A program that runs for a while (`programs.start_init`: the GPU
+Operator's validator) is stepped at each of its sleeps, its container running meanwhile, so
+the one loop of every node's kubelet never waits on it. While they run the pod is Pending,
+`Initialized` False. One that
+exits non-zero fails a restartPolicy Never pod (`Init:Error`); otherwise it is started again
+after the kubelet's crash back-off (`crash_backoff`, restartCount one more each time), waiting
+`CrashLoopBackOff` in between with a `BackOff` Event (`Init:CrashLoopBackOff`). A restartPolicy
+Always pod's container whose long-running program the world plays (`run_daemon`) and which
+exits crash-loops the same way, its pod not Ready. An init container containerd cannot start
+(the NVIDIA runtime's hook failing, `labs.sim.node.node_os.start_error`) gets a `Failed` Event
+instead of `Started`, ends `StartError` with exit code 128 and backs off the same way. Each
+container's output goes to its own log,
+the last ended run's also kept for `kubectl logs --previous`.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import logging
+import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -44,11 +64,19 @@ from labs.sim.controllers.placement import (
 )
 from labs.sim.controlplane.informers import InformedKubeApi
 from labs.sim.controlplane.kube_api import KubeApi
-from labs.sim.controlplane.resources import NODES, PODS, NotFound, now_rfc3339
+from labs.sim.controlplane.resources import NODES, PODS, RUNTIMECLASSES, NotFound, now_rfc3339
 from labs.sim.node.container_logs import ContainerLogs
 from labs.sim.node.hardware import GPU_NAME
+from labs.sim.node.node_os import START_ERROR_EXIT, START_ERROR_REASON, start_error
 from labs.sim.node.nvidia_runtime import injected_gpus
-from labs.sim.node.programs import run_container
+from labs.sim.node.programs import LongRun, run_container, run_daemon, run_init, start_init
+from labs.sim.node.sandbox import (
+    RETRY_JITTER,
+    RETRY_SECONDS,
+    SANDBOX_EVENT,
+    SandboxFailures,
+    sandbox_error,
+)
 from labs.sim.timings import REAL_WORLD_SECONDS, Timings
 
 log = logging.getLogger(__name__)
@@ -125,6 +153,8 @@ class Kubelet(Controller):
         # pod uid -> (wall time of the next step, step name)
         self._plans: dict[str, tuple[float, str]] = {}
         self._outcomes: dict[str, Outcome] = {}
+        self._sandboxes: dict[str, SandboxFailures] = {}  # pod uid -> its refused sandboxes
+        self._init_runs: dict[str, tuple[str, LongRun]] = {}  # pod uid -> its running init
 
     def reconcile(self) -> float | None:
         now = time.monotonic()
@@ -140,6 +170,7 @@ class Kubelet(Controller):
         live = {p["metadata"]["uid"] for p in pods}
         self._plans = {uid: plan for uid, plan in self._plans.items() if uid in live}
         self._outcomes = {uid: o for uid, o in self._outcomes.items() if uid in live}
+        self._init_runs = {uid: r for uid, r in self._init_runs.items() if uid in live}
         waits = []
         for pod in sorted(pods, key=_arrival):
             uid = pod["metadata"]["uid"]
@@ -194,11 +225,18 @@ class Kubelet(Controller):
         self._events.record(pod, reason, message, "Warning", host=node["metadata"]["name"])
 
     def _advance(self, step: str, pod: dict, node: dict, now: float) -> tuple[float, str] | None:
-        if step == "start":
+        if step in ("start", "init"):
+            refused = self._sandbox_refused(pod, node, now) if step == "start" else None
+            if refused is not None:
+                return refused
+            blocked, retry = self._initialize(pod, node, now)
+            if blocked:
+                return retry
             self._start(pod, node)
             ready_in = self._startup_seconds(pod)
             if pod["spec"].get("restartPolicy", "Always") == "Always" or _interactive(pod):
-                return now + ready_in, "ready"
+                crashed = self._run_daemons(pod, node, now)
+                return crashed or (now + ready_in, "ready")
             outcome = self._program(pod).run(pod, node, self.timings)
             self._outcomes[pod["metadata"]["uid"]] = outcome
             self._update(pod, lambda p: _set_ready(p, True))
@@ -206,6 +244,11 @@ class Kubelet(Controller):
         if step == "ready":
             self._update(pod, _ready_if_running)
             return None
+        if step == "restart":
+            return self._run_daemons(pod, node, now, again=True) or (
+                now + self.timings.container_ready,
+                "ready",
+            )
         outcome = self._outcomes.pop(pod["metadata"]["uid"])
         if outcome.again:
             outcome = self._outcomes[pod["metadata"]["uid"]] = self._program(pod).run(
@@ -215,6 +258,159 @@ class Kubelet(Controller):
         self._logs.append(pod, outcome.log)
         self._update(pod, finish_container(None, outcome.exit_code))
         return None
+
+    def _initialize(
+        self, pod: dict, node: dict, now: float
+    ) -> tuple[bool, tuple[float, str] | None]:
+        """Run the pod's init containers not yet done, in order: (False, None) once all have
+        succeeded; (True, the next attempt after the back-off, or None: failed for good)."""
+        done = {
+            s["name"]
+            for s in (pod.get("status") or {}).get("initContainerStatuses") or []
+            if ((s.get("state") or {}).get("terminated") or {}).get("exitCode", 1) == 0
+        }
+        host = node["metadata"]["name"]
+        addresses = internal_ip(node), pod_ip_on(node, pod)
+        for container in pod["spec"].get("initContainers") or []:
+            name = container["name"]
+            if name in done:
+                continue
+            running = self._init_runs.get(pod["metadata"]["uid"], ("",))[0] == name
+            refused = None if running else start_error(self.store, pod, container, node)
+            if refused is None:
+                ended, sleep = self._run_init(pod, container, node, addresses)
+                if ended is None:  # still running: its next step after its sleep
+                    return True, (now + sleep / self.timings.speed, "init")
+                code = ended
+            else:
+                code = self._start_failed(pod, container, host, refused)
+            if code == 0:
+                self._update(pod, _init_ran(name, 0, "", addresses))
+                continue
+            reason = "" if refused is None else START_ERROR_REASON
+            if pod["spec"].get("restartPolicy", "Always") == "Never":
+                self._update(pod, _init_ran(name, code, "", addresses, reason))
+                return True, None
+            backoff = crash_backoff(_restarts_after(pod, name))
+            message = self._back_off(pod, name, host, backoff)
+            self._update(pod, _init_ran(name, code, message, addresses, reason))
+            return True, (now + backoff / self.timings.speed, "init")
+        return False, None
+
+    def _run_init(
+        self, pod: dict, container: dict, node: dict, addresses: tuple[str, str]
+    ) -> tuple[int | None, float]:
+        """Start init container `container`, or let its long-running program (`start_init`)
+        run on: (its exit code once it ended, else None; the real seconds it now sleeps)."""
+        uid, name, host = pod["metadata"]["uid"], container["name"], node["metadata"]["name"]
+        running = self._init_runs.get(uid)
+        if running is None or running[0] != name:
+            self._container_events(pod, container, host)
+            started = start_init(self.store, pod, container, node)
+            if started is None:
+                text, code = run_init(self.store, pod, container, node)
+                self._logs.restarted(pod, name, text, "stderr")
+                self._logs.ended(pod, name)
+                return code, 0.0
+            self._logs.restarted(pod, name, "", "stderr")
+            self._update(pod, _init_started(name, addresses))
+            running = self._init_runs[uid] = (name, started)
+        printed, ended, sleep = running[1].step()
+        self._logs.append(pod, printed, name, "stderr")
+        if ended is not None:
+            del self._init_runs[uid]
+            self._logs.ended(pod, name)
+        return ended, sleep
+
+    def _run_daemons(
+        self, pod: dict, node: dict, now: float, again: bool = False
+    ) -> tuple[float, str] | None:
+        """Start the pod's long-running programs the world plays (`again`: only those waiting
+        in CrashLoopBackOff, each restartCount one more); the next restart after the back-off
+        while one of them exited, else None."""
+        host = node["metadata"]["name"]
+        waits = []
+        for container in pod["spec"].get("containers") or []:
+            name = container["name"]
+            if again:
+                if _waiting_reason(pod, name) != "CrashLoopBackOff":
+                    continue
+                self._container_events(pod, container, host)
+            started = run_daemon(self.store, pod, container, node)
+            if started is None:
+                continue
+            text, code = started
+            self._logs.restarted(pod, name, text, "stderr")
+            if again:
+                self._update(pod, container_restarted(name, ready=False))
+            if code is None:
+                continue
+            self._logs.ended(pod, name)
+            backoff = crash_backoff(_restart_count(pod, name) + (1 if again else 0))
+            message = self._back_off(pod, name, host, backoff)
+            self._update(pod, container_crashed(code, name, message))
+            waits.append(backoff / self.timings.speed)
+        return (now + min(waits), "restart") if waits else None
+
+    def _back_off(self, pod: dict, name: str, host: str, backoff: float) -> str:
+        """Container `name` waits `backoff` real seconds before its next start: the `BackOff`
+        Event and the waiting message, as doBackOff words them (kubernetes v1.35.4
+        pkg/kubelet/kuberuntime/kuberuntime_manager.go:1844 and :1847)."""
+        pod_text = format_pod(pod)
+        self._events.record(
+            pod,
+            "BackOff",
+            f"Back-off restarting failed container {name} in pod {pod_text}",
+            "Warning",
+            host=host,
+        )
+        return f"back-off {go_duration(backoff)} restarting failed container={name} pod={pod_text}"
+
+    def _start_failed(self, pod: dict, container: dict, host: str, error: str) -> int:
+        """Container created but containerd could not start it (`labs.sim.node.node_os`): the
+        `Failed` Event as kubelet's startContainer words it (kubernetes v1.35
+        pkg/kubelet/kuberuntime/kuberuntime_container.go, step 3: FailedToStartContainer,
+        `Error: %v`); the exit code containerd reports for it."""
+        image = container.get("image", "")
+        self._events.record(
+            pod, "Pulled", f'Container image "{image}" already present on machine', host=host
+        )
+        self._events.record(pod, "Created", "Container created", host=host)
+        self._events.record(pod, "Failed", f"Error: {error}", "Warning", host=host)
+        return START_ERROR_EXIT
+
+    def _container_events(self, pod: dict, container: dict, host: str) -> None:
+        """What kubelet records as it starts one container: image present, created, started."""
+        image = container.get("image", "")
+        self._events.record(
+            pod, "Pulled", f'Container image "{image}" already present on machine', host=host
+        )
+        self._events.record(pod, "Created", "Container created", host=host)
+        self._events.record(pod, "Started", "Container started", host=host)
+
+    def _sandbox_refused(self, pod: dict, node: dict, now: float) -> tuple[float, str] | None:
+        """The pod's sandbox refused by containerd (a runtime handler it lacks): the Event,
+        and the next attempt after the pod worker's back-off; None once it is created."""
+        self._sandboxes = {u: f for u, f in self._sandboxes.items() if u in self._plans}
+        error = sandbox_error(self._runtime_handler(pod), node)
+        if error is None:
+            return None
+        failures = self._sandboxes.setdefault(pod["metadata"]["uid"], SandboxFailures())
+        message, combined = failures.message(error, now)
+        host, series = node["metadata"]["name"], SANDBOX_EVENT if combined else None
+        self._events.record(pod, SANDBOX_EVENT, message, "Warning", host, series)
+        backoff = RETRY_SECONDS * (1 + RETRY_JITTER * random.random())
+        return now + backoff / self.timings.speed, "start"
+
+    def _runtime_handler(self, pod: dict) -> str:
+        """The handler of the pod's RuntimeClass ("" for none: containerd's default)."""
+        name = pod["spec"].get("runtimeClassName")
+        if not name:
+            return ""
+        try:
+            return str(self.store.get(RUNTIMECLASSES, name).get("handler") or "")
+        except NotFound:  # admission refuses such pods; one deleted since is not the sandbox's
+            return ""
 
     def _startup_seconds(self, pod: dict) -> float:
         """Wall seconds from now until the started pod is Ready."""
@@ -262,12 +458,7 @@ class Kubelet(Controller):
     def _start(self, pod: dict, node: dict) -> None:
         host = node["metadata"]["name"]
         for container in pod["spec"].get("containers") or []:
-            image = container.get("image", "")
-            self._events.record(
-                pod, "Pulled", f'Container image "{image}" already present on machine', host=host
-            )
-            self._events.record(pod, "Created", "Container created", host=host)
-            self._events.record(pod, "Started", "Container started", host=host)
+            self._container_events(pod, container, host)
         host_ip = internal_ip(node)
         self._update(pod, lambda p: _run(p, host_ip, pod_ip_on(node, p)))
 
@@ -344,17 +535,23 @@ def pod_ip_on(node: dict, pod: dict) -> str:
     return str(network.network_address + offset)
 
 
-def _run(pod: dict, host_ip: str, pod_ip: str) -> None:
-    stamp = now_rfc3339()
+def _placed(pod: dict, host_ip: str, pod_ip: str) -> dict:
+    """The pod's status with its sandbox's addresses and start time set."""
     status = pod.setdefault("status", {})
     status.update(
-        phase="Running",
         hostIP=host_ip,
         hostIPs=[{"ip": host_ip}],
         podIP=pod_ip,
         podIPs=[{"ip": pod_ip}],
-        startTime=status.get("startTime") or stamp,
+        startTime=status.get("startTime") or now_rfc3339(),
     )
+    return status
+
+
+def _run(pod: dict, host_ip: str, pod_ip: str) -> None:
+    stamp = now_rfc3339()
+    status = _placed(pod, host_ip, pod_ip)
+    status["phase"] = "Running"
     status["containerStatuses"] = [
         {
             "name": c["name"],
@@ -373,19 +570,125 @@ def _run(pod: dict, host_ip: str, pod_ip: str) -> None:
 
 def _creating(pod: dict) -> None:
     """Admitted: its containers wait in ContainerCreating (what `kubectl get pods` shows, and
-    why `kubectl logs` answers "waiting to start") until they start."""
-    pod.setdefault("status", {})["containerStatuses"] = [
-        {
-            "name": c["name"],
-            "image": c.get("image", ""),
-            "imageID": "",
-            "ready": False,
-            "restartCount": 0,
-            "started": False,
-            "state": {"waiting": {"reason": "ContainerCreating"}},
-        }
-        for c in pod["spec"].get("containers") or []
+    why `kubectl logs` answers "waiting to start") until they start; behind init containers
+    every container waits in PodInitializing (`Init:0/N`)."""
+    inits = pod["spec"].get("initContainers") or []
+    reason = "PodInitializing" if inits else "ContainerCreating"
+    status = pod.setdefault("status", {})
+    status["containerStatuses"] = [
+        _waiting_status(c, reason) for c in pod["spec"].get("containers") or []
     ]
+    if inits:
+        status["initContainerStatuses"] = [_waiting_status(c, reason) for c in inits]
+
+
+def _waiting_status(container: dict, reason: str) -> dict:
+    return {
+        "name": container["name"],
+        "image": container.get("image", ""),
+        "imageID": "",
+        "ready": False,
+        "restartCount": 0,
+        "started": False,
+        "state": {"waiting": {"reason": reason}},
+    }
+
+
+def _statuses(pod: dict) -> list[dict]:
+    """The pod's init container statuses, then its containers'."""
+    status = pod.get("status") or {}
+    return [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+
+
+def _restart_count(pod: dict, name: str) -> int:
+    return next((int(s.get("restartCount", 0)) for s in _statuses(pod) if s["name"] == name), 0)
+
+
+def _restarts_after(pod: dict, name: str) -> int:
+    """The init container's restartCount once the run that just ended is counted: one more
+    than before when an earlier run had ended (the kubelet counts each start after the first)."""
+    found = next((s for s in _statuses(pod) if s["name"] == name), {})
+    state = found.get("state") or {}
+    ran = ("terminated" in state or bool(found.get("lastState"))) and "running" not in state
+    return int(found.get("restartCount", 0)) + (1 if ran else 0)
+
+
+def _waiting_reason(pod: dict, name: str) -> str:
+    found = next((s for s in _statuses(pod) if s["name"] == name), {})
+    return str(((found.get("state") or {}).get("waiting") or {}).get("reason", ""))
+
+
+def _ran_before(entry: dict) -> bool:
+    """An init container's status shows an ended run: its next start is a restart."""
+    return "terminated" in entry["state"] or "terminated" in (entry.get("lastState") or {})
+
+
+def _init_started(name: str, addresses: tuple[str, str]) -> Callable[[dict], None]:
+    """An update for init container `name` started and running (a long-running program): its
+    restartCount one more when an earlier run had ended, the last one kept in lastState."""
+
+    def apply(pod: dict) -> None:
+        status = _placed(pod, *addresses)
+        entry = next((s for s in status.get("initContainerStatuses") or [] if s["name"] == name),
+                     None)  # fmt: skip
+        if entry is None:
+            return
+        if _ran_before(entry):
+            entry["restartCount"] = entry.get("restartCount", 0) + 1
+        entry["state"] = {"running": {"startedAt": now_rfc3339()}}
+        entry.update(ready=False, started=True)
+        _set_conditions(pod, {"PodReadyToStartContainers": "True"})
+
+    return apply
+
+
+def _init_ran(
+    name: str, exit_code: int, backoff: str, addresses: tuple[str, str], reason: str = ""
+) -> Callable[[dict], None]:
+    """An update for init container `name` having run once more and ended with `exit_code`:
+    Completed (ready), or its run in lastState and waiting CrashLoopBackOff with the `backoff`
+    message (terminated Error when it is not restarted: restartPolicy Never, the pod Failed)."""
+
+    def apply(pod: dict) -> None:
+        status = _placed(pod, *addresses)
+        stamp = now_rfc3339()
+        inits = status.get("initContainerStatuses") or []
+        entry = next((s for s in inits if s["name"] == name), None)
+        if entry is None:
+            return
+        running = entry["state"].get("running")  # counted when it started (`_init_started`)
+        if not running and _ran_before(entry):
+            entry["restartCount"] = entry.get("restartCount", 0) + 1
+        ended = {
+            "exitCode": exit_code,
+            "reason": reason or ("Completed" if exit_code == 0 else "Error"),
+            "startedAt": (running or {}).get("startedAt", stamp),
+            "finishedAt": stamp,
+        }
+        if exit_code == 0 or not backoff:
+            entry["state"] = {"terminated": ended}
+        else:
+            entry["lastState"] = {"terminated": ended}
+            entry["state"] = {"waiting": {"reason": "CrashLoopBackOff", "message": backoff}}
+        entry.update(ready=exit_code == 0, started=False)
+        incomplete = [
+            s["name"]
+            for s in inits
+            if ((s.get("state") or {}).get("terminated") or {}).get("exitCode", 1) != 0
+        ]
+        if exit_code != 0 and not backoff:
+            status["phase"] = "Failed"
+        _set_conditions(pod, {"PodReadyToStartContainers": "True"})
+        if incomplete:
+            waiting = " ".join(incomplete)
+            set_pod_condition(pod, "Initialized", "False", "ContainersNotInitialized",
+                              f"containers with incomplete status: [{waiting}]")  # fmt: skip
+            unready = " ".join(c["name"] for c in pod["spec"].get("containers") or [])
+            for kind in ("Ready", "ContainersReady"):
+                set_pod_condition(pod, kind, "False", "ContainersNotReady",
+                                  f"containers with unready status: [{unready}]")  # fmt: skip
+
+    return apply
 
 
 def _ready_if_running(pod: dict) -> None:
@@ -441,13 +744,18 @@ def crash_backoff(restarts: int) -> float:
     return float(min(BACKOFF_FIRST * 2**restarts, BACKOFF_MAX))
 
 
-def container_crashed(exit_code: int) -> Callable[[dict], None]:
-    """An update for a pod (restartPolicy Always) whose container's process ended: not ready,
-    the ended run in lastState, waiting in CrashLoopBackOff, as `kubectl get pods` shows it."""
+def container_crashed(
+    exit_code: int, name: str | None = None, backoff: str = ""
+) -> Callable[[dict], None]:
+    """An update for a pod (restartPolicy Always) whose container `name` (every one when
+    None) ended: not ready, the ended run in lastState, waiting in CrashLoopBackOff (with the
+    kubelet's `backoff` message), as `kubectl get pods` shows it."""
 
     def apply(pod: dict) -> None:
         stamp = now_rfc3339()
         for container in pod.setdefault("status", {}).get("containerStatuses") or []:
+            if name is not None and container["name"] != name:
+                continue
             started = container["state"].get("running", {}).get("startedAt", stamp)
             container["lastState"] = {
                 "terminated": {
@@ -457,21 +765,43 @@ def container_crashed(exit_code: int) -> Callable[[dict], None]:
                     "finishedAt": stamp,
                 }
             }
-            container["state"] = {"waiting": {"reason": "CrashLoopBackOff"}}
+            waiting = {"reason": "CrashLoopBackOff"} | ({"message": backoff} if backoff else {})
+            container["state"] = {"waiting": waiting}
             container.update(ready=False, started=False)
         _set_conditions(pod, {"Ready": "False", "ContainersReady": "False"})
 
     return apply
 
 
-def container_restarted(pod: dict) -> None:
-    """The update for a crashed container started again (and answering): running and ready,
-    its restartCount one more."""
-    stamp = now_rfc3339()
-    for container in pod.setdefault("status", {}).get("containerStatuses") or []:
-        container["state"] = {"running": {"startedAt": stamp}}
-        container.update(restartCount=container.get("restartCount", 0) + 1, started=True)
-    _set_ready(pod, True)
+def container_restarted(name: str | None = None, ready: bool = True) -> Callable[[dict], None]:
+    """An update for crashed container `name` (every one when None) started again: running,
+    its restartCount one more, the pod Ready when `ready` (the program answers at once)."""
+
+    def apply(pod: dict) -> None:
+        stamp = now_rfc3339()
+        for container in pod.setdefault("status", {}).get("containerStatuses") or []:
+            if name is not None and container["name"] != name:
+                continue
+            container["state"] = {"running": {"startedAt": stamp}}
+            container.update(restartCount=container.get("restartCount", 0) + 1, started=True)
+        if ready:
+            _set_ready(pod, True)
+
+    return apply
+
+
+def format_pod(pod: dict) -> str:
+    """A pod as the kubelet names it in messages: `name_namespace(uid)` (kubernetes v1.35.4
+    pkg/kubelet/util/format/pod.go:40)."""
+    meta = pod["metadata"]
+    return f"{meta['name']}_{meta.get('namespace', '')}({meta.get('uid', '')})"
+
+
+def go_duration(seconds: float) -> str:
+    """Seconds as Go's time.Duration prints them: 10s, 1m20s, 5m0s."""
+    whole = int(seconds)
+    minutes, rest = divmod(whole, 60)
+    return f"{minutes}m{rest}s" if minutes else f"{rest}s"
 
 
 def _set_conditions(pod: dict, wanted: dict[str, str]) -> None:

@@ -155,7 +155,7 @@ class MonitoringRelease(Controller):
         played.restarts += 1
         played.restart_at = None
         announce(played.entries, played.program.address)
-        self._update(pod, container_restarted)
+        self._update(pod, container_restarted())
         return None
 
     def _update(self, pod: dict, mutate: Callable[[dict], None]) -> None:

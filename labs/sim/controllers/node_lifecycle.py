@@ -7,7 +7,9 @@ maxSize). Instances of a node group that is gone (deleted, or its cluster delete
 drained and terminated, as EKS does when it deletes a node group.
 Scale-up launches an instance in the group's subnet at once and the Node joins, Ready,
 after the boot delay (~5.5 min real). Scale-down cordons the node, and after the terminate
-delay removes its pods and the Node and terminates the instance. GPU nodes carry the
+delay removes its pods and the Node and terminates the instance. An instance terminated from
+outside (`aws ec2 terminate-instances`) loses its Node and pods as the cloud node lifecycle
+controller removes them, and the group launches a replacement. GPU nodes carry the
 group's labels and taints plus NFD's `pci-10de.present` label, as they would once NFD has
 looked at them. Once a group's nodes match its size, its EKS updates are Successful.
 Each instance is listed in its group's Auto Scaling group as Pending while it boots,
@@ -29,6 +31,7 @@ from labs.sim.controllers.base import Controller
 from labs.sim.controllers.events import EventRecorder
 from labs.sim.controlplane.informers import InformedKubeApi
 from labs.sim.controlplane.resources import NODES, PODS, NotFound, StoreError, now_rfc3339
+from labs.sim.node.gpu_faults import HARDWARE_CONDITION, HEALTHY_MESSAGE, HEALTHY_REASON
 from labs.sim.node.hardware import (
     AMI_OS_IMAGE,
     DEFAULT_RUNTIME_ANNOTATION,
@@ -86,6 +89,7 @@ class NodeLifecycle(Controller):
         now = time.monotonic()
         self._remove_leftovers()
         instances = self._instances()
+        self._forget_terminated(instances)
         names = self._group_names()
         for name in names:
             group = self._eks.describe_nodegroup(clusterName=self._cluster, nodegroupName=name)
@@ -102,6 +106,21 @@ class NodeLifecycle(Controller):
         if self._leftover:
             due.append(now + LEFTOVER_RETRY_SECONDS)
         return min((at - now for at in due), default=None)
+
+    def _forget_terminated(self, instances: list[dict]) -> None:
+        """Nodes whose instance was terminated from outside go, with their pods (as the cloud
+        node lifecycle controller deletes a Node whose instance is gone); their group, one
+        instance short, launches a replacement in the same pass."""
+        running = {i["InstanceId"] for i in instances}
+        changing = self._booting.keys() | self._draining.keys()
+        for node in self.store.list(NODES)[0]:
+            provider = (node.get("spec") or {}).get("providerID") or ""
+            instance_id = provider.rsplit("/", 1)[-1]
+            if not provider.startswith("aws:///") or instance_id in running | changing:
+                continue
+            self._list(instance_id, None)
+            self._leftover.add(node["metadata"]["name"])
+        self._remove_leftovers()
 
     def _group_names(self) -> list[str]:
         """The cluster's node groups now; none once the cluster itself is gone."""
@@ -331,6 +350,10 @@ def build_node(instance: dict, group: dict, region: str) -> dict:
     conditions.append(
         _condition("Ready", "True", "KubeletReady", "kubelet is posting ready status", stamp)
     )
+    if machine.gpus:  # the node monitoring agent add-on's GPU condition
+        conditions.append(
+            _condition(HARDWARE_CONDITION, "True", HEALTHY_REASON, HEALTHY_MESSAGE, stamp)
+        )
     return {
         "metadata": {
             "name": name,

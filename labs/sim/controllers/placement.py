@@ -14,14 +14,23 @@ from labs.sim.controlplane.resources import now_rfc3339
 
 
 def pod_requests(pod: dict) -> dict[str, Decimal]:
-    """Summed container requests (limits stand in for missing requests, as the API defaults)."""
+    """What the pod holds: its containers' requests summed, or an init container's when that
+    is more (init containers run one at a time: Kubernetes docs, Init Containers, "Resource
+    sharing within containers"); limits stand in for missing requests, as the API defaults."""
     total: dict[str, Decimal] = {}
     for container in pod["spec"].get("containers") or []:
-        resources = container.get("resources") or {}
-        wanted = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
-        for name, value in wanted.items():
-            total[name] = total.get(name, Decimal(0)) + quantity(value)
+        for name, value in _container_requests(container).items():
+            total[name] = total.get(name, Decimal(0)) + value
+    for container in pod["spec"].get("initContainers") or []:
+        for name, value in _container_requests(container).items():
+            total[name] = max(total.get(name, Decimal(0)), value)
     return total
+
+
+def _container_requests(container: dict) -> dict[str, Decimal]:
+    resources = container.get("resources") or {}
+    wanted = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+    return {name: quantity(value) for name, value in wanted.items()}
 
 
 def set_pod_condition(

@@ -49,6 +49,13 @@ NVIDIA_RUNTIME = "nvidia"
 CUDA_IMAGE_ENV = {"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "compute,utility"}
 IMAGE_ENV = {
     "nvcr.io/nvidia/cuda:": CUDA_IMAGE_ENV,
+    # the validator's image asks for no GPU (gpu-operator v25.3.4 validator/Dockerfile:71-73):
+    # only its toolkit-validation container sets NVIDIA_VISIBLE_DEVICES=all in the DaemonSet.
+    "nvcr.io/nvidia/cloud-native/gpu-operator-validator:": {
+        "NVIDIA_DISABLE_REQUIRE": "true",
+        "NVIDIA_VISIBLE_DEVICES": "void",
+        "NVIDIA_DRIVER_CAPABILITIES": "utility,compute",
+    },
     "nvidia/cuda:": CUDA_IMAGE_ENV,
     "nvcr.io/nvidia/": {"NVIDIA_VISIBLE_DEVICES": "all"},
 }

@@ -44,9 +44,23 @@ def injected_gpus(pod: dict, node: dict, container: dict | None = None) -> int |
 
 def container_env(pod: dict, container: dict | None = None) -> dict[str, str]:
     """A container's environment (the pod's first when not given): its image's
-    (`IMAGE_ENV`), then the container spec's own."""
+    (`IMAGE_ENV`), then the container spec's own, a downward-API `fieldRef` (`spec.nodeName`,
+    `metadata.name`) read off the pod as the kubelet fills it in."""
     container = container or (pod["spec"].get("containers") or [{}])[0]
     image = str(container.get("image", ""))
     env = next((dict(e) for prefix, e in IMAGE_ENV.items() if image.startswith(prefix)), {})
-    env |= {e["name"]: str(e.get("value", "")) for e in container.get("env") or [] if "name" in e}
+    for entry in container.get("env") or []:
+        if "name" in entry:
+            env[entry["name"]] = _env_value(pod, entry)
     return env
+
+
+def _env_value(pod: dict, entry: dict) -> str:
+    """One env entry's value: its own, or the pod field its `valueFrom.fieldRef` names."""
+    path = ((entry.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")
+    if not path:
+        return str(entry.get("value", ""))
+    found: object = pod
+    for part in str(path).split("."):
+        found = found.get(part, "") if isinstance(found, dict) else ""
+    return str(found)

@@ -31,11 +31,11 @@ from pathlib import Path
 from typing import Protocol
 
 from labs.sim.controlplane.kube_api import KubeApi
-from labs.sim.node import container_files, host_files
+from labs.sim.controlplane.resources import CONFIGMAPS, NODES, NotFound
+from labs.sim.node import container_files, host_files, node_os
 from labs.sim.node.container_files import layer_path, tar
+from labs.sim.node.gpu_faults import lost_xid
 from labs.sim.node.hardware import (
-    AMI_GLIBC,
-    AMI_GLIBC_YEAR,
     CUDA_VERSION,
     GPU_COMPUTE_CAP,
     GPU_DRIVER_VERSION,
@@ -48,16 +48,25 @@ from labs.sim.node.hardware import (
     gpu_uuid,
 )
 from labs.sim.node.nvidia_runtime import container_env, injected_gpus
+from labs.sim.node.validator import Run, nvidia_validator
 
 NOT_MODELLED = "the rehearsal world does not model"
 _VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\?|\w+))")
 NVML_FAILURE = "Failed to initialize NVML: Unknown Error\n"
+# nvidia-smi(1), RETURN VALUE: 15, the GPU has fallen off the bus or has otherwise become
+# inaccessible.
+GPU_LOST_EXIT = 15
 SHELLS = ("sh", "bash")
 BASE_TOOLS = frozenset(
     {*SHELLS, "cat", "chroot", "echo", "env", "false", "hostname", "ldd", "ls", "sleep", "tar"}
     | {"test", "true"}
 )
 NVIDIA_HOST_TOOLS = frozenset({"nvidia-smi", "nvidia-ctk"})
+# Binaries an image ships beside the base tools, by the image's repository name.
+IMAGE_TOOLS: dict[str, frozenset[str]] = {
+    "k8s-device-plugin": frozenset({"config-manager"}),
+    "gpu-operator-validator": frozenset({"nvidia-validator"}),
+}
 
 
 class Terminal(Protocol):
@@ -170,6 +179,7 @@ class Process:
         else:
             tools = frozenset() if "distroless" in image else BASE_TOOLS
             tools |= {"nvidia-smi"} if self.has_driver else frozenset()
+            tools |= IMAGE_TOOLS.get(_repository(image), frozenset())
         return posixpath.basename(name) in tools
 
     @property
@@ -213,6 +223,81 @@ def run_container(store: KubeApi, pod: dict, container: dict, node: dict) -> tup
     if not argv:
         return "", 0  # the image's own entrypoint: nothing the rehearsal plays
     code = exec_argv(argv, Process(store, pod, container, node), term)
+    return term.text, code
+
+
+def _repository(image: str) -> str:
+    """An image's repository name without registry, path or tag: `k8s-device-plugin`."""
+    return image.rsplit("/", 1)[-1].split("@", 1)[0].split(":", 1)[0]
+
+
+def plays(container: dict) -> bool:
+    """Whether the world plays what this container starts: a program of `PROGRAMS`, run
+    directly or as the first word of its `sh -c` script. The rest (a shell loop) is the
+    image's own process, which the rehearsal does not model."""
+    return _program_name(container) in PROGRAMS
+
+
+def _program_name(container: dict) -> str:
+    """The program a container starts: its command, or the first word of its `sh -c` script
+    ("" for none)."""
+    argv = container_command(container)
+    if argv[:1] and posixpath.basename(argv[0]) in SHELLS and argv[1:2] == ["-c"]:
+        script = argv[2] if len(argv) > 2 else ""
+        argv = script.split()[:1]
+    return posixpath.basename(argv[0]) if argv else ""
+
+
+@dataclass
+class LongRun:
+    """An init container's program that runs for a while (`LONG_PROGRAMS`): each `step` lets
+    it run until it sleeps again, so the kubelet never waits on it."""
+
+    steps: Run
+    term: Captured
+
+    def step(self) -> tuple[str, int | None, float]:
+        """(what it printed since the last step, its exit code or None while it runs, the real
+        seconds it now sleeps)."""
+        before = len(self.term.text)
+        try:
+            wait = next(self.steps)
+        except StopIteration as end:
+            return self.term.text[before:], int(end.value or 0), 0.0
+        return self.term.text[before:], None, wait
+
+
+def start_init(store: KubeApi, pod: dict, container: dict, node: dict) -> LongRun | None:
+    """The init container's long-running program started (its `sh -c` script's first word in
+    `LONG_PROGRAMS`), None for any other."""
+    program = LONG_PROGRAMS.get(_program_name(container))
+    if program is None:
+        return None
+    term = Captured()
+    return LongRun(program(Process(store, pod, container, node), term), term)
+
+
+def run_init(store: KubeApi, pod: dict, container: dict, node: dict) -> tuple[str, int]:
+    """What an init container prints and its exit code: its program where the world plays it,
+    else the image's own, which it takes to succeed at once without a word."""
+    if not plays(container):
+        return "", 0
+    return run_container(store, pod, container, node)
+
+
+def run_daemon(
+    store: KubeApi, pod: dict, container: dict, node: dict
+) -> tuple[str, int | None] | None:
+    """A long-running container's start (restartPolicy Always): what it printed and its exit
+    code (None: it keeps running); None when the world does not play it (`DAEMONS`)."""
+    argv = container_command(container)
+    if not argv or posixpath.basename(argv[0]) not in DAEMONS:
+        return None
+    process = Process(store, pod, container, node)
+    if not process.installed(argv[0]):
+        return run_container(store, pod, container, node)  # containerd's own refusal
+    term = Captured()
+    code = DAEMONS[posixpath.basename(argv[0])](argv[1:], process, term)
     return term.text, code
 
 
@@ -358,6 +443,18 @@ def nvidia_smi_table() -> str:
     )  # fmt: skip
 
 
+def gpu_lost() -> str:
+    """What nvidia-smi prints for a GPU fallen off the bus: NVML answers GPU_IS_LOST for its
+    handle. Worded as quoted from a real node in JosephKJ/OWOD issue #81 ("Unable to determine
+    the device handle for GPU 0000:02:00.0: GPU is lost. Reboot the system to recover this
+    GPU"), with the A10G's bus id in that short form."""
+    bus_id = GPU_TABLE_CELLS["bus_id"][4:]  # 00000000:00:1E.0 -> 0000:00:1E.0
+    return (
+        f"Unable to determine the device handle for GPU {bus_id}: GPU is lost. "
+        "Reboot the system to recover this GPU\n"
+    )
+
+
 def _query_fields(node_name: str) -> dict[str, tuple[str, str]]:
     """--query-gpu field -> (CSV header, value): the A10G of this node."""
     total = f"{GPU_MEMORY_MIB} MiB"
@@ -408,6 +505,9 @@ def nvidia_smi(args: list[str], process: Process, term: Terminal) -> int:
     if gpus is None:
         term.out(NVML_FAILURE)
         return 255
+    if lost_xid(process.node) is not None:
+        term.out(gpu_lost())
+        return GPU_LOST_EXIT
     if "--query-gpu" in options:
         return _query(options["--query-gpu"], options.get("--format", "csv"), node_name, term)
     if "-L" in options or "--list-gpus" in options:
@@ -435,9 +535,10 @@ def ldd(args: list[str], process: Process, term: Terminal) -> int:
         image = process.container.get("image", "")
         term.err(f"ldd: {NOT_MODELLED} the C library of image {image}\n")
         return 1
+    version, year = node_os.glibc(process.node)
     term.out(
-        f"ldd (GNU libc) {AMI_GLIBC}\n"
-        f"Copyright (C) {AMI_GLIBC_YEAR} Free Software Foundation, Inc.\n"
+        f"ldd (GNU libc) {version}\n"
+        f"Copyright (C) {year} Free Software Foundation, Inc.\n"
         "This is free software; see the source for copying conditions.  There is NO\n"
         "warranty; not even for MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.\n"
         "Written by Roland McGrath and Ulrich Drepper.\n"
@@ -573,6 +674,132 @@ def hostname(args: list[str], process: Process, term: Terminal) -> int:
     return 0
 
 
+# --- the device plugin's config-manager --------------------------------------------------
+# NVIDIA/k8s-device-plugin cmd/config-manager/main.go at v0.17.4 (the device plugin the GPU
+# Operator v25.3.4 chart runs: its values.yaml devicePlugin.version), flags from the env the
+# operator renders. Each line below names the source line that logs it; klog writes to
+# stderr, `Lmmdd hh:mm:ss.uuuuuu <pid, 7 wide> file:line] message`.
+CONFIG_LABEL = "nvidia.com/device-plugin.config"  # main.go:49 DefaultConfigLabel
+# client-go v0.31.3 (v0.17.4's go.mod) tools/clientcmd/client_config.go:659, KUBECONFIG="".
+IN_CLUSTER_WARNING = (
+    "Neither --kubeconfig nor --master was specified.  Using the inClusterConfig.  "
+    "This might not work."
+)
+
+
+def _klog(term: Terminal, severity: str, where: str, message: str) -> None:
+    stamp = time.strftime("%m%d %H:%M:%S", time.gmtime())
+    micros = f"{time.time() % 1:.6f}"[2:]
+    term.err(f"{severity}{stamp}.{micros}       1 {where}] {message}\n")
+
+
+def _config_names(process: Process, srcdir: str) -> list[str] | None:
+    """The keys of the ConfigMap mounted at `srcdir` (the files os.ReadDir lists there, `..`
+    entries excluded: main.go:473-488), read through the API as the kubelet mounts it; None
+    when no ConfigMap is mounted there."""
+    mount = next(
+        (m for m in process.container.get("volumeMounts") or []
+         if m.get("mountPath", "").rstrip("/") == srcdir.rstrip("/")),
+        None,
+    )  # fmt: skip
+    volumes = {v.get("name"): v for v in process.pod["spec"].get("volumes") or []}
+    source = (volumes.get((mount or {}).get("name")) or {}).get("configMap") or {}
+    if not source.get("name"):
+        return None
+    namespace = process.pod["metadata"].get("namespace", "default")
+    try:
+        found = process.store.get(CONFIGMAPS, source["name"], namespace)
+    except NotFound:
+        return None
+    return sorted(k for k in found.get("data") or {} if not k.startswith(".."))
+
+
+def config_manager(args: list[str], process: Process, term: Terminal) -> int:
+    """config-manager with ONESHOT=true (the init container): pick the config the node's label
+    names (or the default, or the fallbacks) among the mounted ConfigMap's keys; exit 1 with
+    `specified config X does not exist` (main.go:353) when the map lacks it."""
+    code = _config_manager(process, term)
+    return 0 if code is None else code
+
+
+def config_manager_daemon(args: list[str], process: Process, term: Terminal) -> int | None:
+    """config-manager with ONESHOT=false (the sidecar): the same choice, then it waits for the
+    label to change (None: it keeps running)."""
+    return _config_manager(process, term)
+
+
+def _config_manager(process: Process, term: Terminal) -> int | None:
+    env = process.container_env()
+    label = env.get("NODE_LABEL") or CONFIG_LABEL
+    oneshot = env.get("ONESHOT", "false").lower() == "true"
+    if not env.get("KUBECONFIG"):
+        _klog(term, "W", "client_config.go:659", IN_CLUSTER_WARNING)
+    _klog(term, "I", "main.go:246", f"Waiting for change to '{label}' label")
+    node = process.store.get(NODES, env.get("NODE_NAME") or process.node["metadata"]["name"])
+    chosen = (node["metadata"].get("labels") or {}).get(label, "")
+    _klog(term, "I", "main.go:248", f"Label change detected: {label}={chosen}")
+    names = _config_names(process, env.get("CONFIG_FILE_SRCDIR", ""))
+    if names is None:
+        term.err(f"config-manager: {NOT_MODELLED} a config directory without its ConfigMap\n")
+        return 1
+    config, error = _choose_config(chosen, names, env, term)
+    if error:
+        _klog(term, "E", "main.go:208", error)  # klog.Error(err) before os.Exit(1)
+        return 1
+    if config:
+        _klog(term, "I", "main.go:304", f"Updating to config: {config}")
+    else:
+        _klog(term, "I", "main.go:302", "Updating to empty config")
+    if not oneshot:  # the init container made the same symlink moments before
+        _klog(term, "I", "main.go:312", "Already configured. Skipping update...")
+        _klog(term, "I", "main.go:246", f"Waiting for change to '{label}' label")
+        return None
+    if config:
+        _klog(term, "I", "main.go:319", f"Successfully updated to config: {config}")
+    else:
+        _klog(term, "I", "main.go:317", "Successfully updated to empty config")
+    return 0
+
+
+def _choose_config(
+    config: str, names: list[str], env: dict[str, str], term: Terminal
+) -> tuple[str, str]:
+    """updateConfigName (main.go:334-392): (the config, "") or ("", the error)."""
+    if not names:
+        return "", "no configuration files available"  # main.go:342
+    if config:
+        if config not in names:
+            return "", f"specified config {config} does not exist"  # main.go:353
+        return config, ""
+    default = env.get("DEFAULT_CONFIG", "")
+    if default:
+        _klog(term, "I", "main.go:360", f"No value set. Selecting default name: {default}")
+        # main.go:362 formats the empty label value, not the default: two spaces.
+        return (default, "") if default in names else ("", "specified config  does not exist")
+    strategies = [s for s in env.get("FALLBACK_STRATEGIES", "").split(",") if s]
+    _klog(term, "I", "main.go:368", "No value set and no default set. Attempting fallback "
+          f"strategies: [{' '.join(strategies)}]")  # fmt: skip
+    for fallback in strategies:
+        if fallback == "named":
+            _klog(term, "I", "main.go:372", "Attempting to find config named: default")
+            if "default" in names:
+                return "default", ""
+            _klog(term, "I", "main.go:376", "No configuration named 'default' was found")
+        elif fallback == "single":
+            _klog(term, "I", "main.go:378", "Attempting to see if only a single config is "
+                  "available...")  # fmt: skip
+            if len(names) == 1:
+                return names[0], ""
+            _klog(term, "I", "main.go:382", f"More than one configuration was found: "
+                  f"[{' '.join(names)}]")  # fmt: skip
+        elif fallback == "empty":
+            _klog(term, "I", "main.go:384", "Falling back to an empty configuration")
+            return "", ""
+        else:
+            return "", f"unknown fallback strategy: {fallback}"  # main.go:387
+    return "", "no config was set, no default was provided, and all fallbacks failed"
+
+
 def _exit_with(code: int) -> Program:
     return lambda args, process, term: code
 
@@ -594,4 +821,14 @@ PROGRAMS: dict[str, Program] = {
     "sleep": _exit_with(0),
     "tar": tar,
     "test": test,
+    "config-manager": config_manager,
+}
+# Init programs that run for a while, stepped by the kubelet (`start_init`).
+LONG_PROGRAMS: dict[str, Callable[[Process, Terminal], Run]] = {
+    "nvidia-validator": nvidia_validator,
+}
+# Long-running programs a restartPolicy Always container starts: an exit code when the
+# process ends, None while it keeps running (`run_daemon`).
+DAEMONS: dict[str, Callable[[list[str], Process, Terminal], int | None]] = {
+    "config-manager": config_manager_daemon,
 }

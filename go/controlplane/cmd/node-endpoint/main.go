@@ -6,7 +6,8 @@
 // There are no containers behind it. What a container "is" comes from the rehearsal's files:
 //
 //   - logs: <logs-dir>/<namespace>_<pod>/<container>.log, in the CRI log format the kubelet
-//     reads ("<RFC3339Nano> stdout|stderr F|P <text>");
+//     reads ("<RFC3339Nano> stdout|stderr F|P <text>"), and <container>.previous.log, the
+//     last ended run's, for `--previous`;
 //   - exec and attach: the host program given by --exec-command (repeat the flag, one argument
 //     each), run as `<exec-command...> exec <namespace> <pod> <container> [--tty] -- <cmd...>`
 //     or `<exec-command...> attach <namespace> <pod> <container> [--tty]`, with the stream's
@@ -483,11 +484,15 @@ func (s *server) containerLogs(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"message": "Unable to decode query."}`, http.StatusBadRequest)
 		return
 	}
-	if opts.previous {
-		http.Error(w, fmt.Sprintf("previous terminated container %q in pod %q not found", name, pod), http.StatusBadRequest)
-		return
-	}
 	path := filepath.Join(s.logsDir, r.PathValue("namespace")+"_"+pod, name+".log")
+	if opts.previous {
+		// The last ended run's log, which the rehearsal keeps beside the current one.
+		path = strings.TrimSuffix(path, ".log") + ".previous.log"
+		if _, err := os.Stat(path); err != nil {
+			http.Error(w, fmt.Sprintf("previous terminated container %q in pod %q not found", name, pod), http.StatusBadRequest)
+			return
+		}
+	}
 	if _, err := filepath.EvalSymlinks(path); err != nil {
 		http.Error(w, fmt.Sprintf("failed to try resolving symlinks in path %q: %v", path, err), http.StatusBadRequest)
 		return
