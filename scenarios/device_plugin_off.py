@@ -118,9 +118,23 @@ def probe_unschedulable(ctx: Context) -> Verdict:
     return held, f"{PROBE} {phase}: {message or 'no FailedScheduling event yet'}"
 
 
+def validator_rolled(ctx: Context) -> Verdict:
+    """The operator drops plugin-validation from the validator's template when the plugin is
+    off, so the validator is replaced node by node; the operator reads notReady meanwhile."""
+    validator = gpu.daemonset(ctx.view, gpu.VALIDATOR_DAEMONSET)
+    inits = [c.get("name") for c in gpu.pod_template_spec(validator).get("initContainers") or []]
+    held = "plugin-validation" not in inits and gpu.daemonset_rolled_out(validator)
+    ready = "/".join(map(str, gpu.daemonset_counts(validator))) if validator else "NotFound"
+    return (
+        held,
+        f"init containers {', '.join(map(str, inits)) or 'none'}; {ready} (desired/current/ready)",
+    )
+
+
 def state_still_ready(ctx: Context) -> Verdict:
     state = gpu.policy_state(gpu.cluster_policy(ctx.view))
-    reconciled = gpu.daemonset(ctx.view) is None  # the operator has acted on the patch
+    # The operator has acted on the patch, and the validator it rewrote has rolled.
+    reconciled = gpu.daemonset(ctx.view) is None and validator_rolled(ctx)[0]
     return reconciled and state == "ready", f"status.state {state!r} with the DaemonSet gone"
 
 
@@ -136,7 +150,8 @@ symptoms = [
     Check(ALLOCATABLE_ZERO, _checks.allocatable_everywhere("0"), 60, then=probe_again),
     Check("gpu-probe Pending: FailedScheduling, Insufficient nvidia.com/gpu",
           probe_unschedulable, 90),
-    Check(STATE_STAYS_READY, state_still_ready, 60),
+    Check("the validator rolled without plugin-validation", validator_rolled, 120),
+    Check(STATE_STAYS_READY, state_still_ready, 180),
     Check("operator log: state-device-plugin disabled", operator_logged_disabled, 60),
 ]  # fmt: skip
 
