@@ -98,10 +98,13 @@ def _os_image(node: dict[str, Any]) -> str:
 
 
 def _pod_on(objects: Objects, daemonset: str, node: str) -> dict[str, Any] | None:
+    """The DaemonSet's pod on `node`; one being deleted is not it any more (its successor may
+    be listed after it)."""
     for pod in objects.objects("operator_pods"):
         owners = pod["metadata"].get("ownerReferences") or []
         mine = any(o.get("kind") == "DaemonSet" and o.get("name") == daemonset for o in owners)
-        if mine and pod["spec"].get("nodeName") == node:
+        gone = pod["metadata"].get("deletionTimestamp")
+        if mine and not gone and pod["spec"].get("nodeName") == node:
             return dict(pod)
     return None
 

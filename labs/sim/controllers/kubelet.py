@@ -312,11 +312,14 @@ class Kubelet(Controller):
                 self._logs.restarted(pod, name, text, "stderr")
                 self._logs.ended(pod, name)
                 return code, 0.0
-            self._logs.restarted(pod, name, "", "stderr")
+            printed, ended, sleep = started.step()
+            # the new run's log appears holding its first lines: never empty between two runs
+            self._logs.restarted(pod, name, printed, "stderr")
             self._update(pod, _init_started(name, addresses))
-            running = self._init_runs[uid] = (name, started)
-        printed, ended, sleep = running[1].step()
-        self._logs.append(pod, printed, name, "stderr")
+            self._init_runs[uid] = (name, started)
+        else:
+            printed, ended, sleep = running[1].step()
+            self._logs.append(pod, printed, name, "stderr")
         if ended is not None:
             del self._init_runs[uid]
             self._logs.ended(pod, name)
