@@ -32,22 +32,33 @@ def control(timings: Timings, clock: WorldClock, on_change: Callable[[], None]) 
     """The world's handler for PACE_PATH, acting on the world's shared timings and clock;
     `on_change` runs after a new pace is in force."""
 
+    def change(body: Any) -> None:
+        wanted: Any = body.get("speed") if isinstance(body, dict) else None
+        try:
+            speed = float(wanted)
+        except (TypeError, ValueError):
+            speed = math.nan
+        if problem := range_problem("speed", speed):
+            raise BadRequest(f"speed {wanted!r} {problem} (1 = real time)")
+        timings.set_speed(speed)
+        if body.get("calendar", True) is not False:
+            clock.set_speed(speed)
+        on_change()
+
+    return put_or_get(PACE_PATH, change, lambda: {"speed": timings.speed,
+                                                  "now": clock.now().isoformat()})  # fmt: skip
+
+
+def put_or_get(path: str, put: Callable[[Any], None], get: Callable[[], dict]) -> Control:
+    """A control of the world at `path`: PUT changes it (idempotent), then GET's answer, what
+    is in force, is returned; any other method is refused."""
+
     def handle(method: str, body: Any) -> dict:
         if method == "PUT":
-            wanted: Any = body.get("speed") if isinstance(body, dict) else None
-            try:
-                speed = float(wanted)
-            except (TypeError, ValueError):
-                speed = math.nan
-            if problem := range_problem("speed", speed):
-                raise BadRequest(f"speed {wanted!r} {problem} (1 = real time)")
-            timings.set_speed(speed)
-            if body.get("calendar", True) is not False:
-                clock.set_speed(speed)
-            on_change()
+            put(body)
         elif method != "GET":
-            raise MethodNotAllowed(f"{method} is not allowed on {PACE_PATH}: use GET or PUT")
-        return {"speed": timings.speed, "now": clock.now().isoformat()}
+            raise MethodNotAllowed(f"{method} is not allowed on {path}: use GET or PUT")
+        return get()
 
     return handle
 

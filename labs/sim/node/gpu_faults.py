@@ -19,7 +19,7 @@ from typing import Any
 
 from labs.sim import pace
 from labs.sim.controlplane.kube_api import KubeApi
-from labs.sim.controlplane.resources import NODES, BadRequest, MethodNotAllowed, now_rfc3339
+from labs.sim.controlplane.resources import NODES, BadRequest, now_rfc3339
 from labs.sim.node.hardware import NVIDIA_PCI_LABEL
 
 GPU_FAULTS_PATH = "/sim/gpu-faults"
@@ -54,16 +54,15 @@ def control(store: KubeApi) -> pace.Control:
     """The world's handler for GPU_FAULTS_PATH: PUT marks a GPU node's GPU lost with an Xid
     (idempotent), GET lists the nodes whose GPU is lost."""
 
-    def handle(method: str, body: Any) -> dict:
-        if method == "PUT":
-            node, xid = _request(body)
-            store.update(NODES, node, lambda current: _lose(current, xid))
-        elif method != "GET":
-            raise MethodNotAllowed(f"{method} is not allowed on {GPU_FAULTS_PATH}: use GET or PUT")
-        lost = {n["metadata"]["name"]: lost_xid(n) for n in store.list(NODES)[0]}
-        return {"lost": {name: xid for name, xid in lost.items() if xid is not None}}
+    def lose(body: Any) -> None:
+        node, xid = _request(body)
+        store.update(NODES, node, lambda current: _lose(current, xid))
 
-    return handle
+    def lost() -> dict:
+        marks = {n["metadata"]["name"]: lost_xid(n) for n in store.list(NODES)[0]}
+        return {"lost": {name: xid for name, xid in marks.items() if xid is not None}}
+
+    return pace.put_or_get(GPU_FAULTS_PATH, lose, lost)
 
 
 def _request(body: Any) -> tuple[str, int]:

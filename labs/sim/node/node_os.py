@@ -23,7 +23,7 @@ from typing import Any
 from labs.kube import gpu
 from labs.sim import pace
 from labs.sim.controlplane.kube_api import KubeApi
-from labs.sim.controlplane.resources import NODES, PODS, BadRequest, MethodNotAllowed
+from labs.sim.controlplane.resources import NODES, PODS, BadRequest
 from labs.sim.node.hardware import (
     AMI_GLIBC,
     AMI_GLIBC_YEAR,
@@ -80,16 +80,15 @@ def control(store: KubeApi) -> pace.Control:
     """The world's handler for NODE_OS_PATH: PUT switches a GPU node's AMI family (idempotent),
     GET lists the nodes on AL2."""
 
-    def handle(method: str, body: Any) -> dict:
-        if method == "PUT":
-            node, family = _request(body)
-            store.update(NODES, node, lambda current: _switch(current, family))
-        elif method != "GET":
-            raise MethodNotAllowed(f"{method} is not allowed on {NODE_OS_PATH}: use GET or PUT")
+    def switch_node(body: Any) -> None:
+        node, family = _request(body)
+        store.update(NODES, node, lambda current: _switch(current, family))
+
+    def on_al2() -> dict:
         nodes = store.list(NODES)[0]
         return {AL2: sorted(n["metadata"]["name"] for n in nodes if node_os(n) == AL2)}
 
-    return handle
+    return pace.put_or_get(NODE_OS_PATH, switch_node, on_al2)
 
 
 def _request(body: Any) -> tuple[str, str]:
