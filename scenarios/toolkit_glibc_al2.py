@@ -68,8 +68,10 @@ traps = [
          "the toolkit pod only installs the runtime; the runtime's hook fails later, in every "
          "GPU container on that node", shown_by=TOOLKIT_LOOKS_FINE),
     Trap(f"{MYTH}=true fixes the validator", "the write-up's env var stops the symlink errors "
-         "and the loop", "no such switch exists in any gpu-operator release; the new validator "
-         "pod fails to start its toolkit-validation the same way",
+         "and the loop", "no such switch exists in any gpu-operator release; it rolls the toolkit "
+         "too (every operand's driver-validation gets it), and a validator that starts while "
+         "the toolkit is away passes on the AMI's own one: once the toolkit is back, the new "
+         "validator pod fails to start its toolkit-validation the same way",
          "the symlink lines are warnings (the validator goes on); the crash loop is the "
          "toolkit's glibc (the real switch for symlinks is DISABLE_DEV_CHAR_SYMLINK_CREATION)",
          shown_by=MYTH_NO_HELP),
@@ -296,9 +298,19 @@ def apply_myth(ctx: Context) -> None:
 
 
 def myth_rendered(ctx: Context) -> Verdict:
+    """The operator renders the variable into every operand's driver-validation (validator.
+    driver.env: object_controls.go:3509-3516 v25.3.4), so the toolkit rolls too; while its new
+    pod starts, nothing of the operator's toolkit is installed on the node and a validator
+    started then passes on the AMI's own toolkit. Held once the toolkit is back."""
     template = gpu.pod_template_spec(gpu.daemonset(ctx.view, gpu.VALIDATOR_DAEMONSET))
     rendered = _myth_in(template)
-    return rendered == "true", f"validator DaemonSet driver-validation {MYTH}={rendered or '-'}"
+    toolkit = _pod_on(ctx.view, gpu.TOOLKIT_DAEMONSET, ctx.baseline["node"])
+    back = bool(toolkit) and gpu.is_ready(toolkit or {}) and _myth_in(
+        (toolkit or {}).get("spec") or {}) == "true"  # fmt: skip
+    return rendered == "true" and back, (
+        f"validator DaemonSet driver-validation {MYTH}={rendered or '-'}; toolkit pod on the "
+        f"node {_name(toolkit)} {'back, Ready with it' if back else 'not yet back with it'}"
+    )
 
 
 def restart_validator(ctx: Context) -> None:
@@ -355,7 +367,8 @@ symptoms = [
           crash_looping, 180),
     Check(f"driver-validation logs `{SYMLINK} ... file exists` and passes (benign)",
           symlink_warnings, 180),
-    Check(f"the operator renders {MYTH}=true into the validator DaemonSet", myth_rendered, 300,
+    Check(f"the operator renders {MYTH}=true into the validator and the toolkit, whose pod on "
+          "the node is back", myth_rendered, 300,
           then=restart_validator),
     Check(MYTH_NO_HELP, myth_no_help, 600),
     Check("the AL2023 node is unaffected: its validator Ready, allocatable 1", others_fine, 60),

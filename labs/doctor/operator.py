@@ -359,16 +359,34 @@ def policy_status(facts: Facts) -> list[DoctorFinding]:
     where = subject("clusterpolicy", policy)
     error: Obj = gpu.policy_error_condition(policy)
     said = gpu.policy_error(policy) or "no Error condition"
+    operands = gpu.operand_daemonsets(facts)
+    # The operator re-reads its operands every few seconds: right after a rollout its status
+    # can still say notReady while every DaemonSet already is ready. That is a lag to look at
+    # again, not a root cause.
+    behind = bool(operands) and all(gpu.daemonset_rolled_out(ds) for ds in operands)
+    counts = ", ".join(
+        f"{gpu.name_of(ds)} {gpu.daemonset_counts(ds)[2]}/{gpu.daemonset_counts(ds)[0]}"
+        for ds in operands
+    )
     return [
         kind("clusterpolicy-not-ready").found(
             where,
-            f"ClusterPolicy {gpu.name_of(policy)}: notReady ({error.get('reason', '?')})",
+            f"ClusterPolicy {gpu.name_of(policy)}: notReady ({error.get('reason', '?')})"
+            + (
+                " (every operand DaemonSet is ready now: the operator has not re-read them "
+                "yet? look again in a minute)"
+                if behind
+                else ""
+            ),
             [
                 Evidence(where, "status.state", state),
                 Evidence(where, "status.conditions[Error]", said),
+                *([Evidence("daemonsets", "numberReady/desired", counts)] if behind else []),
             ],
             state=state,
             condition=said,
             namespace=facts.operator_namespace,
+            severity="warning" if behind else None,
+            confidence="medium" if behind else "high",
         )
     ]
