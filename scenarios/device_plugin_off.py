@@ -13,6 +13,7 @@ same Pending pod runs with the baseline's output.
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,10 @@ from labs.run.contract import (
 )
 from scenarios import _checks, _words
 from scenarios._node_internals import NVML_TRAP, node_internals
+
+# The operator reads its operands again 5 s of wall time after it wrote notReady
+# (gpu-operator v25.3.4 controllers/clusterpolicy_controller.go:193), whatever a rehearsal's pace.
+OPERATOR_REQUEUE_SECONDS = 5.0
 
 PROBE = probes.probe_name()
 REPO = Path(labs.__file__).resolve().parent.parent
@@ -132,10 +137,17 @@ def validator_rolled(ctx: Context) -> Verdict:
 
 
 def state_still_ready(ctx: Context) -> Verdict:
+    """Ready once the operator has acted on the patch, the validator it rewrote has rolled, and
+    a reconcile that read the rollout half-way (it writes notReady, then reads again
+    OPERATOR_REQUEUE_SECONDS of wall time later) has had time to read it done."""
     state = gpu.policy_state(gpu.cluster_policy(ctx.view))
-    # The operator has acted on the patch, and the validator it rewrote has rolled.
-    reconciled = gpu.daemonset(ctx.view) is None and validator_rolled(ctx)[0]
-    return reconciled and state == "ready", f"status.state {state!r} with the DaemonSet gone"
+    if not (gpu.daemonset(ctx.view) is None and validator_rolled(ctx)[0]):
+        ctx.notes.pop("rolled_at", None)
+        return False, f"status.state {state!r}; the operator has not finished the toggle yet"
+    waited = time.monotonic() - ctx.notes.setdefault("rolled_at", time.monotonic())
+    if waited < 2 * OPERATOR_REQUEUE_SECONDS:
+        return False, f"status.state {state!r}, {waited:.0f} s after the validator's rollout"
+    return state == "ready", f"status.state {state!r} with the DaemonSet gone"
 
 
 def operator_logged_disabled(ctx: Context) -> Verdict:
