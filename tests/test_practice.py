@@ -21,6 +21,7 @@ from tool_support import require_tool, require_venv_tool
 import scenarios
 from labs.aws import stack
 from labs.journal import HIDDEN_FAULT, OUTSTANDING_STATES
+from labs.sim import pace, process
 
 LAB = "pr1"
 SPEED = "120"
@@ -357,6 +358,9 @@ def test_a_shared_lab_keeps_each_exercise_its_learners_and_checks_cost_only_thei
     gave_up = as_printed(env, f"invoke practice.giveup{printed['practice.giveup']}")
     assert gave_up.returncode == 0, gave_up.stdout + gave_up.stderr
     assert "it was device-plugin-off" in gave_up.stdout
+    # The world keeps the real time ann asked for until a program speeds it up: the operator's
+    # recovery would take a real cluster's minutes. The next test's lab runs at SPEED again.
+    pace.write_speed(process.recorded_endpoints(state_dir / LAB / "sim"), float(SPEED))
 
 
 def test_lab_down_reverts_both_faults_of_an_exercise_and_records_it_abandoned(lab):

@@ -159,6 +159,30 @@ def test_desired_size_above_max_size_never_launches_more_than_max(world: World) 
     assert len(gpu_instances(world)) == 2
 
 
+def all_gpu_instances(world: World) -> list[dict]:
+    """Every GPU instance the account ever ran, terminated ones too."""
+    ec2 = moto_clients(world.endpoints)("ec2")
+    found = ec2.describe_instances(Filters=[{"Name": "instance-type", "Values": ["g5.xlarge"]}])
+    return [instance for r in found["Reservations"] for instance in r["Instances"]]
+
+
+def test_an_instance_terminated_by_hand_is_replaced_once_and_scaling_to_zero_settles(
+    world: World,
+) -> None:
+    """`aws ec2 terminate-instances` on a GPU node (the way gpu-xid-79 is mended), then the cost
+    guard at once: the group replaces the instance once and scaling to 0 completes."""
+    core = client.CoreV1Api(kube(world))
+    gpu_nodes_once_successful(world, core, scale_gpu(world, 2))
+    before = len(all_gpu_instances(world))
+    victim = gpu_instances(world)[0]["InstanceId"]
+    moto_clients(world.endpoints)("ec2").terminate_instances(InstanceIds=[victim])
+    wait_for(lambda: len(gpu_instances(world)) == 2, what="a replacement of the terminated one")
+    assert gpu_nodes_once_successful(world, core, scale_gpu(world, 0)) == 0
+    assert wait_for(lambda: gpu_instances(world) == [], what="GPU instances terminated")
+    launched = len(all_gpu_instances(world)) - before
+    assert launched == 1, f"{launched} instances launched to replace one terminated by hand"
+
+
 def kubectl(world: World, tmp_path: Path, *args: str) -> str:
     command = [require_tool("kubectl"), "--kubeconfig", str(world.kubeconfig_path)]
     command += ["--cache-dir", str(tmp_path / "kubectl-cache"), *args]

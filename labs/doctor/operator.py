@@ -365,8 +365,9 @@ def policy_status(facts: Facts) -> list[DoctorFinding]:
     # again, not a root cause.
     behind = bool(operands) and all(gpu.daemonset_rolled_out(ds) for ds in operands)
     counts = ", ".join(
-        f"{gpu.name_of(ds)} {gpu.daemonset_counts(ds)[2]}/{gpu.daemonset_counts(ds)[0]}"
+        f"{gpu.name_of(ds)} {ready}/{desired}"
         for ds in operands
+        for desired, _current, ready in [gpu.daemonset_counts(ds)]
     )
     return [
         kind("clusterpolicy-not-ready").found(

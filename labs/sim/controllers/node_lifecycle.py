@@ -235,6 +235,10 @@ class NodeLifecycle(Controller):
         return bool(booted or drained)
 
     def _terminate(self, instance_id: str) -> None:
+        """Terminating in its group first: moto's Auto Scaling replaces an instance still
+        InService when EC2 terminates it (as for one terminated by hand), so a scale-in
+        without it would launch a new instance for every one it ends."""
+        self._list(instance_id, "Terminating")
         self._ec2.terminate_instances(InstanceIds=[instance_id])
         self._list(instance_id, None)
 
