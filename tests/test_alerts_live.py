@@ -128,9 +128,9 @@ def test_a_prometheusrule_applied_with_kubectl_is_evaluated_and_the_pace_retimes
         until(lambda: "MyRuleFires" in firing(json.loads(kubectl(
             sim_lab, "get", "--raw", ALERTS_PATH))), what="my rule firing")  # fmt: skip
         assert rule_durations(sim_lab)["GpuPodUnschedulable"] == MIN_FOR_SECONDS  # 0.5 s at 600x
-        lab.backend.set_speed(lab, 20.0)
-        until(lambda: rule_durations(sim_lab)["GpuPodUnschedulable"] == 15.0,
-              what="for: 5m held for 15 s at speed 20")  # fmt: skip
+        lab.backend.set_speed(lab, 10.0)
+        until(lambda: rule_durations(sim_lab)["GpuPodUnschedulable"] == 30.0,
+              what="for: 5m held for 30 s at speed 10")  # fmt: skip
     finally:
         lab.backend.set_speed(lab, speed)
         kubectl(sim_lab, "delete", "-f", str(mine))

@@ -208,14 +208,14 @@ def test_the_rehearsal_runs_the_rules_with_each_for_divided_by_its_speed(
     """The world's minutes pass in seconds, so do the rules' `for:` (never under the floor of
     the world's own delays); the file stays valid."""
     scaled = tmp_path / "scaled.yaml"
-    scaled.write_text(scaled_rules(RULES.read_text(), 20.0))
+    scaled.write_text(scaled_rules(RULES.read_text(), 10.0))
     checked = run(promtool, "check", "rules", scaled)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     durations = {rule["alert"]: rule.get("for") for group in yaml.safe_load(scaled.read_text())
                  ["groups"] for rule in group["rules"]}  # fmt: skip
-    assert durations["GpuAllocatableZeroOnGpuNode"] == "8000ms"  # 2m: 6 s, under the floor
-    assert durations["GpuPodUnschedulable"] == "15000ms"  # 5m
-    assert durations["GpuClusterPolicyNotReady"] == "30000ms"  # 10m
+    assert durations["GpuAllocatableZeroOnGpuNode"] == "15000ms"  # 2m: 12 s, under the floor
+    assert durations["GpuPodUnschedulable"] == "30000ms"  # 5m
+    assert durations["GpuClusterPolicyNotReady"] == "60000ms"  # 10m
     assert durations["GpuPodFailed"] is None  # no for: fires on the first evaluation
     assert seconds("1h30m") == 5400
 

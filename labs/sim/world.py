@@ -20,6 +20,7 @@ import logging
 import os
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -115,14 +116,24 @@ class World:
                 steps.callback(self._metrics_server.stop)
             if self._informed is not None:
                 steps.callback(self._informed.stop)
-            for controller in reversed(self._controllers):
-                steps.callback(controller.stop)
+            steps.callback(_stop_together, self._controllers)
 
     def __enter__(self) -> World:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+def _stop_together(controllers: list[Controller]) -> None:
+    """Stop every controller at once: on a busy machine a loop caught in a slow call costs its
+    own join's wait (up to 5 s), not ten such waits one after another, which can outlast the
+    time a stopped world is given; the first error is raised once all have stopped."""
+    with ThreadPoolExecutor(max_workers=max(len(controllers), 1)) as pool:
+        stopped = [pool.submit(controller.stop) for controller in controllers]
+    errors = [error for future in stopped if (error := future.exception()) is not None]
+    if errors:
+        raise errors[0]
 
 
 def start_world(
