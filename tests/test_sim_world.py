@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from tool_support import require_tool, require_venv_tool
 
 from labs.sim import pace
 from labs.sim.aws.seed import moto_clients
+from labs.sim.controllers.node_lifecycle import NodeLifecycle
 from labs.sim.infra import SimInfra
 from labs.sim.world import World
 
@@ -154,6 +156,49 @@ def _scale_up_and_down(world: World, core: client.CoreV1Api) -> None:
     # each Node goes first, then its instance is terminated: wait for the last termination
     assert wait_for(lambda: gpu_instances(world) == [], what="GPU instances terminated")
     assert gpu_group_instances(world) == {}
+
+
+def test_a_size_set_after_a_pace_change_boots_at_the_new_pace_mid_pass(world: World) -> None:
+    """A program speeds the world up and scales while the node lifecycle controller is half-way
+    through a pass begun at a person's pace: the nodes boot at the program's pace (a pass that
+    read the pace before the size booted them in 5.5 minutes and lab.up waited in vain)."""
+    core = client.CoreV1Api(kube(world))
+    lifecycle = next(c for c in world._controllers if isinstance(c, NodeLifecycle))
+    passes: list[str] = []
+    changed: list[str] = []
+
+    def in_lifecycle() -> bool:
+        return threading.current_thread().name == f"{lifecycle.name}-loop"
+
+    def pass_begins(**_: object) -> None:  # its first AWS call
+        if in_lifecycle():
+            passes.append("began")
+
+    def group_read(**_: object) -> None:
+        # the second pass that began since the pace went to 1 surely began at that pace
+        if in_lifecycle() and len(passes) >= 2 and not changed:
+            pace.write_speed(world.endpoints, TEST_SPEED)
+            changed.append(scale_gpu(world, 1))
+
+    hooks = [
+        ("before-call.ec2.DescribeInstances", pass_begins, lifecycle._ec2),
+        ("before-call.eks.DescribeNodegroup", group_read, lifecycle._eks),
+    ]
+    pace.write_speed(world.endpoints, 1)
+    for event, hook, aws in hooks:
+        aws.meta.events.register(event, hook)
+
+    def another_pass() -> list[str]:
+        lifecycle.wake()
+        return changed
+
+    try:
+        wait_for(another_pass, what="two node lifecycle passes at a person's pace")
+    finally:
+        for event, hook, aws in hooks:
+            aws.meta.events.unregister(event, hook)
+        pace.write_speed(world.endpoints, TEST_SPEED)
+    assert gpu_nodes_once_successful(world, core, changed[0]) == 1
 
 
 def test_desired_size_above_max_size_never_launches_more_than_max(world: World) -> None:

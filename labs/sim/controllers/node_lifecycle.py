@@ -79,13 +79,13 @@ class NodeLifecycle(Controller):
         self._kubelet = EventRecorder(store, "kubelet")
 
     def reconcile(self) -> float | None:
-        return self._pass(self.timings.node_boot)
+        return self._pass(instantly=False)
 
     def converge_instantly(self) -> None:
         """Bring every group to its size with no boot delay (the state after terraform apply)."""
-        self._pass(0.0)
+        self._pass(instantly=True)
 
-    def _pass(self, boot_delay: float) -> float | None:
+    def _pass(self, instantly: bool) -> float | None:
         now = time.monotonic()
         self._remove_leftovers()
         instances = self._instances()
@@ -93,6 +93,9 @@ class NodeLifecycle(Controller):
         names = self._group_names()
         for name in names:
             group = self._eks.describe_nodegroup(clusterName=self._cluster, nodegroupName=name)
+            # The pace is read after the group: a size a program set after changing the pace
+            # boots at that pace, even when this pass began before the change.
+            boot_delay = 0.0 if instantly else self.timings.node_boot
             mine = [i for i in instances if tag_value(i, NODEGROUP_TAG) == name]
             self._follow(group["nodegroup"], mine, now, boot_delay)
             if self._settled(mine, _bounded_desired(group["nodegroup"]["scalingConfig"])):
