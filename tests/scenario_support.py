@@ -252,6 +252,20 @@ def status_facts(lab: Lab) -> dict[str, Any]:
     return steady | {"nodes": sorted(nodes, key=lambda n: json.dumps(n, sort_keys=True))}
 
 
+def ready_status_facts(lab: Lab) -> dict[str, Any]:
+    """`status_facts` of the lab at rest, every operand DaemonSet's pods ready: what a revert
+    must bring back. An operand pod the operator restarts just after the lab read ready (a
+    rollout it starts after its own delay) would make a baseline no revert returns to."""
+    deadline = time.monotonic() + READY_TIMEOUT
+    while True:
+        facts = status_facts(lab)
+        if all(d["ready"] == d["desired"] for d in facts["daemonsets"] or []):
+            return facts
+        if time.monotonic() > deadline:
+            pytest.fail(f"the lab's operand DaemonSets never all read ready: {facts['daemonsets']}")
+        wait_ready(lab)
+
+
 def status_returns_to(lab: Lab, before: dict[str, Any]) -> None:
     """Wait (bounded) until lab.status reads as `before`; fail showing both."""
     deadline = time.monotonic() + READY_TIMEOUT
@@ -299,7 +313,7 @@ run_scenario(Lab.open(settings), scenarios.get(sys.argv[4]), out=out, confirm=la
 def killed_run_is_reverted_from_the_journal(lab: Lab, name: str, repo: Path) -> None:
     """Run scenario `name` in a child process, kill -9 it once the fault is in, then
     `scenario.revert --all` must undo it from the journal and lab.status read as before."""
-    before = status_facts(lab)
+    before = ready_status_facts(lab)
     _kill_run_after_injection(lab, name, repo)
     assert [e["state"] for e in lab.journal.entries()] == [INJECTED]
     assert revert_scenarios(lab, scenarios.all_scenarios(), None, out=quiet) == [name]
@@ -340,7 +354,7 @@ def look_by_hand_then_revert_all(lab: Lab, name: str, repo: Path, cache: Path) -
     (each must print what it says it shows), then `scenario.revert --all` and wait until
     lab.status reads as before."""
     require_tool("kubectl")  # the steps run plain `kubectl` from PATH
-    before = status_facts(lab)
+    before = ready_status_facts(lab)
     inject_scenario(lab, scenarios.get(name), out=quiet, speed=lab.speed, confirm=YES)
     env = by_hand_env(lab, cache)
     for step in shown_steps(name):
