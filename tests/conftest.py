@@ -12,6 +12,7 @@ from scenario_support import (
     SimLab,
     another_lab_record,
     release_shared_world,
+    revert_what_is_left,
     shared_ready_world,
     wait_ready,
 )
@@ -42,11 +43,13 @@ def worlds_stop() -> Iterator[None]:
 
 
 @pytest.fixture
-def sim_lab(world_lab: SimLab, tmp_path: Path) -> SimLab:
-    """A fresh lab record (empty journal, no runs) on the module's shared, ready world."""
+def sim_lab(world_lab: SimLab, tmp_path: Path) -> Iterator[SimLab]:
+    """A fresh lab record (empty journal, no runs) on the module's shared, ready world; what
+    the test left injected is reverted after it."""
     fresh = another_lab_record(world_lab, tmp_path / "state")
     wait_ready(fresh.lab)
-    return fresh
+    yield fresh
+    revert_what_is_left(fresh.lab)
 
 
 @pytest.fixture(scope="session")

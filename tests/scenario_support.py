@@ -349,6 +349,29 @@ def by_hand_env(lab: Lab, cache: Path) -> dict[str, str]:
     return {**os.environ, **exports, "PATH": path, "KUBECACHEDIR": str(cache)}
 
 
+def shows_by_hand(step: Step, repo: Path, env: dict[str, str], patience: float = 30.0) -> None:
+    """Run a look step in a shell until it prints what it says it shows, as a person runs a
+    command again when a log line is not there yet (a loaded machine writes it seconds late);
+    fail with its last output after `patience` seconds."""
+    deadline = time.monotonic() + patience
+    while True:
+        run = subprocess.run(["bash", "-c", step.command], cwd=repo, env=env,
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+        if step.shows in run.stdout + run.stderr:
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"`{step.command}` never showed {step.shows!r} in {patience:.0f} s; "
+                        f"it printed:\n{run.stdout}{run.stderr}")  # fmt: skip
+        time.sleep(2)
+
+
+def revert_what_is_left(lab: Lab) -> None:
+    """Revert the faults a test's journal still records (a test that failed half-way), so that
+    the next test on the shared world does not begin inside its fault."""
+    if lab.journal.outstanding():
+        revert_scenarios(lab, scenarios.all_scenarios(), None, out=quiet)
+
+
 def look_by_hand_then_revert_all(lab: Lab, name: str, repo: Path, cache: Path) -> None:
     """Inject `name`, run every look step `scenario.show` prints in a shell as a person would
     (each must print what it says it shows), then `scenario.revert --all` and wait until
@@ -358,9 +381,7 @@ def look_by_hand_then_revert_all(lab: Lab, name: str, repo: Path, cache: Path) -
     inject_scenario(lab, scenarios.get(name), out=quiet, speed=lab.speed, confirm=YES)
     env = by_hand_env(lab, cache)
     for step in shown_steps(name):
-        run = subprocess.run(["bash", "-c", step.command], cwd=repo, env=env,
-                             capture_output=True, text=True, timeout=60)  # fmt: skip
-        assert step.shows in run.stdout + run.stderr, (step.command, run.stdout, run.stderr)
+        shows_by_hand(step, repo, env)
     assert status_facts(lab)["injected"] == [name]
     assert revert_scenarios(lab, scenarios.all_scenarios(), None, out=quiet) == [name]
     wait_ready(lab)

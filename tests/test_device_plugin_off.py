@@ -26,6 +26,7 @@ from scenario_support import (
     look_by_hand_then_revert_all,
     quiet,
     read_until,
+    revert_what_is_left,
     wait_ready,
 )
 
@@ -60,11 +61,13 @@ def restore_healthy(sim: SimLab) -> None:
 
 
 @pytest.fixture
-def sim_lab(world_lab: SimLab, tmp_path: Path) -> SimLab:
-    """A fresh lab record (empty journal, no runs) on the shared world, made healthy first."""
+def sim_lab(world_lab: SimLab, tmp_path: Path) -> Iterator[SimLab]:
+    """A fresh lab record (empty journal, no runs) on the shared world, made healthy first;
+    what the test left injected is reverted after it."""
     fresh = another_lab_record(world_lab, tmp_path / "state")
     restore_healthy(fresh)
-    return fresh
+    yield fresh
+    revert_what_is_left(fresh.lab)
 
 
 def checks_by_name(report: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -201,6 +201,35 @@ def test_a_size_set_after_a_pace_change_boots_at_the_new_pace_mid_pass(world: Wo
     assert gpu_nodes_once_successful(world, core, changed[0]) == 1
 
 
+def test_an_update_made_after_the_pass_read_its_group_stays_in_progress(world: World) -> None:
+    """A program scales up just after the node lifecycle controller read the group at 0 and
+    before it settled that group: EKS reports the new update Successful only once the nodes
+    joined (a pass that settled every update in progress called it Successful at 0 nodes)."""
+    core = client.CoreV1Api(kube(world))
+    gpu_nodes_once_successful(world, core, scale_gpu(world, 0))
+    lifecycle = next(c for c in world._controllers if isinstance(c, NodeLifecycle))
+    changed: list[str] = []
+
+    def group_read(parsed: dict, **_: object) -> None:
+        at_zero = parsed["nodegroup"]["scalingConfig"]["desiredSize"] == 0
+        if threading.current_thread().name == f"{lifecycle.name}-loop" and at_zero and not changed:
+            changed.append(scale_gpu(world, 2))
+
+    event = "after-call.eks.DescribeNodegroup"
+    lifecycle._eks.meta.events.register(event, group_read)
+
+    def another_pass() -> list[str]:
+        lifecycle.wake()
+        return changed
+
+    try:
+        wait_for(another_pass, what="a node lifecycle pass that read the group at 0")
+    finally:
+        lifecycle._eks.meta.events.unregister(event, group_read)
+    assert gpu_nodes_once_successful(world, core, changed[0]) == 2
+    assert gpu_nodes_once_successful(world, core, scale_gpu(world, 0)) == 0
+
+
 def test_desired_size_above_max_size_never_launches_more_than_max(world: World) -> None:
     core = client.CoreV1Api(kube(world))
     scale_gpu(world, 3, max_size=2)  # moto accepts it; EKS holds the group at maxSize

@@ -45,12 +45,20 @@ class UpdateLedger:
             self._updates[update["id"]] = (cluster, nodegroup, update)
             return copy.deepcopy(update)
 
-    def settle(self, cluster: str, nodegroup: str) -> None:
-        """The group has its new size: its updates in progress are Successful."""
+    def in_progress(self, cluster: str, nodegroup: str) -> set[str]:
+        """The ids of the group's updates in progress now. Each was recorded after moto took
+        its new size, so a group described after this call already has their sizes."""
         with self._lock:
-            for owner, group, update in self._updates.values():
-                if (owner, group) == (cluster, nodegroup) and update["status"] == IN_PROGRESS:
-                    update["status"] = SUCCESSFUL
+            return {update_id for update_id, (owner, group, update) in self._updates.items()
+                    if (owner, group) == (cluster, nodegroup)
+                    and update["status"] == IN_PROGRESS}  # fmt: skip
+
+    def settle(self, update_ids: set[str]) -> None:
+        """The group reached the size these updates set: they are Successful. An update
+        recorded after the group was described is left InProgress for the next pass."""
+        with self._lock:
+            for update_id in update_ids & self._updates.keys():  # clear() may have run
+                self._updates[update_id][2]["status"] = SUCCESSFUL
 
     def describe(self, cluster: str, update_id: str, nodegroup: str | None) -> dict[str, Any]:
         with self._lock:

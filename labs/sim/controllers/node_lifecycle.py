@@ -92,6 +92,7 @@ class NodeLifecycle(Controller):
         self._forget_terminated(instances)
         names = self._group_names()
         for name in names:
+            updates = self._updates.in_progress(self._cluster, name)  # before the description
             group = self._eks.describe_nodegroup(clusterName=self._cluster, nodegroupName=name)
             # The pace is read after the group: a size a program set after changing the pace
             # boots at that pace, even when this pass began before the change.
@@ -99,7 +100,7 @@ class NodeLifecycle(Controller):
             mine = [i for i in instances if tag_value(i, NODEGROUP_TAG) == name]
             self._follow(group["nodegroup"], mine, now, boot_delay)
             if self._settled(mine, _bounded_desired(group["nodegroup"]["scalingConfig"])):
-                self._updates.settle(self._cluster, name)
+                self._updates.settle(updates)
         for instance in instances:
             if tag_value(instance, NODEGROUP_TAG) not in names:
                 self._scale_in(instance, now)
