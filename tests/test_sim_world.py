@@ -3,12 +3,14 @@ boto3 (moto), the aws CLI, kubectl and the kubernetes client; each test starts w
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -158,34 +160,23 @@ def _scale_up_and_down(world: World, core: client.CoreV1Api) -> None:
     assert gpu_group_instances(world) == {}
 
 
-def test_a_size_set_after_a_pace_change_boots_at_the_new_pace_mid_pass(world: World) -> None:
-    """A program speeds the world up and scales while the node lifecycle controller is half-way
-    through a pass begun at a person's pace: the nodes boot at the program's pace (a pass that
-    read the pace before the size booted them in 5.5 minutes and lab.up waited in vain)."""
-    core = client.CoreV1Api(kube(world))
-    lifecycle = next(c for c in world._controllers if isinstance(c, NodeLifecycle))
-    passes: list[str] = []
+def lifecycle_of(world: World) -> NodeLifecycle:
+    return next(c for c in world._controllers if isinstance(c, NodeLifecycle))
+
+
+def in_lifecycle(lifecycle: NodeLifecycle) -> bool:
+    """Whether this botocore hook runs in the node lifecycle controller's own pass."""
+    return threading.current_thread().name == f"{lifecycle.name}-loop"
+
+
+def passes_until_changed(
+    lifecycle: NodeLifecycle, hooks: list[tuple[str, Callable[..., None], Any]], what: str
+) -> list[str]:
+    """Hook the controller's AWS calls (event, hook, client), wake it pass after pass until a
+    hook has made its change (the update ids it appends to the list returned), then unhook."""
     changed: list[str] = []
-
-    def in_lifecycle() -> bool:
-        return threading.current_thread().name == f"{lifecycle.name}-loop"
-
-    def pass_begins(**_: object) -> None:  # its first AWS call
-        if in_lifecycle():
-            passes.append("began")
-
-    def group_read(**_: object) -> None:
-        # the second pass that began since the pace went to 1 surely began at that pace
-        if in_lifecycle() and len(passes) >= 2 and not changed:
-            pace.write_speed(world.endpoints, TEST_SPEED)
-            changed.append(scale_gpu(world, 1))
-
-    hooks = [
-        ("before-call.ec2.DescribeInstances", pass_begins, lifecycle._ec2),
-        ("before-call.eks.DescribeNodegroup", group_read, lifecycle._eks),
-    ]
-    pace.write_speed(world.endpoints, 1)
-    for event, hook, aws in hooks:
+    bound = [(event, functools.partial(hook, changed=changed), aws) for event, hook, aws in hooks]
+    for event, hook, aws in bound:
         aws.meta.events.register(event, hook)
 
     def another_pass() -> list[str]:
@@ -193,10 +184,38 @@ def test_a_size_set_after_a_pace_change_boots_at_the_new_pace_mid_pass(world: Wo
         return changed
 
     try:
-        wait_for(another_pass, what="two node lifecycle passes at a person's pace")
+        wait_for(another_pass, what=what)
     finally:
-        for event, hook, aws in hooks:
+        for event, hook, aws in bound:
             aws.meta.events.unregister(event, hook)
+    return changed
+
+
+def test_a_size_set_after_a_pace_change_boots_at_the_new_pace_mid_pass(world: World) -> None:
+    """A program speeds the world up and scales while the node lifecycle controller is half-way
+    through a pass begun at a person's pace: the nodes boot at the program's pace (a pass that
+    read the pace before the size booted them in 5.5 minutes and lab.up waited in vain)."""
+    core = client.CoreV1Api(kube(world))
+    lifecycle = lifecycle_of(world)
+    passes: list[str] = []
+
+    def pass_begins(changed: list[str], **_: object) -> None:  # its first AWS call
+        if in_lifecycle(lifecycle):
+            passes.append("began")
+
+    def group_read(changed: list[str], **_: object) -> None:
+        # the second pass that began since the pace went to 1 surely began at that pace
+        if in_lifecycle(lifecycle) and len(passes) >= 2 and not changed:
+            pace.write_speed(world.endpoints, TEST_SPEED)
+            changed.append(scale_gpu(world, 1))
+
+    pace.write_speed(world.endpoints, 1)
+    try:
+        changed = passes_until_changed(lifecycle, [
+            ("before-call.ec2.DescribeInstances", pass_begins, lifecycle._ec2),
+            ("before-call.eks.DescribeNodegroup", group_read, lifecycle._eks),
+        ], "two node lifecycle passes at a person's pace")  # fmt: skip
+    finally:
         pace.write_speed(world.endpoints, TEST_SPEED)
     assert gpu_nodes_once_successful(world, core, changed[0]) == 1
 
@@ -207,25 +226,18 @@ def test_an_update_made_after_the_pass_read_its_group_stays_in_progress(world: W
     joined (a pass that settled every update in progress called it Successful at 0 nodes)."""
     core = client.CoreV1Api(kube(world))
     gpu_nodes_once_successful(world, core, scale_gpu(world, 0))
-    lifecycle = next(c for c in world._controllers if isinstance(c, NodeLifecycle))
-    changed: list[str] = []
+    lifecycle = lifecycle_of(world)
 
-    def group_read(parsed: dict, **_: object) -> None:
+    def group_read(changed: list[str], parsed: dict, **_: object) -> None:
         at_zero = parsed["nodegroup"]["scalingConfig"]["desiredSize"] == 0
-        if threading.current_thread().name == f"{lifecycle.name}-loop" and at_zero and not changed:
+        if in_lifecycle(lifecycle) and at_zero and not changed:
             changed.append(scale_gpu(world, 2))
 
-    event = "after-call.eks.DescribeNodegroup"
-    lifecycle._eks.meta.events.register(event, group_read)
-
-    def another_pass() -> list[str]:
-        lifecycle.wake()
-        return changed
-
-    try:
-        wait_for(another_pass, what="a node lifecycle pass that read the group at 0")
-    finally:
-        lifecycle._eks.meta.events.unregister(event, group_read)
+    changed = passes_until_changed(
+        lifecycle,
+        [("after-call.eks.DescribeNodegroup", group_read, lifecycle._eks)],
+        "a node lifecycle pass that read the group at 0",
+    )
     assert gpu_nodes_once_successful(world, core, changed[0]) == 2
     assert gpu_nodes_once_successful(world, core, scale_gpu(world, 0)) == 0
 
