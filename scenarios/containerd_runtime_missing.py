@@ -344,11 +344,11 @@ RUNTIME_CLASS = '\'{"spec":{"operator":{"runtimeClass":"%s"}}}\''
 by_hand = ByHand(
     inject=[POLICY_PATCH + RUNTIME_CLASS % HANDLER],
     look=[
-        Step("kubectl -n gpu-operator get events --field-selector reason=FailedCreatePodSandBox",
+        Step("kubectl -n $GPU_OPERATOR_NS get events --field-selector reason=FailedCreatePodSandBox",
              NO_RUNTIME, "kubelet cannot create the operand pods' sandboxes"),
         Step("kubectl get runtimeclass", HANDLER,
              "the RuntimeClass exists (trap): containerd is what lacks the handler"),
-        Step("kubectl -n gpu-operator get ds nvidia-device-plugin-daemonset "
+        Step("kubectl -n $GPU_OPERATOR_NS get ds nvidia-device-plugin-daemonset "
              "-o jsonpath='{.spec.template.spec.runtimeClassName}{\"\\n\"}'", HANDLER,
              "the operator rendered it into the operands"),
         Step("kubectl get clusterpolicy cluster-policy -o jsonpath='{.spec.operator.runtimeClass}"

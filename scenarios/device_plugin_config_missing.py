@@ -358,7 +358,7 @@ POLICY_PATCH = "kubectl patch clusterpolicy cluster-policy --type=merge -p "
 by_hand = ByHand(
     inject=[
         _one_node.BY_HAND_NODE,
-        f"kubectl -n gpu-operator create configmap {CONFIG_MAP} --from-literal={KEY}='"
+        f"kubectl -n $GPU_OPERATOR_NS create configmap {CONFIG_MAP} --from-literal={KEY}='"
         f"{TIME_SLICING}'",
         f'kubectl label node "$NODE" {LABEL}={MISSING} --overwrite',
         POLICY_PATCH + '\'{"spec":{"devicePlugin":{"config":{"name":"' + CONFIG_MAP
@@ -366,25 +366,25 @@ by_hand = ByHand(
         _one_node.BY_HAND_PIN,
     ],
     look=[
-        Step(f"kubectl -n gpu-operator get pods -l app={gpu.DEVICE_PLUGIN_DAEMONSET}",
+        Step(f"kubectl -n $GPU_OPERATOR_NS get pods -l app={gpu.DEVICE_PLUGIN_DAEMONSET}",
              CRASH_LOOP, "one plugin pod never gets past its init containers"),
-        Step(f"kubectl -n gpu-operator logs $(kubectl -n gpu-operator get pods -l app="
+        Step(f"kubectl -n $GPU_OPERATOR_NS logs $(kubectl -n $GPU_OPERATOR_NS get pods -l app="
              f"{gpu.DEVICE_PLUGIN_DAEMONSET} -o name --field-selector spec.nodeName=$(kubectl "
              f"get nodes -l {LABEL}={MISSING} -o name | cut -d/ -f2)) -c {INIT}",
              f"specified config {MISSING} does not exist",
              "config-manager cannot find the config the label names"),
-        Step(f"kubectl -n gpu-operator describe pods -l app={gpu.DEVICE_PLUGIN_DAEMONSET}",
+        Step(f"kubectl -n $GPU_OPERATOR_NS describe pods -l app={gpu.DEVICE_PLUGIN_DAEMONSET}",
              f"Back-off restarting failed container {INIT} in pod",
              "the kubelet restarts it with a growing back-off"),
         Step(f"kubectl get nodes -L {LABEL}", MISSING, "the name the node asks for"),
-        Step(f"kubectl -n gpu-operator get configmap {CONFIG_MAP} -o jsonpath='{{.data}}'",
+        Step(f"kubectl -n $GPU_OPERATOR_NS get configmap {CONFIG_MAP} -o jsonpath='{{.data}}'",
              f'"{KEY}"', "the names the map has"),
         _one_node.pinned_story(gpu.INSUFFICIENT_GPU),
     ],
     revert=[
         POLICY_PATCH + '\'{"spec":{"devicePlugin":{"config":null}}}\'',
         f'kubectl label node "$NODE" {LABEL}-',
-        f"kubectl -n gpu-operator delete configmap {CONFIG_MAP} --ignore-not-found",
+        f"kubectl -n $GPU_OPERATOR_NS delete configmap {CONFIG_MAP} --ignore-not-found",
         _one_node.BY_HAND_UNPIN,
     ],
 )  # fmt: skip

@@ -172,7 +172,7 @@ by_hand = ByHand(
     ],
     look=[
         Step(f"kubectl get nodes -L {LABEL}", "false", "one GPU node opted out"),
-        Step("kubectl -n gpu-operator get ds nvidia-device-plugin-daemonset "
+        Step("kubectl -n $GPU_OPERATOR_NS get ds nvidia-device-plugin-daemonset "
              "-o jsonpath='{.status.desiredNumberScheduled}/{.status.numberReady}{\"\\n\"}'",
              "1/1", "the DaemonSet wants (and has) one pod fewer"),
         Step(f"kubectl get nodes -l {LABEL}=false "

@@ -294,7 +294,7 @@ def state_rows(ctx: Context) -> dict[str, str]:
 
 GPU_NODES = "kubectl get nodes -l nvidia.com/gpu.present=true"
 PLUGIN_ON_NODE = (
-    "kubectl -n gpu-operator get pods -l app=nvidia-device-plugin-daemonset "
+    "kubectl -n $GPU_OPERATOR_NS get pods -l app=nvidia-device-plugin-daemonset "
     "--field-selector spec.nodeName=$NODE -o name"
 )
 by_hand = ByHand(
@@ -307,14 +307,14 @@ by_hand = ByHand(
              "{.status.allocatable.nvidia\\.com/gpu} {end}{\"\\n\"}'",
              "1/0", "capacity/allocatable: one node registers its GPU but offers none"),
         Step(f"NODE=$({GPU_NODES} -o jsonpath='{{.items[0].metadata.name}}') && kubectl -n "
-             f"gpu-operator logs $({PLUGIN_ON_NODE})",
+             f"$GPU_OPERATOR_NS logs $({PLUGIN_ON_NODE})",
              f"XidCriticalError: Xid={XID} on Device=GPU-",
              "the plugin's health check saw the Xid and marked the GPU unhealthy"),
         Step(f"kubectl get nodes -o jsonpath='{{range .items[*]}}{{.metadata.name}} "
              f"{{.status.conditions[?(@.type==\"{CONDITION}\")].reason}}{{\"\\n\"}}{{end}}'",
              REASON, "the node monitoring agent's verdict"),
         Step(f"NODE=$({GPU_NODES} -o jsonpath='{{.items[0].metadata.name}}') && kubectl -n "
-             "gpu-operator exec $(kubectl -n gpu-operator get pods -l app=nvidia-dcgm-exporter "
+             "$GPU_OPERATOR_NS exec $(kubectl -n $GPU_OPERATOR_NS get pods -l app=nvidia-dcgm-exporter "
              "--field-selector spec.nodeName=$NODE -o name) -- nvidia-smi",
              "GPU is lost. Reboot the system to recover this GPU",
              "NVML cannot reach the GPU any more"),

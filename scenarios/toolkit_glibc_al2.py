@@ -472,9 +472,9 @@ by_hand = ByHand(
         Step("kubectl get nodes -l nvidia.com/gpu.present=true -o jsonpath="
              "'{range .items[*]}{.status.nodeInfo.osImage}{\"\\n\"}{end}'", AL2,
              "one GPU node runs the AL2 AMI"),
-        Step("kubectl -n gpu-operator get events --field-selector reason=Failed", GLIBC,
+        Step("kubectl -n $GPU_OPERATOR_NS get events --field-selector reason=Failed", GLIBC,
              "the NVIDIA runtime's hook cannot load on the node"),
-        Step("kubectl -n gpu-operator get pods -l app=nvidia-operator-validator", "Init:",
+        Step("kubectl -n $GPU_OPERATOR_NS get pods -l app=nvidia-operator-validator", "Init:",
              "the validator never passes its init containers there"),
         Step("kubectl get clusterpolicy cluster-policy -o jsonpath='{.spec.toolkit.version} "
              "{.status.state}{\"\\n\"}'", f"{CHART_TOOLKIT} notReady",

@@ -488,7 +488,7 @@ recovery = [
 ]  # fmt: skip
 
 
-VALIDATOR_PODS = "kubectl -n gpu-operator get pods -l app=nvidia-operator-validator"
+VALIDATOR_PODS = "kubectl -n $GPU_OPERATOR_NS get pods -l app=nvidia-operator-validator"
 by_hand = ByHand(
     inject=[
         f"kubectl delete pod {PROBE} --ignore-not-found",
@@ -510,9 +510,9 @@ by_hand = ByHand(
              "notReady", "the operator counts the validator among its states"),
         Step(VALIDATOR_PODS, "Init:", "the validator never gets past its init containers: "
              f"Init:3/4 while plugin-validation waits, {CRASH_LOOP} between its tries"),
-        Step(f"kubectl -n gpu-operator logs $({VALIDATOR_PODS} -o name | head -1) -c {INIT}",
+        Step(f"kubectl -n $GPU_OPERATOR_NS logs $({VALIDATOR_PODS} -o name | head -1) -c {INIT}",
              WAITING, "its workload pod is Failed and stays so"),
-        Step(f"kubectl -n gpu-operator describe pods -l app={WORKLOAD_LABEL}", UNAVAILABLE,
+        Step(f"kubectl -n $GPU_OPERATOR_NS describe pods -l app={WORKLOAD_LABEL}", UNAVAILABLE,
              "the kubelet had no free GPU when the pod arrived"),
         Step("kubectl describe nodes -l nvidia.com/gpu.present=true", "nvidia.com/gpu     1  ",
              "Allocated resources: the GPU is allocated (1 of 1)"),
@@ -520,7 +520,7 @@ by_hand = ByHand(
     ],
     revert=[
         f"kubectl delete pod -l app={HOLDER} --wait",
-        f"kubectl -n gpu-operator delete pods -l app={WORKLOAD_LABEL} "
+        f"kubectl -n $GPU_OPERATOR_NS delete pods -l app={WORKLOAD_LABEL} "
         "--field-selector status.phase=Failed",
         f"{VALIDATOR_PODS.replace('get pods', 'delete pods')}",
     ],

@@ -394,6 +394,7 @@ def env_exports(lab: Lab) -> str:
         "KUBECONFIG": str(kubeconfig),
         "AWS_REGION": lab.region,
         "AWS_DEFAULT_REGION": lab.region,
+        "GPU_OPERATOR_NS": lab.operator_namespace,  # the runbooks' `kubectl -n $GPU_OPERATOR_NS`
         **kubectl_preferences(),
         **lab.backend.env_exports(lab),
     }

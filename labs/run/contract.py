@@ -141,8 +141,9 @@ class Trap:
 class Step:
     """One kubectl command of the by-hand runbook and what it prints while the fault is in.
 
-    `command` runs as is in a shell with the lab's KUBECONFIG (no placeholders), and its
-    output contains `shows`; tests run every step against an injected rehearsal lab.
+    `command` runs as is in a shell after `eval "$(invoke lab.env)"`, which sets KUBECONFIG and
+    GPU_OPERATOR_NS (no placeholders), and its output contains `shows`; tests run every step
+    against an injected rehearsal lab.
     """
 
     command: str
