@@ -344,7 +344,8 @@ RUNTIME_CLASS = '\'{"spec":{"operator":{"runtimeClass":"%s"}}}\''
 by_hand = ByHand(
     inject=[POLICY_PATCH + RUNTIME_CLASS % HANDLER],
     look=[
-        Step("kubectl -n $GPU_OPERATOR_NS get events --field-selector reason=FailedCreatePodSandBox",
+        Step("kubectl -n $GPU_OPERATOR_NS get events "
+             "--field-selector reason=FailedCreatePodSandBox",
              NO_RUNTIME, "kubelet cannot create the operand pods' sandboxes"),
         Step("kubectl get runtimeclass", HANDLER,
              "the RuntimeClass exists (trap): containerd is what lacks the handler"),

@@ -314,8 +314,9 @@ by_hand = ByHand(
              f"{{.status.conditions[?(@.type==\"{CONDITION}\")].reason}}{{\"\\n\"}}{{end}}'",
              REASON, "the node monitoring agent's verdict"),
         Step(f"NODE=$({GPU_NODES} -o jsonpath='{{.items[0].metadata.name}}') && kubectl -n "
-             "$GPU_OPERATOR_NS exec $(kubectl -n $GPU_OPERATOR_NS get pods -l app=nvidia-dcgm-exporter "
-             "--field-selector spec.nodeName=$NODE -o name) -- nvidia-smi",
+             "$GPU_OPERATOR_NS exec $(kubectl -n $GPU_OPERATOR_NS get pods "
+             "-l app=nvidia-dcgm-exporter --field-selector spec.nodeName=$NODE -o name) "
+             "-- nvidia-smi",
              "GPU is lost. Reboot the system to recover this GPU",
              "NVML cannot reach the GPU any more"),
         _checks.policy_state_step("no error anywhere (trap)"),

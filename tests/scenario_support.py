@@ -35,9 +35,11 @@ from labs.commands import status as lab_status
 from labs.journal import INJECTED, REVERTED
 from labs.kube import rest, workloads
 from labs.kube.gpu import (
+    CLUSTER_POLICY_NAME,
     DCGM_EXPORTER_DAEMONSET,
     DEVICE_PLUGIN_DAEMONSET,
     GFD_DAEMONSET,
+    OPERATOR_DEPLOYMENT,
     daemonset,
     daemonset_counts,
     daemonset_rolled_out,
@@ -58,6 +60,7 @@ from labs.run.engine import (
     run_scenario,
 )
 from labs.settings import load_settings
+from labs.sim.controlplane.resources import CLUSTER_POLICY, DEPLOYMENTS
 from labs.sim.infra import SimInfra
 from labs.sim.world import World, start_world
 
@@ -203,6 +206,17 @@ def wait_ready(lab: Lab) -> None:
     and a rollout it starts then would show in the next test's baseline."""
     with lab.view() as view:
         view.wait_for(lab_ready, READY_TIMEOUT, "rehearsal lab ready with 2 GPUs", steady=SETTLE)
+
+
+def restore_healthy(sim: SimLab) -> None:
+    """Undo what an earlier test may have left outside any journal (the device plugin switched
+    off, the operator scaled to 0), then wait until the lab is ready and stays so: no test
+    depends on another's clean-up."""
+    store = sim.world.store
+    store.patch(CLUSTER_POLICY, CLUSTER_POLICY_NAME, {"spec": {"devicePlugin": {"enabled": True}}})
+    store.patch(DEPLOYMENTS, OPERATOR_DEPLOYMENT, {"spec": {"replicas": 1}},
+                sim.lab.operator_namespace)  # fmt: skip
+    wait_ready(sim.lab)
 
 
 def another_lab_record(ready: SimLab, state_dir: Path) -> SimLab:

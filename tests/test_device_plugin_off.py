@@ -19,14 +19,12 @@ from scenario_support import (
     READY_TIMEOUT,
     SCENARIO_SPEED,
     SimLab,
-    another_lab_record,
     assert_alerts_as_declared,
     assert_findings_observed,
     lab_ready,
     look_by_hand_then_revert_all,
     quiet,
     read_until,
-    revert_what_is_left,
     wait_ready,
 )
 
@@ -35,39 +33,11 @@ from labs.journal import INJECTED, REVERTED
 from labs.kube import gpu as gpu_facts
 from labs.run.contract import Scenario
 from labs.run.engine import EXIT_CHECK_FAILED, revert_scenarios, run_scenario
-from labs.sim.controlplane.resources import CLUSTER_POLICY, DEPLOYMENTS
 
 NAME = "device-plugin-off"
 PROBE_LINE = "NVIDIA A10G, 580.126.09, 23028 MiB"
 UNSCHEDULABLE = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
 REPO = Path(__file__).resolve().parent.parent
-
-
-def restore_healthy(sim: SimLab) -> None:
-    """Undo whatever an earlier test left (a fault, a stopped operator) and wait until the
-    lab is ready and its operator runs, so no test depends on another's clean-up."""
-    store = sim.world.store
-    device_plugin_on = {"spec": {"devicePlugin": {"enabled": True}}}
-    store.patch(CLUSTER_POLICY, gpu_facts.CLUSTER_POLICY_NAME, device_plugin_on)
-    operator_up = {"spec": {"replicas": 1}}
-    namespace = sim.lab.operator_namespace
-    store.patch(DEPLOYMENTS, gpu_facts.OPERATOR_DEPLOYMENT, operator_up, namespace)
-    with sim.lab.view() as view:
-        view.wait_for(
-            lab_ready,  # the operator controller running included
-            READY_TIMEOUT,
-            "rehearsal lab ready with 2 GPUs and the GPU Operator running",
-        )
-
-
-@pytest.fixture
-def sim_lab(world_lab: SimLab, tmp_path: Path) -> Iterator[SimLab]:
-    """A fresh lab record (empty journal, no runs) on the shared world, made healthy first;
-    what the test left injected is reverted after it."""
-    fresh = another_lab_record(world_lab, tmp_path / "state")
-    restore_healthy(fresh)
-    yield fresh
-    revert_what_is_left(fresh.lab)
 
 
 def checks_by_name(report: dict[str, Any]) -> dict[str, dict[str, Any]]:

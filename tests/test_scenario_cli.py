@@ -83,7 +83,8 @@ def test_scenario_list_show_and_unknown_names(tmp_path: Path):
 
 
 @pytest.fixture(scope="module")
-def sim_lab(tmp_path_factory: pytest.TempPathFactory):
+def cli(tmp_path_factory: pytest.TempPathFactory):
+    """One rehearsal lab driven only through `invoke`: its state directory and the env."""
     state_dir = tmp_path_factory.mktemp("labs")
     with cli_lab(state_dir, LAB, PROGRAM_SPEED) as env:
         yield state_dir, env
@@ -107,8 +108,8 @@ def _device_plugin_ready(state_dir: Path) -> bool:
     return DEVICE_PLUGIN in names
 
 
-def test_inject_shows_in_status_blocks_a_second_fault_and_revert_undoes_it(sim_lab):
-    state_dir, env = sim_lab
+def test_inject_shows_in_status_blocks_a_second_fault_and_revert_undoes_it(cli):
+    state_dir, env = cli
     inject = run_invoke(
         "scenario.inject", "device-plugin-off", "--lab", LAB, "--speed", PROGRAM_SPEED, env=env
     )
@@ -128,8 +129,8 @@ def test_inject_shows_in_status_blocks_a_second_fault_and_revert_undoes_it(sim_l
     until(lambda: _device_plugin_ready(state_dir), what="the device plugin to be back")
 
 
-def test_a_killed_run_is_reverted_from_the_journal(sim_lab):
-    state_dir, env = sim_lab
+def test_a_killed_run_is_reverted_from_the_journal(cli):
+    state_dir, env = cli
     before = len(_journal(state_dir, LAB))
     status = kill_when(
         ["scenario.run", "device-plugin-off", "--lab", LAB],
@@ -146,8 +147,8 @@ def test_a_killed_run_is_reverted_from_the_journal(sim_lab):
     until(lambda: _device_plugin_ready(state_dir), what="the world to recover")
 
 
-def test_every_scenario_back_to_back_leaves_the_lab_as_it_was(sim_lab):
-    state_dir, env = sim_lab
+def test_every_scenario_back_to_back_leaves_the_lab_as_it_was(cli):
+    state_dir, env = cli
     before = until(lambda: healthy_status(env, LAB), what="a healthy lab before the runs")
     names = list(scenarios.all_scenarios())
     assert {"operator-down", "device-plugin-off-one-node", "gpu-node-foreign-taint"} <= set(names)
@@ -165,8 +166,8 @@ def test_every_scenario_back_to_back_leaves_the_lab_as_it_was(sim_lab):
     assert all(any(r.endswith(f"-{name}") for r in reports) for name in names)
 
 
-def test_lab_down_reverts_a_fault_left_for_practice(sim_lab):
-    state_dir, env = sim_lab
+def test_lab_down_reverts_a_fault_left_for_practice(cli):
+    state_dir, env = cli
     inject = run_invoke(
         "scenario.inject", "device-plugin-off", "--lab", LAB, "--speed", PROGRAM_SPEED, env=env
     )
