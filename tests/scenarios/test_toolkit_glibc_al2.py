@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from lab_support import ROOT
 from scenario_support import (
     SimLab,
     full_run_report,
@@ -20,7 +21,6 @@ from scenario_support import (
     look_by_hand_then_revert_all,
 )
 
-REPO = Path(__file__).resolve().parent.parent
 NAME = "toolkit-glibc-al2"
 GLIBC = (
     "/usr/local/nvidia/toolkit/nvidia-container-cli.real: /lib64/libc.so.6: version "
@@ -58,8 +58,8 @@ def test_full_run_shows_the_refused_start_and_recovers(sim_lab: SimLab):
 def test_kubectl_shows_the_injected_fault_and_revert_all_restores_the_status(
     sim_lab: SimLab, tmp_path: Path
 ):
-    look_by_hand_then_revert_all(sim_lab.lab, NAME, REPO, tmp_path)
+    look_by_hand_then_revert_all(sim_lab.lab, NAME, ROOT, tmp_path)
 
 
 def test_a_run_killed_right_after_injection_is_reverted_from_the_journal(sim_lab: SimLab):
-    killed_run_is_reverted_from_the_journal(sim_lab.lab, NAME, REPO)
+    killed_run_is_reverted_from_the_journal(sim_lab.lab, NAME, ROOT)

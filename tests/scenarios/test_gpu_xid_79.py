@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from lab_support import ROOT
 from scenario_support import (
     SimLab,
     full_run_report,
@@ -26,7 +27,6 @@ from labs.kube import gpu, rest
 from labs.kube.logs import pod_log
 from labs.run.engine import inject_scenario, revert_scenarios
 
-REPO = Path(__file__).resolve().parent.parent
 NAME = "gpu-xid-79"
 XID_LINE = "XidCriticalError: Xid=79 on Device=GPU-"
 RESTARTED = "error getting device handle for index '0': GPU is lost"
@@ -61,7 +61,7 @@ def test_full_run_shows_the_lost_gpu_and_recovers_on_a_new_node(sim_lab: SimLab)
 def test_kubectl_shows_the_injected_fault_and_revert_all_restores_the_status(
     sim_lab: SimLab, tmp_path: Path
 ):
-    look_by_hand_then_revert_all(sim_lab.lab, NAME, REPO, tmp_path)
+    look_by_hand_then_revert_all(sim_lab.lab, NAME, ROOT, tmp_path)
 
 
 def test_restarting_the_device_plugin_gives_nothing_back(sim_lab: SimLab):
@@ -100,4 +100,4 @@ def test_restarting_the_device_plugin_gives_nothing_back(sim_lab: SimLab):
 
 
 def test_a_run_killed_right_after_injection_is_reverted_from_the_journal(sim_lab: SimLab):
-    killed_run_is_reverted_from_the_journal(sim_lab.lab, NAME, REPO)
+    killed_run_is_reverted_from_the_journal(sim_lab.lab, NAME, ROOT)

@@ -10,10 +10,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
-from lab_support import invoke_env, run_invoke
+from lab_support import FIXTURES, ROOT, invoke_env, run_invoke
 from scenario_support import (
     YES,
     SimLab,
@@ -34,7 +33,7 @@ from labs.kube import workloads
 from labs.kube.verdicts import allreduce_verdict, cuda_verdict, tcp_verdict
 from labs.run.engine import ScenarioError, inject_scenario, revert_scenarios, run_scenario
 
-REAL = Path(__file__).parent / "fixtures" / "real-gpu"
+REAL = FIXTURES / "real-gpu"
 NAME = "nccl-sg-block"
 
 
@@ -218,7 +217,7 @@ def test_inject_is_seen_with_the_aws_cli_and_revert_all_brings_the_rules_back(si
 def test_a_run_killed_after_the_apply_is_reverted_from_the_journal(sim_lab: SimLab):
     lab = sim_lab.lab
     try:
-        killed_run_is_reverted_from_the_journal(lab, NAME, Path(__file__).parent.parent)
+        killed_run_is_reverted_from_the_journal(lab, NAME, ROOT)
         assert node_rules(lab).self_rule and node_rules(lab).vpc_rule
     finally:
         workloads.remove(lab, workloads.TCP_CHECK, 60)  # what the killed run had started

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from lab_support import ROOT
 from scenario_support import (
     SimLab,
     full_run_report,
@@ -24,7 +25,6 @@ from labs.sim.node.hardware import DEFAULT_RUNTIME_ANNOTATION
 from labs.sim.node.sandbox import SandboxFailures, sandbox_error
 from scenarios.containerd_runtime_missing import BEFORE, HANDLER
 
-REPO = Path(__file__).resolve().parent.parent
 NAME = "containerd-runtime-missing"
 # kubelet v1.35.4's Event around containerd 2.2.4's RunPodSandbox error, with its random id.
 REFUSAL = re.compile(
@@ -85,8 +85,8 @@ def test_full_run_shows_the_refused_sandboxes_the_traps_and_proves_recovery(sim_
 def test_kubectl_shows_the_injected_fault_and_revert_all_restores_the_status(
     sim_lab: SimLab, tmp_path: Path
 ):
-    look_by_hand_then_revert_all(sim_lab.lab, NAME, REPO, tmp_path)
+    look_by_hand_then_revert_all(sim_lab.lab, NAME, ROOT, tmp_path)
 
 
 def test_a_run_killed_right_after_injection_is_reverted_from_the_journal(sim_lab: SimLab):
-    killed_run_is_reverted_from_the_journal(sim_lab.lab, NAME, REPO)
+    killed_run_is_reverted_from_the_journal(sim_lab.lab, NAME, ROOT)

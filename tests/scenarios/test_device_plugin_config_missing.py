@@ -16,6 +16,7 @@ import os
 import subprocess
 from pathlib import Path
 
+from lab_support import ROOT
 from scenario_support import (
     SimLab,
     full_run_report,
@@ -31,7 +32,6 @@ from labs.sim.controllers.kubelet import crash_backoff, go_duration
 from labs.sim.controlplane.resources import CONFIGMAPS, NODES, PODS
 from scenarios import device_plugin_config_missing as scenario
 
-REPO = Path(__file__).resolve().parent.parent
 NAME = "device-plugin-config-missing"
 PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.17.4"
 
@@ -256,10 +256,10 @@ def test_full_run_shows_the_fault_its_traps_and_proves_recovery(sim_lab: SimLab)
 def test_kubectl_shows_the_injected_fault_and_revert_all_restores_the_status(
     sim_lab: SimLab, tmp_path: Path
 ):
-    look_by_hand_then_revert_all(sim_lab.lab, NAME, REPO, tmp_path)
+    look_by_hand_then_revert_all(sim_lab.lab, NAME, ROOT, tmp_path)
 
 
 def test_a_run_killed_right_after_injection_is_reverted_from_the_journal(sim_lab: SimLab):
-    killed_run_is_reverted_from_the_journal(sim_lab.lab, NAME, REPO)
+    killed_run_is_reverted_from_the_journal(sim_lab.lab, NAME, ROOT)
     left = sim_lab.lab.snapshot("nodes")
     assert not [n for n in gpu.gpu_nodes(left) if gpu.label_of(n, scenario.LABEL)]

@@ -15,6 +15,7 @@ from pathlib import Path
 import hcl2
 import pytest
 from hcl2 import SerializationOptions
+from lab_support import FIXTURES, ROOT
 from tool_support import require_tool
 
 from labs.aws import stack
@@ -22,8 +23,8 @@ from labs.aws.terraform import VARIABLES_FILE, TerraformInfra
 from labs.errors import InfraError
 from labs.settings import AVAILABILITY_ZONES_VARIABLE, load_settings
 
-FIXTURE_STACK = Path(__file__).parent / "fixtures" / "stack"
-REAL_STACK = Path(__file__).parent.parent / "terraform"
+FIXTURE_STACK = FIXTURES / "stack"
+REAL_STACK = ROOT / "terraform"
 
 
 @pytest.fixture(autouse=True)

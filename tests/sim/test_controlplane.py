@@ -22,6 +22,7 @@ from controlplane_support import (
     rehearsals_under,
     running_control_plane,
 )
+from lab_support import ROOT
 from stack_spec import stack
 from still_support import StillPlane
 from tool_support import require_tool, require_venv_tool
@@ -33,7 +34,7 @@ from labs.sim.controlplane.kubeconfig import kubeconfig_document, write_kubeconf
 from labs.sim.controlplane.resources import CONFIGMAPS
 from labs.sim.controlplane.run import ControlPlane
 
-MANIFESTS = sorted(Path(__file__).resolve().parents[1].glob("scenarios/manifests/*.yaml"))
+MANIFESTS = sorted(ROOT.glob("scenarios/manifests/*.yaml"))
 EVENT_TIMEOUT = 30.0
 # A pod name a controller generated: its owner's name, then hash or random parts.
 GENERATED = re.compile(r'pods "[a-z0-9-]+?-[a-z0-9]{6,10}-[a-z0-9]{0,5}"')

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from lab_support import desired_by_aws_cli, invoke_env, run_invoke
+from lab_support import FIXTURES, desired_by_aws_cli, invoke_env, run_invoke
 from scenario_support import own_world
 from tool_support import require_tool, require_venv_tool
 
@@ -38,7 +38,7 @@ from labs.lab import Lab
 from labs.settings import load_settings
 from labs.sim.aws.seed import moto_clients
 
-FIXTURE_STACK = Path(__file__).parent / "fixtures" / "stack"
+FIXTURE_STACK = FIXTURES / "stack"
 LAB = "awslab"
 REGION = "ap-northeast-2"
 # The AWS backend sets its GPU time limit on the wall clock, but this moto belongs to a world

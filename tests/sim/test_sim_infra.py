@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import hcl2
 import pytest
 import yaml
 from hcl2 import SerializationOptions
+from lab_support import ROOT
 from sim_support import lab_variables, running_world
 from stack_spec import leaf_paths
 
@@ -20,7 +20,7 @@ from labs.sim.gpu_operator_release import VALUES_FILE, Helm
 from labs.sim.infra import SimInfra
 from labs.sim.world import World
 
-OUTPUTS_TF = Path(__file__).resolve().parents[1] / "terraform" / "outputs.tf"
+OUTPUTS_TF = ROOT / "terraform" / "outputs.tf"
 
 
 @pytest.fixture(scope="module")

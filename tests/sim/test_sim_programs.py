@@ -7,16 +7,16 @@ pods a person would exec into, and each command run as the container runtime run
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
+from lab_support import FIXTURES
 from still_support import StillPlane
 
 from labs.sim.controlplane.resources import NODES, PODS
 from labs.sim.node.hardware import DEFAULT_RUNTIME_ANNOTATION
 from labs.sim.node.programs import Captured, Process, exec_argv, nvidia_smi_table
 
-RECORDED_TABLE = Path(__file__).parent / "fixtures" / "recorded" / "nvidia-smi-driver-580.txt"
+RECORDED_TABLE = FIXTURES / "recorded" / "nvidia-smi-driver-580.txt"
 NODE = "ip-192-168-12-5.ap-northeast-2.compute.internal"
 AL2023 = "public.ecr.aws/amazonlinux/amazonlinux:2023"
 

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+from lab_support import ROOT
 from scenario_support import (
     SimLab,
     full_run_report,
@@ -28,7 +29,6 @@ from labs.run.engine import (
     run_scenario,
 )
 
-REPO = Path(__file__).resolve().parent.parent
 NAMES = ("operator-down", "device-plugin-off-one-node", "gpu-node-foreign-taint")
 PINNED_PENDING = {
     "device-plugin-off-one-node": "0/4 nodes are available: 1 Insufficient nvidia.com/gpu, "
@@ -65,14 +65,14 @@ def test_full_run_shows_the_fault_its_traps_and_proves_recovery(sim_lab: SimLab,
 def test_kubectl_shows_the_injected_fault_and_revert_all_restores_the_status(
     sim_lab: SimLab, name: str, tmp_path: Path
 ):
-    look_by_hand_then_revert_all(sim_lab.lab, name, REPO, tmp_path)
+    look_by_hand_then_revert_all(sim_lab.lab, name, ROOT, tmp_path)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_a_run_killed_right_after_injection_is_reverted_from_the_journal(
     sim_lab: SimLab, name: str
 ):
-    killed_run_is_reverted_from_the_journal(sim_lab.lab, name, REPO)
+    killed_run_is_reverted_from_the_journal(sim_lab.lab, name, ROOT)
 
 
 def test_a_lab_already_tainted_is_refused_before_anything_is_injected(sim_lab: SimLab):

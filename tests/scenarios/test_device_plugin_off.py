@@ -9,11 +9,11 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
+from lab_support import ROOT
 from scenario_support import (
     GPU_NODES,
     READY_TIMEOUT,
@@ -37,7 +37,6 @@ from labs.run.engine import EXIT_CHECK_FAILED, revert_scenarios, run_scenario
 NAME = "device-plugin-off"
 PROBE_LINE = "NVIDIA A10G, 580.126.09, 23028 MiB"
 UNSCHEDULABLE = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
-REPO = Path(__file__).resolve().parent.parent
 
 
 def checks_by_name(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -110,10 +109,10 @@ run_scenario(Lab.open(settings), scenarios.get("device-plugin-off"), out=out)
 def child(sim_lab) -> Iterator[subprocess.Popen]:
     lab = sim_lab.lab
     args = [lab.name, str(lab.settings.state_dir), str(SCENARIO_SPEED)]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     process = subprocess.Popen(
         [sys.executable, "-c", CHILD, *args],
-        cwd=REPO,
+        cwd=ROOT,
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -126,7 +125,7 @@ def child(sim_lab) -> Iterator[subprocess.Popen]:
 
 
 def test_kubectl_shows_the_injected_fault_and_revert_all_restores_the_status(sim_lab, tmp_path):
-    look_by_hand_then_revert_all(sim_lab.lab, NAME, REPO, tmp_path)
+    look_by_hand_then_revert_all(sim_lab.lab, NAME, ROOT, tmp_path)
 
 
 def test_a_run_killed_after_injection_is_reverted_from_the_journal(sim_lab, child):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from lab_support import ROOT
 from scenario_support import (
     SimLab,
     full_run_report,
@@ -19,7 +20,6 @@ from scenario_support import (
     look_by_hand_then_revert_all,
 )
 
-REPO = Path(__file__).resolve().parent.parent
 NAMES = (
     "missing-toleration",
     "missing-gpu-limit",
@@ -84,11 +84,11 @@ def test_full_run_shows_the_fault_its_traps_and_proves_recovery(sim_lab: SimLab,
 def test_kubectl_shows_the_injected_fault_and_revert_all_restores_the_status(
     sim_lab: SimLab, name: str, tmp_path: Path
 ):
-    look_by_hand_then_revert_all(sim_lab.lab, name, REPO, tmp_path)
+    look_by_hand_then_revert_all(sim_lab.lab, name, ROOT, tmp_path)
 
 
 @pytest.mark.parametrize("name", ["gpus-scaled-to-zero"])
 def test_a_run_killed_right_after_injection_is_reverted_from_the_journal(
     sim_lab: SimLab, name: str
 ):
-    killed_run_is_reverted_from_the_journal(sim_lab.lab, name, REPO)
+    killed_run_is_reverted_from_the_journal(sim_lab.lab, name, ROOT)

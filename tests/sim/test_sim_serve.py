@@ -8,11 +8,10 @@ import sys
 from pathlib import Path
 
 import yaml
+from lab_support import ROOT
 from sim_support import wait_for
 
 from labs.state import load_json
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_serve_writes_endpoints_and_kubeconfig_and_stops_on_sigterm(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from lab_support import ROOT
 from scenario_support import (
     SimLab,
     full_run_report,
@@ -19,7 +20,6 @@ from scenario_support import (
 )
 
 NAME = "validator-gpu-busy"
-REPO = Path(__file__).resolve().parent.parent
 # validator/main.go v25.3.4 :1195 and :1203, in logrus's text format
 WAITING = re.compile(r'level=info msg="pod nvidia-device-plugin-validator-\w{5} is curently in '
                      r'Failed phase"')  # fmt: skip
@@ -53,8 +53,8 @@ def test_full_run_shows_the_rejected_workload_the_give_up_and_proves_recovery(si
 
 
 def test_kubectl_by_hand_shows_the_fault_and_revert_all_restores(sim_lab: SimLab, tmp_path: Path):
-    look_by_hand_then_revert_all(sim_lab.lab, NAME, REPO, tmp_path / "kube-cache")
+    look_by_hand_then_revert_all(sim_lab.lab, NAME, ROOT, tmp_path / "kube-cache")
 
 
 def test_a_killed_run_is_reverted_from_the_journal(sim_lab: SimLab):
-    killed_run_is_reverted_from_the_journal(sim_lab.lab, NAME, REPO)
+    killed_run_is_reverted_from_the_journal(sim_lab.lab, NAME, ROOT)
