@@ -237,7 +237,7 @@ class Lab:
 
     def snapshot(self, *kinds: str) -> Snapshot:
         """The named standard kinds, listed once each (a kind the API does not serve is empty)."""
-        from labs.kube.rest import KubeApiError
+        from labs.kube.resources import NotFound
         from labs.kube.view import Snapshot, list_objects, standard_kinds
 
         known = {k.name: k for k in standard_kinds(self.kube, self.operator_namespace)}
@@ -250,9 +250,8 @@ class Lab:
         for kind in kinds:
             try:
                 listed[kind] = list_objects(known[kind].list_call, **known[kind].kwargs)
-            except KubeApiError as error:
-                if error.status != 404:
-                    raise
+            except NotFound:  # a kind this cluster does not serve (no GPU Operator CRD)
+                pass
         return Snapshot(listed)
 
     @property

@@ -27,6 +27,7 @@ from labs.errors import LabError
 from labs.kube import gpu, probes, rest
 from labs.kube.changes import label_node, patch_cluster_policy
 from labs.kube.logs import READ_TIMEOUT
+from labs.kube.resources import CLUSTER_POLICIES, CONFIG_MAPS, NODES, PODS, KubeApiError
 from labs.kube.view import ClusterView
 from labs.lab import Lab
 from labs.run.contract import (
@@ -88,8 +89,8 @@ def plugin_config(policy: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def _config_map(lab: Lab, name: str = CONFIG_MAP) -> dict[str, Any] | None:
     try:
-        return rest.read(lab.kube, rest.CONFIG_MAPS.path(lab.operator_namespace, name))
-    except rest.KubeApiError as error:
+        return rest.read(lab.kube, CONFIG_MAPS.path(lab.operator_namespace, name))
+    except KubeApiError as error:
         if error.status == 404:
             return None
         raise
@@ -132,7 +133,7 @@ def inject(lab: Lab) -> None:
     """
     for name in (PROBE, PINNED):
         probes.delete_probe(lab, lab.settings.probe_timeout, name=name)
-    previous = plugin_config(rest.read(lab.kube, rest.CLUSTER_POLICIES.path(
+    previous = plugin_config(rest.read(lab.kube, CLUSTER_POLICIES.path(
         name=gpu.CLUSTER_POLICY_NAME)))  # fmt: skip
     if _config_map(lab) is None:
         body = {
@@ -141,7 +142,7 @@ def inject(lab: Lab) -> None:
             "metadata": {"name": CONFIG_MAP, "annotations": {RECORD: json.dumps(previous)}},
             "data": {KEY: TIME_SLICING},
         }
-        rest.create(lab.kube, rest.CONFIG_MAPS.path(lab.operator_namespace), body)
+        rest.create(lab.kube, CONFIG_MAPS.path(lab.operator_namespace), body)
     label_node(lab, _one_node.target_node(lab.snapshot("nodes")), LABEL, MISSING)
     patch_cluster_policy(
         lab, {"spec": {"devicePlugin": {"config": {"name": CONFIG_MAP, "default": ""}}}}
@@ -153,7 +154,7 @@ def revert(lab: Lab) -> None:
     is gone), remove the config label from GPU nodes naming a10g or a10g-24gb, delete the ConfigMap
     (safe to repeat)."""
     ours = _config_map(lab)
-    policy = rest.read(lab.kube, rest.CLUSTER_POLICIES.path(name=gpu.CLUSTER_POLICY_NAME))
+    policy = rest.read(lab.kube, CLUSTER_POLICIES.path(name=gpu.CLUSTER_POLICY_NAME))
     if (plugin_config(policy) or {}).get("name") == CONFIG_MAP:
         record = ((ours or {}).get("metadata") or {}).get("annotations") or {}
         previous = json.loads(record.get(RECORD, "null"))
@@ -161,8 +162,8 @@ def revert(lab: Lab) -> None:
     for node in gpu.gpu_nodes(lab.snapshot("nodes")):
         if gpu.label_of(node, LABEL) in (KEY, MISSING):
             patch = {"metadata": {"labels": {LABEL: None}}}
-            rest.patch(lab.kube, rest.NODES.path(name=gpu.name_of(node)), patch)
-    rest.delete(lab.kube, rest.CONFIG_MAPS.path(lab.operator_namespace, CONFIG_MAP))
+            rest.patch(lab.kube, NODES.path(name=gpu.name_of(node)), patch)
+    rest.delete(lab.kube, CONFIG_MAPS.path(lab.operator_namespace, CONFIG_MAP))
 
 
 def detect(lab: Lab, view: ClusterView) -> bool:
@@ -206,7 +207,7 @@ def init_crash_looping(ctx: Context) -> Verdict:
 
 def init_log(lab: Lab, pod: dict[str, Any]) -> str:
     """The config-manager-init container's log (`kubectl logs POD -c config-manager-init`)."""
-    path = rest.PODS.path(lab.operator_namespace, gpu.name_of(pod), "log")
+    path = PODS.path(lab.operator_namespace, gpu.name_of(pod), "log")
     return rest.get(lab.kube, path, {"container": INIT}, READ_TIMEOUT).decode(errors="replace")
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from labs.errors import LabError
 from labs.kube import gpu, probes, rest
 from labs.kube.logs import READ_TIMEOUT, pod_log
+from labs.kube.resources import NODES, PODS
 from labs.kube.view import ClusterView, Objects
 from labs.lab import Lab
 from labs.run.contract import (
@@ -98,14 +99,14 @@ def revert(lab: Lab) -> None:
     nodes = {gpu.name_of(n): n for n in gpu.gpu_nodes(lab.snapshot("nodes"))}
     lost = lost_nodes(lab.snapshot("nodes"))
     for name in lost:
-        rest.patch(lab.kube, rest.NODES.path(name=name), {"spec": {"unschedulable": True}})
+        rest.patch(lab.kube, NODES.path(name=name), {"spec": {"unschedulable": True}})
         selector = {"fieldSelector": f"spec.nodeName={name}"}
-        pods = rest.get_items(lab.kube, rest.PODS.path(), query=selector)
+        pods = rest.get_items(lab.kube, PODS.path(), query=selector)
         for pod in pods:
             owners = pod["metadata"].get("ownerReferences") or []
             if not any(o.get("kind") == "DaemonSet" for o in owners):
                 meta = pod["metadata"]
-                rest.delete(lab.kube, rest.PODS.path(meta["namespace"], meta["name"]))
+                rest.delete(lab.kube, PODS.path(meta["namespace"], meta["name"]))
     instances = [str(nodes[n]["spec"]["providerID"]).rsplit("/", 1)[-1] for n in lost]
     if instances:
         lab.aws_client("ec2").terminate_instances(InstanceIds=instances)
@@ -160,7 +161,7 @@ def _exporter_xid(ctx: Context) -> Verdict:
     if exporter is None:
         return False, f"no dcgm-exporter pod on {ctx.baseline['node']}"
     proxy = f"{gpu.name_of(exporter)}:{EXPORTER_PORT}"
-    path = rest.PODS.path(ctx.lab.operator_namespace, proxy, "proxy/metrics")
+    path = PODS.path(ctx.lab.operator_namespace, proxy, "proxy/metrics")
     page = rest.get(ctx.lab.kube, path, timeout=READ_TIMEOUT).decode(errors="replace")
     found = XID_METRIC.search(page)
     seen = f"DCGM_FI_DEV_XID_ERRORS{{UUID={found.group(1)}}} {found.group(2)}" if found else "-"

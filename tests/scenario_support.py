@@ -50,6 +50,7 @@ from labs.kube.gpu import (
     policy_state,
     schedulable_gpu_nodes,
 )
+from labs.kube.resources import CLUSTER_POLICIES, DEPLOYMENTS, PODS
 from labs.kube.view import WORKLOAD_NAMESPACE
 from labs.lab import Lab
 from labs.run.contract import Step
@@ -60,7 +61,6 @@ from labs.run.engine import (
     run_scenario,
 )
 from labs.settings import load_settings
-from labs.sim.controlplane.resources import CLUSTER_POLICY, DEPLOYMENTS
 from labs.sim.infra import SimInfra
 from labs.sim.world import World, start_world
 
@@ -186,7 +186,7 @@ def shared_ready_world(state_dir: Path) -> SimLab:
 def clear_workloads(lab: Lab) -> None:
     """Delete every pod the last module left in the workload namespace (a scenario leaves its
     recovered probe, as on EKS), so the next module's world holds only what a new lab does."""
-    left = rest.get_items(lab.kube, rest.PODS.path(WORKLOAD_NAMESPACE))
+    left = rest.get_items(lab.kube, PODS.path(WORKLOAD_NAMESPACE))
     workloads.delete_pods(lab, [p["metadata"]["name"] for p in left], READY_TIMEOUT)
 
 
@@ -213,7 +213,9 @@ def restore_healthy(sim: SimLab) -> None:
     off, the operator scaled to 0), then wait until the lab is ready and stays so: no test
     depends on another's clean-up."""
     store = sim.world.store
-    store.patch(CLUSTER_POLICY, CLUSTER_POLICY_NAME, {"spec": {"devicePlugin": {"enabled": True}}})
+    store.patch(
+        CLUSTER_POLICIES, CLUSTER_POLICY_NAME, {"spec": {"devicePlugin": {"enabled": True}}}
+    )
     store.patch(DEPLOYMENTS, OPERATOR_DEPLOYMENT, {"spec": {"replicas": 1}},
                 sim.lab.operator_namespace)  # fmt: skip
     wait_ready(sim.lab)

@@ -20,6 +20,17 @@ from typing import Any, Protocol, TypeVar
 
 from labs.errors import LabError
 from labs.kube import rest
+from labs.kube.resources import (
+    CLUSTER_POLICIES,
+    DAEMON_SETS,
+    DEPLOYMENTS,
+    EVENTS,
+    NAMESPACES,
+    NODES,
+    PODS,
+    ResourceType,
+    message_of,
+)
 
 T = TypeVar("T")
 # Where the lab's own workloads (the probe, scenario pods) run.
@@ -77,7 +88,7 @@ def lab_api_client(kubeconfig: Path, lab: str) -> Any:
             if response.status == 401 or "forbidden: User" in body:
                 raise KubeconfigRefused(
                     f"the lab's kubeconfig ({kubeconfig}) was refused: {response.status} "
-                    f"{response.reason}: {rest.message_of(body)}; `invoke lab.up --lab {lab}` "
+                    f"{response.reason}: {message_of(body)}; `invoke lab.up --lab {lab}` "
                     "rewrites it"
                 )
         return response
@@ -88,7 +99,7 @@ def lab_api_client(kubeconfig: Path, lab: str) -> Any:
 
 def check_access(client: Any) -> None:
     """One authenticated read (a namespace), so refused credentials show before a change."""
-    rest.get(client, rest.NAMESPACES.path(), {"limit": 1}, timeout=ACCESS_TIMEOUT_SECONDS)
+    rest.get(client, NAMESPACES.path(), {"limit": 1}, timeout=ACCESS_TIMEOUT_SECONDS)
 
 
 def api_server_url(client: Any) -> str:
@@ -142,18 +153,18 @@ def standard_kinds(
     """The kinds a GPU lab watches: nodes, workload pods and events, operator DaemonSets,
     the operator Deployment, pods and events, and ClusterPolicies."""
 
-    def kind(name: str, resource: rest.Resource, namespace: str | None = None) -> WatchedKind:
+    def kind(name: str, resource: ResourceType, namespace: str | None = None) -> WatchedKind:
         return WatchedKind(name, rest.lister(client, resource.path(namespace)))
 
     return [
-        kind("nodes", rest.NODES),
-        kind("pods", rest.PODS, workload_namespace),
-        kind("events", rest.EVENTS, workload_namespace),
-        kind("daemonsets", rest.DAEMON_SETS, operator_namespace),
-        kind("deployments", rest.DEPLOYMENTS, operator_namespace),
-        kind("operator_pods", rest.PODS, operator_namespace),
-        kind("operator_events", rest.EVENTS, operator_namespace),
-        kind("clusterpolicies", rest.CLUSTER_POLICIES),
+        kind("nodes", NODES),
+        kind("pods", PODS, workload_namespace),
+        kind("events", EVENTS, workload_namespace),
+        kind("daemonsets", DAEMON_SETS, operator_namespace),
+        kind("deployments", DEPLOYMENTS, operator_namespace),
+        kind("operator_pods", PODS, operator_namespace),
+        kind("operator_events", EVENTS, operator_namespace),
+        kind("clusterpolicies", CLUSTER_POLICIES),
     ]
 
 

@@ -27,13 +27,13 @@ from lab_support import invoke_env, run_invoke
 
 from labs.doctor.catalog import UNKNOWN
 from labs.doctor.model import DoctorFinding, Report
-from labs.sim.controlplane.resources import (
-    CLUSTER_POLICY,
-    DAEMONSETS,
+from labs.kube.resources import (
+    CLUSTER_POLICIES,
+    DAEMON_SETS,
     DEPLOYMENTS,
     NODES,
     PODS,
-    REPLICASETS,
+    REPLICA_SETS,
 )
 from labs.sim.controlplane.run import free_port
 
@@ -93,14 +93,14 @@ def crash_loop_validator(cluster: StaticCluster, log: str) -> None:
         cluster.update(PODS, pod["metadata"]["name"], lambda p: p.update(status=status), NS)
         cluster.log(pod, log, "driver-validation")
     cluster.update(
-        DAEMONSETS,
+        DAEMON_SETS,
         VALIDATOR,
         lambda d: d["status"].update(numberReady=0, numberAvailable=0),
         NS,
     )
     message = "ClusterPolicy is not ready, states not ready: [state-operator-validation]"
     cluster.update(
-        CLUSTER_POLICY,
+        CLUSTER_POLICIES,
         "cluster-policy",
         lambda p: p["status"].update(
             state="notReady",
@@ -136,7 +136,7 @@ def test_the_healthy_cluster_has_no_problem_and_nothing_is_written(cluster):
 def test_toolkit_glibc_on_amazon_linux_2_is_the_cause_and_duplicate_symlinks_are_benign(cluster):
     cluster.gpu_nodes_run(osImage="Amazon Linux 2", kernelVersion="5.10.240-238.959.amzn2.x86_64")
     cluster.update(
-        CLUSTER_POLICY,
+        CLUSTER_POLICIES,
         "cluster-policy",
         lambda p: p["spec"].update(
             toolkit={"enabled": True, "version": "v1.17.8-ubuntu20.04"},
@@ -177,9 +177,11 @@ def test_a_validator_rolling_out_after_a_toggle_is_no_root_cause_but_a_crash_loo
     validator's template, so its pods are replaced node by node: one starting pod (nothing
     restarted) is a rollout to look at again, ranked below the switch that caused it."""
     cluster.update(
-        CLUSTER_POLICY, "cluster-policy", lambda p: p["spec"]["devicePlugin"].update(enabled=False)
+        CLUSTER_POLICIES,
+        "cluster-policy",
+        lambda p: p["spec"]["devicePlugin"].update(enabled=False),
     )
-    cluster.delete(DAEMONSETS, "nvidia-device-plugin-daemonset", NS)
+    cluster.delete(DAEMON_SETS, "nvidia-device-plugin-daemonset", NS)
     starting = {
         "phase": "Pending",
         "conditions": [{"type": "Ready", "status": "False"}],
@@ -196,7 +198,7 @@ def test_a_validator_rolling_out_after_a_toggle_is_no_root_cause_but_a_crash_loo
     }  # fmt: skip
     rolling = cluster.pods_of(VALIDATOR)[0]
     cluster.update(PODS, rolling["metadata"]["name"], lambda p: p.update(status=starting), NS)
-    cluster.update(DAEMONSETS, VALIDATOR, lambda d: d["status"].update(numberReady=1), NS)
+    cluster.update(DAEMON_SETS, VALIDATOR, lambda d: d["status"].update(numberReady=1), NS)
 
     report = cluster.examine()
     rollout = diagnosed(report)["operand-not-ready"]
@@ -315,7 +317,7 @@ def test_an_oomkilled_operator_is_named_with_its_restarts(cluster):
         lastState={"terminated": {"reason": "OOMKilled", "exitCode": 137}},
     )
     cluster.update(PODS, "gpu-operator-5798b5b564-xbq5h", lambda p: p.update(status=status), NS)
-    cluster.delete(DAEMONSETS, "nvidia-dcgm-exporter", NS)
+    cluster.delete(DAEMON_SETS, "nvidia-dcgm-exporter", NS)
 
     report = cluster.examine()
     diagnosed(report)
@@ -437,7 +439,7 @@ def test_a_runtime_class_that_does_not_exist(cluster):
         "default",
     )
     replicaset = cluster.still.put(
-        REPLICASETS,
+        REPLICA_SETS,
         {"metadata": {"name": "cuda-job-5d9f8c7b6"},
          "spec": {"replicas": 1, "selector": {"matchLabels": selector}, "template": template}},
         "default",
@@ -472,14 +474,14 @@ def test_a_refusal_reported_by_a_replicaset_since_deleted_is_no_finding(cluster)
 def test_a_refusal_by_a_daemonset_that_names_another_class_since_is_no_finding(cluster):
     """A DaemonSet re-rendered after a revert (its template names nvidia again) keeps the
     refusals it reported while it named a class that is gone: history, not the cause."""
-    [plugin] = cluster.still.api.list(DAEMONSETS, NS, label_selector=None)[0][:1] or [None]
+    [plugin] = cluster.still.api.list(DAEMON_SETS, NS, label_selector=None)[0][:1] or [None]
     assert plugin is not None, "the healthy lab has operand DaemonSets"
     about = {"kind": "DaemonSet", "metadata": plugin["metadata"]}
     refused = REFUSED_CDI.replace("cuda-job-5d9f8c7b6-", f"{plugin['metadata']['name']}-")
     cluster.event(about, "FailedCreate", refused)
 
     assert "runtimeclass-missing" not in diagnosed(cluster.examine())
-    cluster.update(DAEMONSETS, plugin["metadata"]["name"],
+    cluster.update(DAEMON_SETS, plugin["metadata"]["name"],
                    lambda d: d["spec"]["template"]["spec"].update(runtimeClassName="nvidia-cdi"),
                    NS)  # fmt: skip
     assert "runtimeclass-missing" in diagnosed(cluster.examine())
@@ -490,9 +492,9 @@ def test_gpu_nodes_scaled_to_zero_while_a_gpu_pod_waits(cluster):
         cluster.delete(NODES, node)
         for pod in cluster.still.api.list(PODS, field_selector=f"spec.nodeName={node}")[0]:
             cluster.delete(PODS, pod["metadata"]["name"], pod["metadata"]["namespace"])
-    for ds in cluster.still.api.list(DAEMONSETS, NS)[0]:
+    for ds in cluster.still.api.list(DAEMON_SETS, NS)[0]:
         cluster.update(
-            DAEMONSETS,
+            DAEMON_SETS,
             ds["metadata"]["name"],
             lambda d: d["status"].update(
                 desiredNumberScheduled=0, currentNumberScheduled=0, numberReady=0
@@ -580,7 +582,7 @@ def plugin_log(cluster: StaticCluster, node: str, log: str, state: dict | None =
         status = stuck_status("nvidia-device-plugin", state, "Running")
         cluster.update(PODS, plugin["metadata"]["name"], lambda p: p.update(status=status), NS)
         cluster.update(
-            DAEMONSETS,
+            DAEMON_SETS,
             "nvidia-device-plugin-daemonset",
             lambda d: d["status"].update(numberReady=1),
             NS,
@@ -651,11 +653,11 @@ def not_ready(cluster: StaticCluster) -> None:
 
 
 def no_operator(cluster: StaticCluster) -> None:
-    cluster.delete(CLUSTER_POLICY, "cluster-policy")
-    for ds in cluster.still.api.list(DAEMONSETS, NS)[0]:
+    cluster.delete(CLUSTER_POLICIES, "cluster-policy")
+    for ds in cluster.still.api.list(DAEMON_SETS, NS)[0]:
         for pod in cluster.pods_of(ds["metadata"]["name"]):
             cluster.delete(PODS, pod["metadata"]["name"], NS)
-        cluster.delete(DAEMONSETS, ds["metadata"]["name"], NS)
+        cluster.delete(DAEMON_SETS, ds["metadata"]["name"], NS)
     for node in GPU_NODES:
         gpu_dark(cluster, node, None)
 

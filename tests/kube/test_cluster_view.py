@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
+from labs.kube.resources import NODES
 from labs.kube.view import ClusterView, Snapshot, WatchedKind
-from labs.sim.controlplane.resources import NODES
 
 NODE = {"metadata": {"name": "late-node"}}
 

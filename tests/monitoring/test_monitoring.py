@@ -18,10 +18,10 @@ from still_support import StillPlane
 
 import scenarios
 from labs.aws.stack import GPU_ALERT_RULES
+from labs.kube.resources import NODES, PODS
 from labs.run.engine import describe_scenario
 from labs.sim.controlplane.build import KUBE_STATE_METRICS_PROGRAM, PROMTOOL_PROGRAM, pinned_binary
 from labs.sim.controlplane.monitoring import scaled_rules, seconds
-from labs.sim.controlplane.resources import NODES, PODS
 from labs.sim.controlplane.run import free_port
 from labs.sim.controlplane.tls import LOOPBACK
 

@@ -24,6 +24,7 @@ import scenarios
 from labs.backends import REHEARSAL
 from labs.guard import GuardError
 from labs.journal import INJECTED, KEPT, REVERTED
+from labs.kube.resources import CONFIG_MAPS
 from labs.lab import Lab
 from labs.run.contract import Check, Context, Needs, Scenario
 from labs.run.engine import (
@@ -37,7 +38,6 @@ from labs.run.engine import (
     run_scenario,
 )
 from labs.settings import load_settings
-from labs.sim.controlplane.resources import CONFIGMAPS
 
 TOGGLE_SCENARIO = '''
 """Flip the lab-toggle ConfigMap off and on again."""
@@ -154,12 +154,12 @@ def lab(still, tmp_path: Path) -> Lab:
     lab = Lab.create(settings, REHEARSAL)
     lab.update(outputs={"cluster_endpoint": still.url})
     shutil.copyfile(still.kubeconfig, lab.paths.kubeconfig)
-    still.put(CONFIGMAPS, {"metadata": {"name": "lab-toggle"}, "data": {"mode": "on"}}, "default")
+    still.put(CONFIG_MAPS, {"metadata": {"name": "lab-toggle"}, "data": {"mode": "on"}}, "default")
     return lab
 
 
 def mode(still) -> str:
-    return still.api.get(CONFIGMAPS, "lab-toggle", "default")["data"]["mode"]
+    return still.api.get(CONFIG_MAPS, "lab-toggle", "default")["data"]["mode"]
 
 
 def journal_states(lab: Lab) -> list[str]:

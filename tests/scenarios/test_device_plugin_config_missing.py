@@ -27,9 +27,9 @@ from sim_support import wait_for
 from tool_support import require_tool
 
 from labs.kube import gpu
+from labs.kube.resources import CONFIG_MAPS, NODES, PODS
 from labs.kube.view import WORKLOAD_NAMESPACE
 from labs.sim.controllers.kubelet import crash_backoff, go_duration
-from labs.sim.controlplane.resources import CONFIGMAPS, NODES, PODS
 from scenarios import device_plugin_config_missing as scenario
 
 NAME = "device-plugin-config-missing"
@@ -81,7 +81,7 @@ def with_configs(sim_lab: SimLab, pod: dict, keys: list[str]) -> dict:
     store = sim_lab.world.store
     configmap = {"metadata": {"name": f"{pod['metadata']['name']}-configs"},
                  "data": {key: scenario.TIME_SLICING for key in keys}}  # fmt: skip
-    store.create(CONFIGMAPS, configmap, WORKLOAD_NAMESPACE)
+    store.create(CONFIG_MAPS, configmap, WORKLOAD_NAMESPACE)
     volume = {"name": "configs", "configMap": {"name": configmap["metadata"]["name"]}}
     pod["spec"]["volumes"] = [volume]
     return pod

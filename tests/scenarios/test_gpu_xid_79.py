@@ -25,6 +25,7 @@ from scenario_support import (
 import scenarios
 from labs.kube import gpu, rest
 from labs.kube.logs import pod_log
+from labs.kube.resources import PODS
 from labs.run.engine import inject_scenario, revert_scenarios
 
 NAME = "gpu-xid-79"
@@ -33,7 +34,7 @@ RESTARTED = "error getting device handle for index '0': GPU is lost"
 
 
 def plugin_on(lab, node: str) -> dict | None:
-    pods = rest.get_items(lab.kube, rest.PODS.path(lab.operator_namespace),
+    pods = rest.get_items(lab.kube, PODS.path(lab.operator_namespace),
                           query={"labelSelector": f"app={gpu.DEVICE_PLUGIN_DAEMONSET}",
                                  "fieldSelector": f"spec.nodeName={node}"})  # fmt: skip
     return pods[0] if pods else None
@@ -74,7 +75,7 @@ def test_restarting_the_device_plugin_gives_nothing_back(sim_lab: SimLab):
         old = plugin_on(lab, node)
         assert old is not None
         assert XID_LINE in pod_log(lab, lab.operator_namespace, old["metadata"]["name"])
-        rest.delete(lab.kube, rest.PODS.path(lab.operator_namespace, old["metadata"]["name"]))
+        rest.delete(lab.kube, PODS.path(lab.operator_namespace, old["metadata"]["name"]))
         deadline, new = time.monotonic() + 60, None
         while time.monotonic() < deadline:
             new = plugin_on(lab, node)

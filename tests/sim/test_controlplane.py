@@ -27,11 +27,11 @@ from stack_spec import stack
 from still_support import StillPlane
 from tool_support import require_tool, require_venv_tool
 
+from labs.kube.resources import CONFIG_MAPS
 from labs.sim.aws.access import ADMIN_POLICY, LAB_USER, AccessEntries, Principal, user_arn
 from labs.sim.aws.auth import Keys
 from labs.sim.controlplane import build
 from labs.sim.controlplane.kubeconfig import kubeconfig_document, write_kubeconfig
-from labs.sim.controlplane.resources import CONFIGMAPS
 from labs.sim.controlplane.run import ControlPlane
 
 MANIFESTS = sorted(ROOT.glob("scenarios/manifests/*.yaml"))
@@ -89,7 +89,7 @@ def test_reset_removes_what_a_test_put_in_and_keeps_what_the_plane_began_with(
 ) -> None:
     """Whoever wrote it (the API, kubectl); a namespace too, which no controller finalizes."""
     still_plane.namespace("scratch")
-    still_plane.put(CONFIGMAPS, {"metadata": {"name": "put"}, "data": {"a": "1"}}, "scratch")
+    still_plane.put(CONFIG_MAPS, {"metadata": {"name": "put"}, "data": {"a": "1"}}, "scratch")
     made = still_plane.kubectl(tmp_path, "create", "configmap", "by-kubectl", "-n", "default")
     assert made.returncode == 0, made.stderr
 

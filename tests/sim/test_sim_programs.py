@@ -12,7 +12,7 @@ import pytest
 from lab_support import FIXTURES
 from still_support import StillPlane
 
-from labs.sim.controlplane.resources import NODES, PODS
+from labs.kube.resources import NODES, PODS
 from labs.sim.node.hardware import DEFAULT_RUNTIME_ANNOTATION
 from labs.sim.node.programs import Captured, Process, exec_argv, nvidia_smi_table
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from labs.kube.resources import BadRequest, MethodNotAllowed
 from labs.sim import pace
-from labs.sim.controlplane.resources import BadRequest, MethodNotAllowed
 from labs.sim.timings import REAL_WORLD_SECONDS, WorldClock, scaled
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from still_support import StillPlane
 
-from labs.sim.controlplane.resources import DAEMONSETS, NODES, PODS, SERVICEACCOUNTS
+from labs.kube.resources import DAEMON_SETS, NODES, PODS, SERVICE_ACCOUNTS
 from labs.sim.node.programs import LongRun, start_init
 
 NODE = "ip-192-168-12-5.ap-northeast-2.compute.internal"
@@ -37,14 +37,14 @@ PLUGIN_VALIDATION = {
 def validator(still: StillPlane) -> LongRun:
     """plugin-validation started on a GPU node advertising one GPU."""
     still.namespace(NS)
-    still.api.create(SERVICEACCOUNTS, {"metadata": {"name": "nvidia-operator-validator"}}, NS)
+    still.api.create(SERVICE_ACCOUNTS, {"metadata": {"name": "nvidia-operator-validator"}}, NS)
     gpu = {"nvidia.com/gpu": "1"}
     still.put(NODES, {"metadata": {"name": NODE}, "status": {"capacity": gpu, "allocatable": gpu}})
     template = {"metadata": {"labels": {"app": "nvidia-operator-validator"}},
                 "spec": {"containers": [{"name": "v", "image": IMAGE}],
                          "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists",
                                           "effect": "NoSchedule"}]}}  # fmt: skip
-    still.put(DAEMONSETS, {"metadata": {"name": "nvidia-operator-validator", "namespace": NS},
+    still.put(DAEMON_SETS, {"metadata": {"name": "nvidia-operator-validator", "namespace": NS},
                            "spec": {"selector": {"matchLabels": template["metadata"]["labels"]},
                                     "template": template}})  # fmt: skip
     pod = still.put(PODS, {"metadata": {"name": "nvidia-operator-validator-x", "namespace": NS},

@@ -10,10 +10,10 @@ import pytest
 from kubernetes import client, config
 from sim_support import probe_pod, wait_for
 
+from labs.kube.resources import EVENTS, NODES, PODS
 from labs.sim.controllers.events import EventRecorder
 from labs.sim.controllers.heartbeats import NODE_LEASES
 from labs.sim.controllers.kubelet import injected_gpus
-from labs.sim.controlplane.resources import EVENTS, NODES, PODS
 from labs.sim.node.hardware import DEFAULT_RUNTIME_ANNOTATION, NVIDIA_PCI_LABEL
 
 

@@ -18,8 +18,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from labs.kube.resources import NotFound, ResourceType, resolve
 from labs.sim.controlplane.kube_api import KubeApi, KubeWatch
-from labs.sim.controlplane.resources import NotFound, ResourceType, resolve
 
 
 class Informer:

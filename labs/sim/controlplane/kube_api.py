@@ -3,7 +3,7 @@
 The world plays kubelets, device plugins and the operator the way kwok's controllers do: as
 clients of kube-apiserver, never behind its back. This speaks plain REST over the lab's TLS
 with a client certificate, keeps each watch's connection so `close()` ends it at once, and
-turns API errors into the `resources` errors the controllers already tell apart.
+turns API errors into `labs.kube.resources`' errors, which the controllers tell apart.
 """
 
 from __future__ import annotations
@@ -20,27 +20,13 @@ from urllib.parse import urlencode
 
 import urllib3
 
-from labs.sim.controlplane.resources import (
-    AlreadyExists,
-    BadRequest,
-    Conflict,
-    Forbidden,
-    Gone,
-    Invalid,
-    MethodNotAllowed,
-    NotFound,
-    ResourceType,
-    StoreError,
-    resolve,
-)
+from labs.kube.resources import Conflict, Gone, KubeUnreachable, ResourceType, api_error, resolve
 from labs.sim.controlplane.run import Credentials
 
 log = logging.getLogger(__name__)
 # A world lives hours at most; nothing renews a token as a kubelet would.
 TOKEN_SECONDS = 30 * 86400
 
-_KINDS = (BadRequest, Forbidden, NotFound, MethodNotAllowed, Gone, Invalid)
-_ERRORS: dict[int, type[StoreError]] = {error.code: error for error in _KINDS}
 # Read-modify-write attempts before a Conflict is the caller's (each re-reads the object).
 UPDATE_ATTEMPTS = 8
 # A watch the server ends after this long is reopened from where it stopped.
@@ -69,7 +55,7 @@ class KubeApi:
 
     def get(self, ref: ResourceType | str, name: str, namespace: str | None = None) -> dict:
         rtype = resolve(ref)
-        return self._typed(rtype, self._call("GET", _path(rtype, namespace, name)))
+        return self._typed(rtype, self._call("GET", rtype.path(namespace, name)))
 
     def list(
         self,
@@ -81,7 +67,7 @@ class KubeApi:
         """Matching objects sorted by namespace and name, and the list's resourceVersion."""
         rtype = resolve(ref)
         query = {"labelSelector": label_selector, "fieldSelector": field_selector}
-        answer = self._call("GET", _path(rtype, namespace or None), query=query)
+        answer = self._call("GET", rtype.path(namespace or None), query=query)
         items = [self._typed(rtype, item) for item in answer.get("items") or []]
         items.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
         return items, answer["metadata"].get("resourceVersion", "")
@@ -92,12 +78,12 @@ class KubeApi:
         rtype = resolve(ref)
         namespace = namespace or obj.get("metadata", {}).get("namespace")
         body = {"apiVersion": rtype.api_version, "kind": rtype.kind, **obj}
-        return self._typed(rtype, self._call("POST", _path(rtype, namespace), body))
+        return self._typed(rtype, self._call("POST", rtype.path(namespace), body))
 
     def replace(self, ref: ResourceType | str, obj: dict, subresource: str | None = None) -> dict:
         rtype = resolve(ref)
         metadata = obj["metadata"]
-        path = _path(rtype, metadata.get("namespace"), metadata["name"], subresource)
+        path = rtype.path(metadata.get("namespace"), metadata["name"], subresource)
         return self._typed(rtype, self._call("PUT", path, obj))
 
     def update(
@@ -147,7 +133,7 @@ class KubeApi:
     ) -> dict:
         """A JSON merge patch."""
         rtype = resolve(ref)
-        path = _path(rtype, namespace, name, subresource)
+        path = rtype.path(namespace, name, subresource)
         content = "application/merge-patch+json"
         return self._typed(rtype, self._call("PATCH", path, patch, content_type=content))
 
@@ -171,7 +157,7 @@ class KubeApi:
             body["preconditions"] = preconditions
         if grace_seconds is not None:
             body["gracePeriodSeconds"] = grace_seconds
-        return self._call("DELETE", _path(rtype, namespace, name), body)
+        return self._call("DELETE", rtype.path(namespace, name), body)
 
     # ---- watches ---------------------------------------------------------------------
 
@@ -182,7 +168,7 @@ class KubeApi:
         if response.status >= 400:
             body = response.read()
             response.release_conn()
-            raise _error(response.status, body)
+            raise api_error(response.status, body)
         return response
 
     # ---- raw -------------------------------------------------------------------------
@@ -218,9 +204,11 @@ class KubeApi:
         try:
             response = self._pool.request(method, url, body=data, headers=headers)
         except urllib3.exceptions.HTTPError as error:
-            raise StoreError(f"{method} {path}: the API server did not answer ({error})") from error
+            raise KubeUnreachable(
+                f"{method} {path}: the API server did not answer ({error})"
+            ) from error
         if response.status >= 400:
-            raise _error(response.status, response.data)
+            raise api_error(response.status, response.data)
         return json.loads(response.data) if response.data else {}
 
     @staticmethod
@@ -245,7 +233,7 @@ class KubeWatch:
     def __init__(self, api: KubeApi, rtype: ResourceType, namespace: str | None) -> None:
         self._api = api
         self._rtype = rtype
-        self._path = _path(rtype, namespace)
+        self._path = rtype.path(namespace)
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._closed = threading.Event()
         self._response: urllib3.BaseHTTPResponse | None = None
@@ -318,7 +306,7 @@ class KubeWatch:
                 obj = event.get("object") or {}
                 version = (obj.get("metadata") or {}).get("resourceVersion", version)
                 if event["type"] == "ERROR":
-                    raise _error(obj.get("code", 500), json.dumps(obj).encode())
+                    raise api_error(obj.get("code", 500), json.dumps(obj))
                 if event["type"] in ("ADDED", "MODIFIED", "DELETED"):
                     self._queue.put((event["type"], KubeApi._typed(self._rtype, obj)))
         finally:
@@ -336,31 +324,3 @@ def _lines(response: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
         pending += chunk
         *complete, pending = pending.split(b"\n")
         yield from (line for line in complete if line.strip())
-
-
-def _path(
-    rtype: ResourceType,
-    namespace: str | None,
-    name: str | None = None,
-    subresource: str | None = None,
-) -> str:
-    base = f"/apis/{rtype.group}/{rtype.version}" if rtype.group else f"/api/{rtype.version}"
-    if rtype.namespaced and namespace:
-        base += f"/namespaces/{namespace}"
-    parts = [base, rtype.plural, *(p for p in (name, subresource) if p)]
-    return "/".join(parts)
-
-
-def _error(status: int, body: bytes) -> StoreError:
-    try:
-        answer = json.loads(body)
-    except ValueError:
-        answer = {"message": body.decode(errors="replace")}
-    message = answer.get("message") or f"HTTP {status}"
-    if status == 409:
-        return (
-            AlreadyExists(message) if answer.get("reason") == "AlreadyExists" else Conflict(message)
-        )
-    error = _ERRORS.get(status, StoreError)(message)
-    error.causes = (answer.get("details") or {}).get("causes") or []
-    return error
