@@ -30,6 +30,7 @@ import yaml
 from controlplane_support import kubectl_on, progress
 from kubernetes import config
 
+from labs.kube.api import KubeApi
 from labs.kube.resources import (
     NAMESPACES,
     NODES,
@@ -41,7 +42,6 @@ from labs.kube.resources import (
 )
 from labs.sim.controllers.node_lifecycle import KUBELET_PORT
 from labs.sim.controlplane.gpu_operator import cluster_policy_crd, release
-from labs.sim.controlplane.kube_api import KubeApi
 from labs.sim.controlplane.kube_seed import install_crd
 from labs.sim.controlplane.node_endpoint import NodeEndpoint
 from labs.sim.controlplane.run import ControlPlane
@@ -233,7 +233,7 @@ def held_still(home: Path) -> Iterator[StillPlane]:
         endpoint: NodeEndpoint = node_endpoint(plane, home, logs, home / "ports")
         stack.callback(endpoint.stop)
         endpoint.start(progress)
-        api = KubeApi(plane.credentials("admin"))
+        api = KubeApi(plane.credentials("admin").api_client())
         install_crd(api, cluster_policy_crd(release(progress)))
         api.create(SERVICE_ACCOUNTS, {"metadata": {"name": "default"}}, "default")
         still = StillPlane(plane, api, logs)

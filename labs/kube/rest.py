@@ -48,7 +48,7 @@ def send(
     query: Mapping[str, object] | None = None,
     body: Any = None,
     content_type: str | None = None,
-    timeout: float | None = DEFAULT_TIMEOUT,
+    timeout: float | tuple[float, float] | None = DEFAULT_TIMEOUT,
     stream: bool = False,
 ) -> Any:
     """The response to one request, its body read (unless `stream`: a watch reads it as it

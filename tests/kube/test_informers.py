@@ -9,9 +9,9 @@ import pytest
 from sim_support import wait_for
 from still_support import StillPlane
 
+from labs.kube.api import KubeWatch
+from labs.kube.informers import InformedKubeApi
 from labs.kube.resources import CONFIG_MAPS, PODS, NotFound
-from labs.sim.controlplane.informers import InformedKubeApi
-from labs.sim.controlplane.kube_api import KubeWatch
 
 NAMESPACE = "default"
 

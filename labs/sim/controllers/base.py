@@ -13,8 +13,8 @@ import logging
 import threading
 from collections.abc import Callable
 
+from labs.kube.informers import InformedKubeApi
 from labs.kube.resources import KubeApiError, ResourceType
-from labs.sim.controlplane.informers import InformedKubeApi
 from labs.sim.timings import Timings
 
 log = logging.getLogger(__name__)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from labs.kube.api import KubeApi
 from labs.kube.resources import (
     CRDS,
     DAEMON_SETS,
@@ -23,7 +24,6 @@ from labs.kube.resources import (
     ResourceType,
 )
 from labs.sim.controlplane.build import metrics_server_version
-from labs.sim.controlplane.kube_api import KubeApi
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 ADDON_REGISTRY = "602401143452.dkr.ecr.ap-northeast-2.amazonaws.com/eks"

@@ -30,8 +30,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
+from labs.kube.api import KubeApi
 from labs.kube.resources import CONFIG_MAPS, NODES, NotFound
-from labs.sim.controlplane.kube_api import KubeApi
 from labs.sim.node import container_files, host_files, node_os
 from labs.sim.node.container_files import layer_path, tar
 from labs.sim.node.gpu_faults import lost_xid

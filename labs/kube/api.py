@@ -1,9 +1,12 @@
-"""The world's door to the real API server: the reads, writes and watches its controllers make.
+"""Typed reads, writes and watches of one API server, by resource type: what the rehearsal's
+world (kubelets, device plugins and the operator played as clients of kube-apiserver, the way
+kwok's controllers are) and the tools that drive a cluster object by object call.
 
-The world plays kubelets, device plugins and the operator the way kwok's controllers do: as
-clients of kube-apiserver, never behind its back. This speaks plain REST over the lab's TLS
-with a client certificate, keeps each watch's connection so `close()` ends it at once, and
-turns API errors into `labs.kube.resources`' errors, which the controllers tell apart.
+Every request goes through `labs.kube.rest.send` on a kubernetes ApiClient (its credentials,
+TLS and connection pool); the library's typed APIs are not used because each call would build
+and validate model objects the callers only read as dicts. What the library lacks is here: a
+read-modify-write that retries on Conflict, status written through its subresource, and a
+watch whose `close()` ends its connection at once.
 """
 
 from __future__ import annotations
@@ -16,12 +19,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
-from urllib.parse import urlencode
 
-import urllib3
-
-from labs.kube.resources import Conflict, Gone, KubeUnreachable, ResourceType, api_error, resolve
-from labs.sim.controlplane.run import Credentials
+from labs.kube import rest
+from labs.kube.resources import Conflict, Gone, ResourceType, api_error, resolve
 
 log = logging.getLogger(__name__)
 # A world lives hours at most; nothing renews a token as a kubelet would.
@@ -31,6 +31,8 @@ TOKEN_SECONDS = 30 * 86400
 UPDATE_ATTEMPTS = 8
 # A watch the server ends after this long is reopened from where it stopped.
 WATCH_SECONDS = 240
+CONNECT_SECONDS = 5
+REQUEST_TIMEOUT = (CONNECT_SECONDS, 30)  # connect, read
 _JSON = "application/json"
 _CLOSED = object()
 
@@ -38,18 +40,8 @@ _CLOSED = object()
 class KubeApi:
     """Get, list, create, update, patch, delete and watch objects of one API server."""
 
-    def __init__(self, credentials: Credentials) -> None:
-        self.credentials = credentials
-        self._url = credentials.url.rstrip("/")
-        self._pool = urllib3.PoolManager(
-            num_pools=4,
-            maxsize=32,
-            ca_certs=str(credentials.ca_file),
-            cert_file=str(credentials.cert_file),
-            key_file=str(credentials.key_file),
-            timeout=urllib3.Timeout(connect=5, read=30),
-            retries=False,
-        )
+    def __init__(self, client: Any) -> None:
+        self.client = client  # a kubernetes ApiClient
 
     # ---- reads -----------------------------------------------------------------------
 
@@ -161,15 +153,10 @@ class KubeApi:
 
     # ---- watches ---------------------------------------------------------------------
 
-    def open_stream(self, path: str, query: dict[str, str]) -> urllib3.BaseHTTPResponse:
-        url = f"{self._url}{path}?{urlencode(query)}"
-        timeout = urllib3.Timeout(connect=5, read=WATCH_SECONDS + 30)
-        response = self._pool.request("GET", url, preload_content=False, timeout=timeout)
-        if response.status >= 400:
-            body = response.read()
-            response.release_conn()
-            raise api_error(response.status, body)
-        return response
+    def open_stream(self, path: str, query: dict[str, str]) -> Any:
+        """The watch's open response (a urllib3 response, read as it streams)."""
+        timeout = (CONNECT_SECONDS, WATCH_SECONDS + 30)
+        return rest.send(self.client, "GET", path, query, timeout=timeout, stream=True)
 
     # ---- raw -------------------------------------------------------------------------
 
@@ -198,17 +185,7 @@ class KubeApi:
         content_type: str = _JSON,
     ) -> dict:
         wanted = {k: v for k, v in (query or {}).items() if v}
-        url = f"{self._url}{path}" + (f"?{urlencode(wanted)}" if wanted else "")
-        data = json.dumps(body).encode() if body is not None else None
-        headers = {"Accept": _JSON, "Content-Type": content_type}
-        try:
-            response = self._pool.request(method, url, body=data, headers=headers)
-        except urllib3.exceptions.HTTPError as error:
-            raise KubeUnreachable(
-                f"{method} {path}: the API server did not answer ({error})"
-            ) from error
-        if response.status >= 400:
-            raise api_error(response.status, response.data)
+        response = rest.send(self.client, method, path, wanted, body, content_type, REQUEST_TIMEOUT)
         return json.loads(response.data) if response.data else {}
 
     @staticmethod
@@ -236,7 +213,7 @@ class KubeWatch:
         self._path = rtype.path(namespace)
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._closed = threading.Event()
-        self._response: urllib3.BaseHTTPResponse | None = None
+        self._response: Any = None
         self._lock = threading.Lock()
         items, version = api.list(rtype, namespace)
         self.listed = len(items)
@@ -318,7 +295,7 @@ def _without_status(obj: dict) -> dict:
     return {k: v for k, v in obj.items() if k != "status"}
 
 
-def _lines(response: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
+def _lines(response: Any) -> Iterator[bytes]:
     pending = b""
     for chunk in response.stream(64 * 1024, decode_content=True):
         pending += chunk

@@ -18,8 +18,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from labs.kube.api import KubeApi, KubeWatch
 from labs.kube.resources import NotFound, ResourceType, resolve
-from labs.sim.controlplane.kube_api import KubeApi, KubeWatch
 
 
 class Informer:
@@ -121,7 +121,7 @@ class InformedKubeApi(KubeApi):
     from the server, as the informer may not have caught up with the last write yet."""
 
     def __init__(self, api: KubeApi) -> None:
-        super().__init__(api.credentials)
+        super().__init__(api.client)
         self._plain = api
         self._informers: dict[ResourceType, Informer] = {}
 
