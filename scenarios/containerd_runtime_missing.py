@@ -67,7 +67,7 @@ traps = [
 
 def watch(lab: Lab) -> list[WatchedKind]:
     """The lab's standard kinds and the RuntimeClasses."""
-    classes = WatchedKind("runtimeclasses", rest.lister(lab.kube, RUNTIME_CLASSES.path()))
+    classes = WatchedKind("runtimeclasses", lab.kube, RUNTIME_CLASSES)
     return [*standard_kinds(lab.kube, lab.operator_namespace), classes]
 
 

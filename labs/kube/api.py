@@ -207,15 +207,18 @@ class KubeWatch:
 
     RELISTED = "RELISTED"
 
-    def __init__(self, api: KubeApi, rtype: ResourceType, namespace: str | None) -> None:
+    def __init__(
+        self, api: KubeApi, rtype: ResourceType, namespace: str | None, field_selector: str = ""
+    ) -> None:
         self._api = api
         self._rtype = rtype
+        self._namespace, self._field_selector = namespace, field_selector
         self._path = rtype.path(namespace)
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._closed = threading.Event()
         self._response: Any = None
         self._lock = threading.Lock()
-        items, version = api.list(rtype, namespace)
+        items, version = api.list(rtype, namespace, field_selector=field_selector)
         self.listed = len(items)
         for item in items:
             self._queue.put(("ADDED", item))
@@ -256,7 +259,9 @@ class KubeWatch:
             try:
                 version = self._follow(version)
             except Gone:
-                items, version = self._api.list(self._rtype)
+                items, version = self._api.list(
+                    self._rtype, self._namespace, field_selector=self._field_selector
+                )
                 listing = {"items": items, "metadata": {"resourceVersion": version}}
                 self._queue.put((self.RELISTED, listing))
             except Exception as error:  # the server restarts or stops: try again soon
@@ -271,6 +276,7 @@ class KubeWatch:
             "resourceVersion": version,
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(WATCH_SECONDS),
+            "fieldSelector": self._field_selector,
         }
         response = self._api.open_stream(self._path, query)
         with self._lock:

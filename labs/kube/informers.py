@@ -14,6 +14,7 @@ reader: never change it (`update()` edits a copy).
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -21,17 +22,27 @@ from typing import Any
 from labs.kube.api import KubeApi, KubeWatch
 from labs.kube.resources import NotFound, ResourceType, resolve
 
+log = logging.getLogger(__name__)
+
 
 class Informer:
     """One type's objects as its watch last reported them; listeners run after each change."""
 
-    def __init__(self, api: KubeApi, rtype: ResourceType) -> None:
+    def __init__(
+        self,
+        api: KubeApi,
+        rtype: ResourceType,
+        namespace: str | None = None,
+        field_selector: str = "",
+    ) -> None:
+        """List (synced before this returns), then follow the watch in a thread of its own:
+        all namespaces or one, every object or those a field selector matches."""
         self.rtype = rtype
         self._lock = threading.Lock()
         self._objects: dict[tuple[str, str], tuple[int, dict]] = {}
         self._deleted: dict[tuple[str, str], int] = {}  # the version each object was deleted at
         self._listeners: list[Callable[[], None]] = []
-        self._watch = KubeWatch(api, rtype, None)
+        self._watch = KubeWatch(api, rtype, namespace, field_selector)
         for _ in range(self._watch.listed):  # the list the watch began with: synced before use
             self._apply(*self._watch.next())  # type: ignore[misc]
         self._thread = threading.Thread(
@@ -78,7 +89,10 @@ class Informer:
             with self._lock:
                 listeners = list(self._listeners)
             for listener in listeners:
-                listener()
+                try:
+                    listener()
+                except Exception:  # one listener's bug must not end the watch for all
+                    log.exception("informer %s: a listener failed", self.rtype.plural)
 
     def _apply(self, kind: str, obj: dict) -> None:
         if kind == KubeWatch.RELISTED:

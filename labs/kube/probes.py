@@ -81,8 +81,8 @@ def gpu_summary(log: str) -> str:
 
 def _pod_view(lab: Lab, name: str, namespace: str) -> ClusterView:
     """A watched view of just this one pod."""
-    pods = rest.lister(lab.kube, PODS.path(namespace))
-    return ClusterView([WatchedKind("pods", pods, {"field_selector": f"metadata.name={name}"})])
+    pod = WatchedKind("pods", lab.kube, PODS, namespace, f"metadata.name={name}")
+    return ClusterView([pod])
 
 
 def delete_probe(

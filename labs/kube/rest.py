@@ -11,23 +11,13 @@ family, typed by status, and KubeUnreachable), so no command ends in urllib3's r
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from labs.kube.resources import KubeUnreachable, NotFound, api_error
 
 DEFAULT_TIMEOUT = 15.0  # seconds for one request (connect and read)
 MERGE_PATCH = "application/merge-patch+json"
-# A typed client's list-call keywords, as the API's query parameters.
-_QUERY_NAMES = {
-    "watch": "watch",
-    "resource_version": "resourceVersion",
-    "timeout_seconds": "timeoutSeconds",
-    "label_selector": "labelSelector",
-    "field_selector": "fieldSelector",
-    "allow_watch_bookmarks": "allowWatchBookmarks",
-    "limit": "limit",
-}
 
 
 def _cause(error: Exception) -> str:
@@ -137,23 +127,3 @@ def delete(client: Any, path: str, grace_seconds: int | None = None) -> bool:
     except NotFound:
         return False
     return True
-
-
-def lister(client: Any, path: str) -> Callable[..., Any]:
-    """A list call for `path` that takes a typed client's list keywords (`watch`,
-    `resource_version`, `label_selector`, ...) and answers the raw response, as those calls do
-    with `_preload_content=False`: what a ClusterView and `kubernetes.watch` consume."""
-
-    def call(**kwargs: Any) -> Any:
-        kwargs.pop("_preload_content", None)
-        timeout = kwargs.pop("_request_timeout", DEFAULT_TIMEOUT)
-        query = {_QUERY_NAMES[k]: _query_value(v) for k, v in kwargs.items()}
-        watching = bool(kwargs.get("watch"))
-        return send(client, "GET", path, query, timeout=None if watching else timeout,
-                    stream=watching)  # fmt: skip
-
-    return call
-
-
-def _query_value(value: object) -> object:
-    return str(value).lower() if isinstance(value, bool) else value

@@ -80,8 +80,7 @@ _RESOURCES = {"Pod": PODS, "Service": SERVICES, "ConfigMap": CONFIG_MAPS}
 
 
 def _view(lab: Lab) -> ClusterView:
-    pods = rest.lister(lab.kube, PODS.path(WORKLOAD_NAMESPACE))
-    return ClusterView([WatchedKind("pods", pods)])
+    return ClusterView([WatchedKind("pods", lab.kube, PODS, WORKLOAD_NAMESPACE)])
 
 
 def _delete(lab: Lab, kind: str, name: str) -> None:

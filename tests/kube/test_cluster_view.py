@@ -18,10 +18,7 @@ NODE = {"metadata": {"name": "late-node"}}
 
 @pytest.fixture
 def view(kube_client):
-    from kubernetes import client as k8s
-
-    core = k8s.CoreV1Api(kube_client)
-    with ClusterView([WatchedKind("nodes", core.list_node)]) as watched:
+    with ClusterView([WatchedKind("nodes", kube_client, NODES)]) as watched:
         yield watched
 
 

@@ -46,6 +46,7 @@ from typing import Any
 
 from kubernetes import client
 
+from labs.kube.resources import CONFIG_MAPS
 from labs.kube.view import ClusterView, Objects, WatchedKind
 from labs.lab import Lab
 from labs.run.contract import Cause, Check, Context, Finding, Needs, Scenario, Trap
@@ -63,8 +64,7 @@ def _set(lab: Lab, mode: str) -> None:
 
 
 def watch(lab: Lab) -> list[WatchedKind]:
-    core = client.CoreV1Api(lab.kube)
-    return [WatchedKind("configmaps", core.list_namespaced_config_map, {"namespace": "default"})]
+    return [WatchedKind("configmaps", lab.kube, CONFIG_MAPS, "default")]
 
 
 def state(ctx: Context) -> dict[str, str]:
