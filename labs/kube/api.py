@@ -156,7 +156,8 @@ class KubeApi:
     def open_stream(self, path: str, query: dict[str, str]) -> Any:
         """The watch's open response (a urllib3 response, read as it streams)."""
         timeout = (CONNECT_SECONDS, WATCH_SECONDS + 30)
-        return rest.send(self.client, "GET", path, query, timeout=timeout, stream=True)
+        wanted = {k: v for k, v in query.items() if v}
+        return rest.send(self.client, "GET", path, wanted, timeout=timeout, stream=True)
 
     # ---- raw -------------------------------------------------------------------------
 
