@@ -212,7 +212,7 @@ def diagnose(ctx: Context) -> list[Finding]:
                 "| grep -i device-plugin",
                 operator_step(lab, view, "state-device-plugin", "disabled") or "no such line",
                 "the operator recorded the state-device-plugin step as disabled"),
-        *node_internals(view, ns, "only kubelet.sock and kubelet_internal_checkpoint"),
+        *node_internals(ctx),
     ]  # fmt: skip
 
 

@@ -149,8 +149,7 @@ def diagnose(ctx: Context) -> list[Finding]:
                 f"{gpu.component_enabled(policy, 'devicePlugin')} {gpu.policy_state(policy)}",
                 "enabled and ready: the cluster-wide switch is fine, the fault is per node",
                 trap="status.state stays ready"),
-        *node_internals(view, ns, "on the opted-out node: kubelet.sock and "
-                        "kubelet_internal_checkpoint only; nvidia-gpu.sock gone", step=6),
+        *node_internals(ctx, _one_node.target_node(view), step=6),
     ]  # fmt: skip
 
 

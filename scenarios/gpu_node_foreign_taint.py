@@ -174,8 +174,7 @@ def diagnose(ctx: Context) -> list[Finding]:
                 f'{{"key":"{KEY}","operator":"Exists","effect":"{EFFECT}"}} to '
                 "spec.daemonsets.tolerations (keep the nvidia.com/gpu one) if GPUs must stay "
                 "usable on tainted nodes", trap="status.state stays ready"),
-        *node_internals(view, ns, "on the tainted node: kubelet.sock and "
-                        "kubelet_internal_checkpoint only; nvidia-gpu.sock gone", step=7),
+        *node_internals(ctx, _one_node.target_node(view), step=7),
     ]  # fmt: skip
 
 

@@ -122,12 +122,8 @@ def detect(lab: Lab, view: ClusterView) -> bool:
 
 def _node_pod(ctx: Context, daemonset: str) -> dict[str, Any] | None:
     """The pod of operand `daemonset` on the chosen node."""
-    for pod in ctx.view.objects("operator_pods"):
-        owners = pod["metadata"].get("ownerReferences") or []
-        mine = any(o.get("kind") == "DaemonSet" and o.get("name") == daemonset for o in owners)
-        if mine and pod["spec"].get("nodeName") == ctx.baseline["node"]:
-            return dict(pod)
-    return None
+    pod = gpu.daemon_pod_on(ctx.view, daemonset, ctx.baseline["node"])
+    return None if pod is None else dict(pod)
 
 
 def _xid_logged(ctx: Context) -> Verdict:

@@ -135,6 +135,8 @@ class Trap:
     why: str
     # The symptom check whose holding shows the trap in a run ("" when no backend check can).
     shown_by: str = ""
+    # Or a text whose presence in what the trap's debugging step saw shows it.
+    shown_in: str = ""
 
 
 @dataclass(frozen=True)

@@ -159,6 +159,21 @@ def test_a_trap_counts_as_observed_only_when_its_check_held(tmp_path: Path):
     assert data["traps"][0]["step"].startswith("4b")
 
 
+def test_a_trap_shown_in_its_step_counts_as_observed_only_when_the_step_saw_it(tmp_path: Path):
+    nvml = Trap("NVML error in a debug pod", "driver dead", "NVML fails", "no /dev/nvidia*",
+                shown_in="Failed to initialize NVML")  # fmt: skip
+
+    def observed(saw: str) -> bool:
+        step = Finding("5b. Node: is the driver dead?", "kubectl debug node/x -- nvidia-smi -L",
+                       saw, "no devices in the debug pod", trap=nvml.name)  # fmt: skip
+        run = record(findings=[step], traps=[nvml])
+        report = write_report(run, tmp_path / saw[:6]).with_suffix(".json")
+        return bool(json.loads(report.read_text())["traps"][0]["observed"])
+
+    assert observed("Failed to initialize NVML: Unknown Error")
+    assert not observed("GPU 0: NVIDIA A10G (UUID: GPU-1)")
+
+
 def test_a_report_that_does_not_fit_names_the_file_not_a_pil_traceback(tmp_path: Path):
     with small_tmpfs(tmp_path / "tmpfs") as disk:
         run_dir = disk / "run"
