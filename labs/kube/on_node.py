@@ -25,8 +25,8 @@ def debug_command(node: str) -> str:
 
 
 def debug_pod(node: str, command: list[str]) -> dict[str, Any]:
-    """The pod `kubectl debug node/NODE --image=... -- COMMAND` creates (its legacy profile):
-    pinned to the node, in its PID, IPC and network namespaces, the node's / at /host."""
+    """The pod `kubectl debug node/NODE --image=... -- COMMAND` creates: pinned to the node,
+    in its PID, IPC and network namespaces, the node's / at /host."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
