@@ -12,6 +12,7 @@ Run: .venv/bin/python benchmarks/cli_startup.py [--runs N] [--lab NAME]
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -66,7 +67,7 @@ def warm_status_seconds(lab: str, runs: int) -> list[float]:
     from labs.lab import Lab
     from labs.settings import load_settings
 
-    target = Lab.open(load_settings(flags={"lab": lab}))
+    target = Lab.open(load_settings(flags={"lab": lab}, environ=os.environ))
     status.render(status.gather(target))  # imports, clients, TLS sessions
     samples = []
     for _ in range(runs):
