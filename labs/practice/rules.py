@@ -16,6 +16,7 @@ the learner's rules again.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import time
 from collections.abc import Callable, Iterable
@@ -38,7 +39,6 @@ from labs.kube.alerts import (
     reload_failed,
     selectors,
 )
-from labs.kube.resources import PROMETHEUS_RULES, KubeApiError
 from labs.lab import Lab
 from labs.lock import lab_lock
 from labs.practice.exercise import PracticeError, going
@@ -133,20 +133,24 @@ def _put(
         "spec": {"groups": groups},
     }
     try:
-        return rest.create(client, PROMETHEUS_RULES.path(MONITORING_NAMESPACE), rule)
-    except KubeApiError as error:
+        return rest.create(client, rest.PROMETHEUS_RULES.path(MONITORING_NAMESPACE), rule)
+    except rest.KubeApiError as error:
         if error.status != 422:
             raise
         raise PracticeError(_refusal(error, path)) from None
 
 
-def _refusal(error: KubeApiError, path: Path) -> str:
+def _refusal(error: rest.KubeApiError, path: Path) -> str:
     """The API server's refusal of the learner's rules: its message, then each cause."""
-    causes = [c.get("message") for c in error.causes]
+    try:
+        status = json.loads(error.body)
+    except ValueError:
+        status = {}
+    causes = [c.get("message") for c in (status.get("details") or {}).get("causes") or []]
     return "\n".join(
         [
             f"the lab's API server refused your rules ({path}) when they were applied: "
-            f"{error.message}",
+            f"{status.get('message') or error}",
             *(f"  {cause}" for cause in causes if cause),
             f"fix them and check again (`promtool check rules {path}` finds the same)",
         ]
@@ -155,7 +159,7 @@ def _refusal(error: KubeApiError, path: Path) -> str:
 
 def _remove(client: Any, name: str) -> None:
     """Delete the learner's own PrometheusRule (no one else's)."""
-    rest.delete(client, PROMETHEUS_RULES.path(MONITORING_NAMESPACE, name))
+    rest.delete(client, rest.PROMETHEUS_RULES.path(MONITORING_NAMESPACE, name))
 
 
 def _files(obj: dict[str, Any]) -> set[str]:
@@ -205,7 +209,7 @@ def _not_loaded(client: Any, mine: dict[str, Any], path: Path) -> str:
     try:
         others = _unloaded(client, lambda obj: obj["metadata"]["uid"] != meta["uid"])
         failed = reload_failed(client)
-    except (MonitoringUnavailable, KubeApiError) as error:
+    except (MonitoringUnavailable, rest.KubeApiError) as error:
         return "\n".join([*lines, f"Nor can it say why: {error}"])
     if others:
         named = "; ".join(f"{ns}/{name} (groups {', '.join(g)})" for ns, name, g in others)
@@ -230,7 +234,7 @@ def _unloaded(
     """(namespace, name, groups not loaded) of each PrometheusRule that `wanted` picks whose
     groups Prometheus has not all loaded."""
     groups = read_groups(client)
-    objects = rest.get_items(client, PROMETHEUS_RULES.path())
+    objects = rest.get_items(client, rest.PROMETHEUS_RULES.path())
     return [
         (o["metadata"]["namespace"], o["metadata"]["name"], missing)
         for o in objects
@@ -251,7 +255,7 @@ def _others_not_loaded(client: Any, mine: dict[str, Any]) -> list[str]:
 
     try:
         unloaded = _unloaded(client, older)
-    except (MonitoringUnavailable, KubeApiError):
+    except (MonitoringUnavailable, rest.KubeApiError):
         return []
     return [
         f"  note: Prometheus has not loaded PrometheusRule {ns}/{name} (groups "
