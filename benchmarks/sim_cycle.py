@@ -16,9 +16,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from labs.aws import stack  # noqa: E402
+from labs.kube.resources import CLUSTER_POLICIES, NODES  # noqa: E402
 from labs.settings import LabSettings  # noqa: E402
 from labs.sim.aws.seed import moto_clients  # noqa: E402
-from labs.sim.controlplane.resources import CLUSTER_POLICY, NODES  # noqa: E402
 from labs.sim.infra import SimInfra  # noqa: E402
 from labs.sim.timings import DEFAULT_SPEED  # noqa: E402
 from labs.sim.world import World, start_world  # noqa: E402
@@ -39,7 +39,7 @@ def until(check: Callable[[], bool], timeout: float = 600.0) -> float:
 def operator_ready_with_gpus(world: World, count: int) -> bool:
     nodes = world.store.list(NODES, label_selector=GPU_NODES)[0]
     gpus = [n["status"]["allocatable"].get("nvidia.com/gpu") for n in nodes]
-    policies = world.store.list(CLUSTER_POLICY)[0]
+    policies = world.store.list(CLUSTER_POLICIES)[0]
     state = policies[0].get("status", {}).get("state") if policies else None
     return gpus == ["1"] * count and state == "ready"
 

@@ -237,8 +237,8 @@ class Lab:
 
     def snapshot(self, *kinds: str) -> Snapshot:
         """The named standard kinds, listed once each (a kind the API does not serve is empty)."""
-        from labs.kube.rest import KubeApiError
-        from labs.kube.view import Snapshot, list_objects, standard_kinds
+        from labs.kube.resources import NotFound
+        from labs.kube.view import Snapshot, standard_kinds
 
         known = {k.name: k for k in standard_kinds(self.kube, self.operator_namespace)}
         unknown = sorted(set(kinds) - set(known))
@@ -249,10 +249,9 @@ class Lab:
         listed: dict[str, list[dict[str, Any]]] = {}
         for kind in kinds:
             try:
-                listed[kind] = list_objects(known[kind].list_call, **known[kind].kwargs)
-            except KubeApiError as error:
-                if error.status != 404:
-                    raise
+                listed[kind] = known[kind].list_once()
+            except NotFound:  # a kind this cluster does not serve (no GPU Operator CRD)
+                pass
         return Snapshot(listed)
 
     @property

@@ -21,6 +21,7 @@ import yaml
 
 import labs
 from labs.kube import gpu, probes, rest
+from labs.kube.resources import DEPLOYMENTS, PODS
 from labs.kube.view import WORKLOAD_NAMESPACE, ClusterView, Objects, WatchedKind
 from labs.lab import Lab
 from labs.run.contract import (
@@ -103,7 +104,7 @@ def submit(lab: Lab, scenario: str) -> None:
     Deployments."""
     probes.delete_probe(lab, lab.settings.probe_timeout)
     for obj in objects_of(scenario):
-        kind = rest.DEPLOYMENTS if obj["kind"] == "Deployment" else rest.PODS
+        kind = DEPLOYMENTS if obj["kind"] == "Deployment" else PODS
         rest.create(lab.kube, kind.path(WORKLOAD_NAMESPACE), obj)
 
 
@@ -120,10 +121,10 @@ def undo(lab: Lab, scenario: str) -> None:
     """Delete the scenario's Deployments and pods (waiting until the pods are gone), then
     apply the lab's probe unless a gpu-probe is there already. Safe to repeat."""
     selector = {"labelSelector": f"{SCENARIO_LABEL}={fault_tag(scenario)}"}
-    deployments = rest.DEPLOYMENTS.path(WORKLOAD_NAMESPACE)
+    deployments = DEPLOYMENTS.path(WORKLOAD_NAMESPACE)
     for deployment in rest.get_items(lab.kube, deployments, query=selector):
-        rest.delete(lab.kube, rest.DEPLOYMENTS.path(WORKLOAD_NAMESPACE, gpu.name_of(deployment)))
-    labelled = rest.get_items(lab.kube, rest.PODS.path(WORKLOAD_NAMESPACE), query=selector)
+        rest.delete(lab.kube, DEPLOYMENTS.path(WORKLOAD_NAMESPACE, gpu.name_of(deployment)))
+    labelled = rest.get_items(lab.kube, PODS.path(WORKLOAD_NAMESPACE), query=selector)
     for pod in labelled:
         probes.delete_probe(lab, lab.settings.probe_timeout, name=gpu.name_of(pod))
     if gpu.pod(lab.snapshot("pods"), PROBE) is None:

@@ -27,6 +27,7 @@ from typing import Any
 from labs.errors import LabError
 from labs.kube import gpu, probes, rest
 from labs.kube.changes import patch_cluster_policy
+from labs.kube.resources import CLUSTER_POLICIES, PODS, RUNTIME_CLASSES
 from labs.kube.view import ClusterView, Objects, WatchedKind, standard_kinds
 from labs.lab import Lab
 from labs.run.contract import (
@@ -66,7 +67,7 @@ traps = [
 
 def watch(lab: Lab) -> list[WatchedKind]:
     """The lab's standard kinds and the RuntimeClasses."""
-    classes = WatchedKind("runtimeclasses", rest.lister(lab.kube, rest.RUNTIME_CLASSES.path()))
+    classes = WatchedKind("runtimeclasses", lab.kube, RUNTIME_CLASSES)
     return [*standard_kinds(lab.kube, lab.operator_namespace), classes]
 
 
@@ -123,7 +124,7 @@ def inject(lab: Lab) -> None:
     The probe goes first: the one the recovery runs is then a new one, never the baseline's.
     """
     probes.delete_probe(lab, lab.settings.probe_timeout)
-    policy = rest.read(lab.kube, rest.CLUSTER_POLICIES.path(name=gpu.CLUSTER_POLICY_NAME))
+    policy = rest.read(lab.kube, CLUSTER_POLICIES.path(name=gpu.CLUSTER_POLICY_NAME))
     current = runtime_class(policy)
     if current != HANDLER:  # a second injection keeps the first one's note
         lab.update(**{BEFORE: current})
@@ -139,9 +140,9 @@ def _class_back(lab: Lab) -> str:
 def reset(lab: Lab) -> None:
     """Delete RuntimeClass nvidia-experimental, which the operator created for the fault and
     never removes (safe to repeat; kept while the ClusterPolicy still names it)."""
-    policy = rest.read(lab.kube, rest.CLUSTER_POLICIES.path(name=gpu.CLUSTER_POLICY_NAME))
+    policy = rest.read(lab.kube, CLUSTER_POLICIES.path(name=gpu.CLUSTER_POLICY_NAME))
     if runtime_class(policy) != HANDLER:
-        rest.delete(lab.kube, rest.RUNTIME_CLASSES.path(name=HANDLER))
+        rest.delete(lab.kube, RUNTIME_CLASSES.path(name=HANDLER))
 
 
 def revert(lab: Lab) -> None:
@@ -201,7 +202,7 @@ def delete_stuck_pod(ctx: Context) -> None:
     ctx.notes["deleted"] = {"name": gpu.name_of(pod), "uid": pod["metadata"]["uid"],
                             "node": pod["spec"].get("nodeName"), "owner": owner}  # fmt: skip
     namespace = ctx.lab.operator_namespace
-    rest.delete(ctx.lab.kube, rest.PODS.path(namespace, gpu.name_of(pod)))
+    rest.delete(ctx.lab.kube, PODS.path(namespace, gpu.name_of(pod)))
 
 
 def restart_no_help(ctx: Context) -> Verdict:
@@ -344,11 +345,12 @@ RUNTIME_CLASS = '\'{"spec":{"operator":{"runtimeClass":"%s"}}}\''
 by_hand = ByHand(
     inject=[POLICY_PATCH + RUNTIME_CLASS % HANDLER],
     look=[
-        Step("kubectl -n gpu-operator get events --field-selector reason=FailedCreatePodSandBox",
+        Step("kubectl -n $GPU_OPERATOR_NS get events "
+             "--field-selector reason=FailedCreatePodSandBox",
              NO_RUNTIME, "kubelet cannot create the operand pods' sandboxes"),
         Step("kubectl get runtimeclass", HANDLER,
              "the RuntimeClass exists (trap): containerd is what lacks the handler"),
-        Step("kubectl -n gpu-operator get ds nvidia-device-plugin-daemonset "
+        Step("kubectl -n $GPU_OPERATOR_NS get ds nvidia-device-plugin-daemonset "
              "-o jsonpath='{.spec.template.spec.runtimeClassName}{\"\\n\"}'", HANDLER,
              "the operator rendered it into the operands"),
         Step("kubectl get clusterpolicy cluster-policy -o jsonpath='{.spec.operator.runtimeClass}"

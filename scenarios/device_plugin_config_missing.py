@@ -27,6 +27,7 @@ from labs.errors import LabError
 from labs.kube import gpu, probes, rest
 from labs.kube.changes import label_node, patch_cluster_policy
 from labs.kube.logs import READ_TIMEOUT
+from labs.kube.resources import CLUSTER_POLICIES, CONFIG_MAPS, NODES, PODS, KubeApiError
 from labs.kube.view import ClusterView
 from labs.lab import Lab
 from labs.run.contract import (
@@ -88,8 +89,8 @@ def plugin_config(policy: dict[str, Any] | None) -> dict[str, Any] | None:
 
 def _config_map(lab: Lab, name: str = CONFIG_MAP) -> dict[str, Any] | None:
     try:
-        return rest.read(lab.kube, rest.CONFIG_MAPS.path(lab.operator_namespace, name))
-    except rest.KubeApiError as error:
+        return rest.read(lab.kube, CONFIG_MAPS.path(lab.operator_namespace, name))
+    except KubeApiError as error:
         if error.status == 404:
             return None
         raise
@@ -132,7 +133,7 @@ def inject(lab: Lab) -> None:
     """
     for name in (PROBE, PINNED):
         probes.delete_probe(lab, lab.settings.probe_timeout, name=name)
-    previous = plugin_config(rest.read(lab.kube, rest.CLUSTER_POLICIES.path(
+    previous = plugin_config(rest.read(lab.kube, CLUSTER_POLICIES.path(
         name=gpu.CLUSTER_POLICY_NAME)))  # fmt: skip
     if _config_map(lab) is None:
         body = {
@@ -141,7 +142,7 @@ def inject(lab: Lab) -> None:
             "metadata": {"name": CONFIG_MAP, "annotations": {RECORD: json.dumps(previous)}},
             "data": {KEY: TIME_SLICING},
         }
-        rest.create(lab.kube, rest.CONFIG_MAPS.path(lab.operator_namespace), body)
+        rest.create(lab.kube, CONFIG_MAPS.path(lab.operator_namespace), body)
     label_node(lab, _one_node.target_node(lab.snapshot("nodes")), LABEL, MISSING)
     patch_cluster_policy(
         lab, {"spec": {"devicePlugin": {"config": {"name": CONFIG_MAP, "default": ""}}}}
@@ -153,7 +154,7 @@ def revert(lab: Lab) -> None:
     is gone), remove the config label from GPU nodes naming a10g or a10g-24gb, delete the ConfigMap
     (safe to repeat)."""
     ours = _config_map(lab)
-    policy = rest.read(lab.kube, rest.CLUSTER_POLICIES.path(name=gpu.CLUSTER_POLICY_NAME))
+    policy = rest.read(lab.kube, CLUSTER_POLICIES.path(name=gpu.CLUSTER_POLICY_NAME))
     if (plugin_config(policy) or {}).get("name") == CONFIG_MAP:
         record = ((ours or {}).get("metadata") or {}).get("annotations") or {}
         previous = json.loads(record.get(RECORD, "null"))
@@ -161,8 +162,8 @@ def revert(lab: Lab) -> None:
     for node in gpu.gpu_nodes(lab.snapshot("nodes")):
         if gpu.label_of(node, LABEL) in (KEY, MISSING):
             patch = {"metadata": {"labels": {LABEL: None}}}
-            rest.patch(lab.kube, rest.NODES.path(name=gpu.name_of(node)), patch)
-    rest.delete(lab.kube, rest.CONFIG_MAPS.path(lab.operator_namespace, CONFIG_MAP))
+            rest.patch(lab.kube, NODES.path(name=gpu.name_of(node)), patch)
+    rest.delete(lab.kube, CONFIG_MAPS.path(lab.operator_namespace, CONFIG_MAP))
 
 
 def detect(lab: Lab, view: ClusterView) -> bool:
@@ -206,7 +207,7 @@ def init_crash_looping(ctx: Context) -> Verdict:
 
 def init_log(lab: Lab, pod: dict[str, Any]) -> str:
     """The config-manager-init container's log (`kubectl logs POD -c config-manager-init`)."""
-    path = rest.PODS.path(lab.operator_namespace, gpu.name_of(pod), "log")
+    path = PODS.path(lab.operator_namespace, gpu.name_of(pod), "log")
     return rest.get(lab.kube, path, {"container": INIT}, READ_TIMEOUT).decode(errors="replace")
 
 
@@ -358,7 +359,7 @@ POLICY_PATCH = "kubectl patch clusterpolicy cluster-policy --type=merge -p "
 by_hand = ByHand(
     inject=[
         _one_node.BY_HAND_NODE,
-        f"kubectl -n gpu-operator create configmap {CONFIG_MAP} --from-literal={KEY}='"
+        f"kubectl -n $GPU_OPERATOR_NS create configmap {CONFIG_MAP} --from-literal={KEY}='"
         f"{TIME_SLICING}'",
         f'kubectl label node "$NODE" {LABEL}={MISSING} --overwrite',
         POLICY_PATCH + '\'{"spec":{"devicePlugin":{"config":{"name":"' + CONFIG_MAP
@@ -366,25 +367,25 @@ by_hand = ByHand(
         _one_node.BY_HAND_PIN,
     ],
     look=[
-        Step(f"kubectl -n gpu-operator get pods -l app={gpu.DEVICE_PLUGIN_DAEMONSET}",
+        Step(f"kubectl -n $GPU_OPERATOR_NS get pods -l app={gpu.DEVICE_PLUGIN_DAEMONSET}",
              CRASH_LOOP, "one plugin pod never gets past its init containers"),
-        Step(f"kubectl -n gpu-operator logs $(kubectl -n gpu-operator get pods -l app="
+        Step(f"kubectl -n $GPU_OPERATOR_NS logs $(kubectl -n $GPU_OPERATOR_NS get pods -l app="
              f"{gpu.DEVICE_PLUGIN_DAEMONSET} -o name --field-selector spec.nodeName=$(kubectl "
              f"get nodes -l {LABEL}={MISSING} -o name | cut -d/ -f2)) -c {INIT}",
              f"specified config {MISSING} does not exist",
              "config-manager cannot find the config the label names"),
-        Step(f"kubectl -n gpu-operator describe pods -l app={gpu.DEVICE_PLUGIN_DAEMONSET}",
+        Step(f"kubectl -n $GPU_OPERATOR_NS describe pods -l app={gpu.DEVICE_PLUGIN_DAEMONSET}",
              f"Back-off restarting failed container {INIT} in pod",
              "the kubelet restarts it with a growing back-off"),
         Step(f"kubectl get nodes -L {LABEL}", MISSING, "the name the node asks for"),
-        Step(f"kubectl -n gpu-operator get configmap {CONFIG_MAP} -o jsonpath='{{.data}}'",
+        Step(f"kubectl -n $GPU_OPERATOR_NS get configmap {CONFIG_MAP} -o jsonpath='{{.data}}'",
              f'"{KEY}"', "the names the map has"),
         _one_node.pinned_story(gpu.INSUFFICIENT_GPU),
     ],
     revert=[
         POLICY_PATCH + '\'{"spec":{"devicePlugin":{"config":null}}}\'',
         f'kubectl label node "$NODE" {LABEL}-',
-        f"kubectl -n gpu-operator delete configmap {CONFIG_MAP} --ignore-not-found",
+        f"kubectl -n $GPU_OPERATOR_NS delete configmap {CONFIG_MAP} --ignore-not-found",
         _one_node.BY_HAND_UNPIN,
     ],
 )  # fmt: skip

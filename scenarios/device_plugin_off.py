@@ -212,7 +212,7 @@ def diagnose(ctx: Context) -> list[Finding]:
                 "| grep -i device-plugin",
                 operator_step(lab, view, "state-device-plugin", "disabled") or "no such line",
                 "the operator recorded the state-device-plugin step as disabled"),
-        *node_internals(view, ns, "only kubelet.sock and kubelet_internal_checkpoint"),
+        *node_internals(ctx),
     ]  # fmt: skip
 
 
@@ -251,7 +251,7 @@ by_hand = ByHand(
         f"kubectl apply -f {probes.PROBE_MANIFEST.relative_to(REPO)}",
     ],
     look=[
-        Step(f"kubectl -n gpu-operator get ds {gpu.DEVICE_PLUGIN_DAEMONSET}", "NotFound",
+        Step(f"kubectl -n $GPU_OPERATOR_NS get ds {gpu.DEVICE_PLUGIN_DAEMONSET}", "NotFound",
              "the operator deleted the DaemonSet, it did not scale it to 0"),
         Step(GPU_NODES + "'{.items[*].status.allocatable.nvidia\\.com/gpu}{\"\\n\"}'", "0 0",
              f"allocatable keeps its key at 0 (trap); {gpu.CAPACITY_GRACE}"),

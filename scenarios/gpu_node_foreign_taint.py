@@ -174,8 +174,7 @@ def diagnose(ctx: Context) -> list[Finding]:
                 f'{{"key":"{KEY}","operator":"Exists","effect":"{EFFECT}"}} to '
                 "spec.daemonsets.tolerations (keep the nvidia.com/gpu one) if GPUs must stay "
                 "usable on tainted nodes", trap="status.state stays ready"),
-        *node_internals(view, ns, "on the tainted node: kubelet.sock and "
-                        "kubelet_internal_checkpoint only; nvidia-gpu.sock gone", step=7),
+        *node_internals(ctx, _one_node.target_node(view), step=7),
     ]  # fmt: skip
 
 
@@ -205,13 +204,13 @@ by_hand = ByHand(
     look=[
         Step("kubectl get nodes -o custom-columns=NAME:.metadata.name,TAINTS:.spec.taints[*].key",
              KEY, "a taint nobody in the GPU team set"),
-        Step("kubectl -n gpu-operator get ds nvidia-device-plugin-daemonset "
+        Step("kubectl -n $GPU_OPERATOR_NS get ds nvidia-device-plugin-daemonset "
              "-o jsonpath='{.status.desiredNumberScheduled}/{.status.numberReady}{\"\\n\"}'",
              "1/1", "the DaemonSet wants one pod fewer"),
-        Step("kubectl -n gpu-operator get ds nvidia-device-plugin-daemonset "
+        Step("kubectl -n $GPU_OPERATOR_NS get ds nvidia-device-plugin-daemonset "
              "-o jsonpath='{.spec.template.spec.tolerations}{\"\\n\"}'",
              '"key":"nvidia.com/gpu"', "the operands tolerate the GPU taint, not this one"),
-        Step(f"kubectl -n gpu-operator get events --field-selector reason={EVICTION}",
+        Step(f"kubectl -n $GPU_OPERATOR_NS get events --field-selector reason={EVICTION}",
              "Marking for deletion Pod gpu-operator/nvidia-device-plugin-daemonset-",
              "the taint-eviction controller removed the operand pods"),
         _one_node.pinned_story(gpu.UNTOLERATED_TAINT),

@@ -21,6 +21,7 @@ from typing import Any
 from labs.errors import LabError
 from labs.kube import gpu, probes, rest
 from labs.kube.logs import READ_TIMEOUT, pod_log
+from labs.kube.resources import NODES, PODS
 from labs.kube.view import ClusterView, Objects
 from labs.lab import Lab
 from labs.run.contract import (
@@ -98,14 +99,14 @@ def revert(lab: Lab) -> None:
     nodes = {gpu.name_of(n): n for n in gpu.gpu_nodes(lab.snapshot("nodes"))}
     lost = lost_nodes(lab.snapshot("nodes"))
     for name in lost:
-        rest.patch(lab.kube, rest.NODES.path(name=name), {"spec": {"unschedulable": True}})
+        rest.patch(lab.kube, NODES.path(name=name), {"spec": {"unschedulable": True}})
         selector = {"fieldSelector": f"spec.nodeName={name}"}
-        pods = rest.get_items(lab.kube, rest.PODS.path(), query=selector)
+        pods = rest.get_items(lab.kube, PODS.path(), query=selector)
         for pod in pods:
             owners = pod["metadata"].get("ownerReferences") or []
             if not any(o.get("kind") == "DaemonSet" for o in owners):
                 meta = pod["metadata"]
-                rest.delete(lab.kube, rest.PODS.path(meta["namespace"], meta["name"]))
+                rest.delete(lab.kube, PODS.path(meta["namespace"], meta["name"]))
     instances = [str(nodes[n]["spec"]["providerID"]).rsplit("/", 1)[-1] for n in lost]
     if instances:
         lab.aws_client("ec2").terminate_instances(InstanceIds=instances)
@@ -121,12 +122,8 @@ def detect(lab: Lab, view: ClusterView) -> bool:
 
 def _node_pod(ctx: Context, daemonset: str) -> dict[str, Any] | None:
     """The pod of operand `daemonset` on the chosen node."""
-    for pod in ctx.view.objects("operator_pods"):
-        owners = pod["metadata"].get("ownerReferences") or []
-        mine = any(o.get("kind") == "DaemonSet" and o.get("name") == daemonset for o in owners)
-        if mine and pod["spec"].get("nodeName") == ctx.baseline["node"]:
-            return dict(pod)
-    return None
+    pod = gpu.daemon_pod_on(ctx.view, daemonset, ctx.baseline["node"])
+    return None if pod is None else dict(pod)
 
 
 def _xid_logged(ctx: Context) -> Verdict:
@@ -160,7 +157,7 @@ def _exporter_xid(ctx: Context) -> Verdict:
     if exporter is None:
         return False, f"no dcgm-exporter pod on {ctx.baseline['node']}"
     proxy = f"{gpu.name_of(exporter)}:{EXPORTER_PORT}"
-    path = rest.PODS.path(ctx.lab.operator_namespace, proxy, "proxy/metrics")
+    path = PODS.path(ctx.lab.operator_namespace, proxy, "proxy/metrics")
     page = rest.get(ctx.lab.kube, path, timeout=READ_TIMEOUT).decode(errors="replace")
     found = XID_METRIC.search(page)
     seen = f"DCGM_FI_DEV_XID_ERRORS{{UUID={found.group(1)}}} {found.group(2)}" if found else "-"
@@ -294,7 +291,7 @@ def state_rows(ctx: Context) -> dict[str, str]:
 
 GPU_NODES = "kubectl get nodes -l nvidia.com/gpu.present=true"
 PLUGIN_ON_NODE = (
-    "kubectl -n gpu-operator get pods -l app=nvidia-device-plugin-daemonset "
+    "kubectl -n $GPU_OPERATOR_NS get pods -l app=nvidia-device-plugin-daemonset "
     "--field-selector spec.nodeName=$NODE -o name"
 )
 by_hand = ByHand(
@@ -307,15 +304,16 @@ by_hand = ByHand(
              "{.status.allocatable.nvidia\\.com/gpu} {end}{\"\\n\"}'",
              "1/0", "capacity/allocatable: one node registers its GPU but offers none"),
         Step(f"NODE=$({GPU_NODES} -o jsonpath='{{.items[0].metadata.name}}') && kubectl -n "
-             f"gpu-operator logs $({PLUGIN_ON_NODE})",
+             f"$GPU_OPERATOR_NS logs $({PLUGIN_ON_NODE})",
              f"XidCriticalError: Xid={XID} on Device=GPU-",
              "the plugin's health check saw the Xid and marked the GPU unhealthy"),
         Step(f"kubectl get nodes -o jsonpath='{{range .items[*]}}{{.metadata.name}} "
              f"{{.status.conditions[?(@.type==\"{CONDITION}\")].reason}}{{\"\\n\"}}{{end}}'",
              REASON, "the node monitoring agent's verdict"),
         Step(f"NODE=$({GPU_NODES} -o jsonpath='{{.items[0].metadata.name}}') && kubectl -n "
-             "gpu-operator exec $(kubectl -n gpu-operator get pods -l app=nvidia-dcgm-exporter "
-             "--field-selector spec.nodeName=$NODE -o name) -- nvidia-smi",
+             "$GPU_OPERATOR_NS exec $(kubectl -n $GPU_OPERATOR_NS get pods "
+             "-l app=nvidia-dcgm-exporter --field-selector spec.nodeName=$NODE -o name) "
+             "-- nvidia-smi",
              "GPU is lost. Reboot the system to recover this GPU",
              "NVML cannot reach the GPU any more"),
         _checks.policy_state_step("no error anywhere (trap)"),

@@ -20,6 +20,7 @@ from labs.aws.cloud import describe_gpu_nodegroup
 from labs.aws.stack import NODE_TEMPLATE_TAG_PREFIX
 from labs.commands.scale import gpu_nodegroup, request_gpu_nodes
 from labs.kube import gpu, probes, rest
+from labs.kube.resources import DEPLOYMENTS
 from labs.kube.view import ClusterView, Objects
 from labs.lab import Lab
 from labs.run.contract import (
@@ -136,7 +137,7 @@ symptoms = [
 
 def autoscalers(lab: Lab) -> list[str]:
     """Deployments in any namespace that look like a node autoscaler."""
-    listed = rest.get_items(lab.kube, rest.DEPLOYMENTS.path())
+    listed = rest.get_items(lab.kube, DEPLOYMENTS.path())
     return sorted(
         f"{d['metadata'].get('namespace')}/{gpu.name_of(d)}"
         for d in listed

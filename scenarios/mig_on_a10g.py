@@ -163,7 +163,7 @@ look = [
          "false NVIDIA-A10G", "GPU feature discovery: an A10G, not MIG-capable"),
     Step("kubectl get nodes -o jsonpath='{.items[*].status.capacity}' | grep -c "
          "'nvidia.com/mig-'", "0", "no node advertises any MIG resource"),
-    Step(f"kubectl -n gpu-operator get ds {MIG_MANAGER} "
+    Step(f"kubectl -n $GPU_OPERATOR_NS get ds {MIG_MANAGER} "
          "-o jsonpath='{.status.desiredNumberScheduled}{\"\\n\"}'", "0",
          "the MIG manager runs nowhere"),
 ]  # fmt: skip

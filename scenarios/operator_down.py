@@ -312,30 +312,30 @@ by_hand = ByHand(
     inject=[
         "kubectl patch clusterpolicy cluster-policy --type=merge "
         f"-p '{{\"spec\":{{\"gfd\":{{\"env\":[{{\"name\":\"{ENV}\",\"value\":\"{VALUE}\"}}]}}}}}}'",
-        f"kubectl -n gpu-operator wait ds/{gpu.GFD_DAEMONSET} --timeout=120s "
+        f"kubectl -n $GPU_OPERATOR_NS wait ds/{gpu.GFD_DAEMONSET} --timeout=120s "
         f"--for=jsonpath='{{.spec.template.spec.containers[0].env[0].value}}'={VALUE}",
-        f"kubectl -n gpu-operator rollout status ds/{gpu.GFD_DAEMONSET} --timeout=300s",
-        "kubectl -n gpu-operator scale deploy gpu-operator --replicas=0",
+        f"kubectl -n $GPU_OPERATOR_NS rollout status ds/{gpu.GFD_DAEMONSET} --timeout=300s",
+        "kubectl -n $GPU_OPERATOR_NS scale deploy gpu-operator --replicas=0",
         BY_HAND_TAKE_BACK,
-        f"kubectl -n gpu-operator delete ds {GONE}",
+        f"kubectl -n $GPU_OPERATOR_NS delete ds {GONE}",
     ],
     look=[
-        Step("kubectl -n gpu-operator get deploy gpu-operator "
+        Step("kubectl -n $GPU_OPERATOR_NS get deploy gpu-operator "
              "-o jsonpath='{.spec.replicas}{\"\\n\"}'", "0", "scaled to 0 replicas"),
-        Step(f"kubectl -n gpu-operator get pods -l {gpu.OPERATOR_POD_SELECTOR}",
+        Step(f"kubectl -n $GPU_OPERATOR_NS get pods -l {gpu.OPERATOR_POD_SELECTOR}",
              "No resources found", "no operator pod, so no log lines and no crash to read"),
         Step("kubectl get nodes -l nvidia.com/gpu.present=true "
              "-o jsonpath='{.items[*].status.allocatable.nvidia\\.com/gpu}{\"\\n\"}'",
              "1 1", "GPUs still advertised (trap)"),
-        Step(f"kubectl -n gpu-operator get ds {gpu.GFD_DAEMONSET} "
+        Step(f"kubectl -n $GPU_OPERATOR_NS get ds {gpu.GFD_DAEMONSET} "
              "-o jsonpath='{.spec.template.spec.containers[0].env}{\"\\n\"}'",
              f'"value":"{VALUE}"', "the edit you took back is still rendered: nobody reconciles"),
-        Step(f"kubectl -n gpu-operator get ds {GONE}", "NotFound", "and nobody re-creates it"),
+        Step(f"kubectl -n $GPU_OPERATOR_NS get ds {GONE}", "NotFound", "and nobody re-creates it"),
         _checks.policy_state_step("a frozen status (trap)"),
     ],
     revert=[
         BY_HAND_TAKE_BACK,
-        "kubectl -n gpu-operator scale deploy gpu-operator --replicas=1",
+        "kubectl -n $GPU_OPERATOR_NS scale deploy gpu-operator --replicas=1",
     ],
 )  # fmt: skip
 

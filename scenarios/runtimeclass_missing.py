@@ -21,7 +21,8 @@ import json
 from typing import Any
 
 from labs.errors import LabError
-from labs.kube import gpu, rest
+from labs.kube import gpu
+from labs.kube.resources import DEPLOYMENTS, RUNTIME_CLASSES
 from labs.kube.view import WORKLOAD_NAMESPACE, ClusterView, Objects, WatchedKind, standard_kinds
 from labs.lab import Lab
 from labs.run.contract import Cause, Check, Context, Finding, Step, Trap, Verdict
@@ -48,12 +49,10 @@ traps = [
 
 def watch(lab: Lab) -> list[WatchedKind]:
     """The lab's standard kinds, the RuntimeClasses and the workloads' Deployments."""
-    classes = WatchedKind("runtimeclasses", rest.lister(lab.kube, rest.RUNTIME_CLASSES.path()))
-    deployments = rest.lister(lab.kube, rest.DEPLOYMENTS.path(WORKLOAD_NAMESPACE))
     return [
         *standard_kinds(lab.kube, lab.operator_namespace),
-        classes,
-        WatchedKind(WORKLOADS, deployments),
+        WatchedKind("runtimeclasses", lab.kube, RUNTIME_CLASSES),
+        WatchedKind(WORKLOADS, lab.kube, DEPLOYMENTS, WORKLOAD_NAMESPACE),
     ]
 
 

@@ -34,6 +34,7 @@ from labs.errors import LabError
 from labs.kube import gpu, probes, rest
 from labs.kube.changes import patch_cluster_policy
 from labs.kube.logs import READ_TIMEOUT
+from labs.kube.resources import CLUSTER_POLICIES, PODS, KubeApiError
 from labs.kube.view import ClusterView, Objects
 from labs.lab import Lab
 from labs.run.contract import (
@@ -116,7 +117,7 @@ def _name(pod: dict[str, Any] | None) -> str:
 
 
 def _read_pod_on(lab: Lab, daemonset: str, node: str) -> dict[str, Any] | None:
-    pods = rest.get_items(lab.kube, rest.PODS.path(lab.operator_namespace),
+    pods = rest.get_items(lab.kube, PODS.path(lab.operator_namespace),
                           query={"labelSelector": f"app={daemonset}",
                                  "fieldSelector": f"spec.nodeName={node}"})  # fmt: skip
     live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
@@ -142,7 +143,7 @@ def inject(lab: Lab) -> None:
     put the first GPU node on the AL2 GPU AMI, merge-patch toolkit.enabled=true at the chart's
     toolkit, and once the toolkit runs on that node restart its validator pod (as the node's
     boot would)."""
-    policy = rest.read(lab.kube, rest.CLUSTER_POLICIES.path(name=gpu.CLUSTER_POLICY_NAME))
+    policy = rest.read(lab.kube, CLUSTER_POLICIES.path(name=gpu.CLUSTER_POLICY_NAME))
     if not toolkit_breaks_al2(policy):  # a second injection keeps the first one's note
         lab.update(**{BEFORE: toolkit_section(policy)})
     node = _one_node.target_node(lab.snapshot("nodes"))
@@ -161,7 +162,7 @@ def inject(lab: Lab) -> None:
         raise LabError(f"the operator's toolkit pod did not start on {node} within 300 s")
     validator = _read_pod_on(lab, gpu.VALIDATOR_DAEMONSET, node)
     if validator is not None:
-        rest.delete(lab.kube, rest.PODS.path(lab.operator_namespace, gpu.name_of(validator)))
+        rest.delete(lab.kube, PODS.path(lab.operator_namespace, gpu.name_of(validator)))
 
 
 def _validator_env_without_myth(policy: dict[str, Any] | None) -> dict[str, Any]:
@@ -183,7 +184,7 @@ def reset(lab: Lab) -> None:
     toolkit off), the write-up's validator env removed, the node back on the AL2023 AMI
     (safe to repeat)."""
     noted = lab.record.get(BEFORE) or {"enabled": False, "version": CHART_TOOLKIT}
-    policy = rest.read(lab.kube, rest.CLUSTER_POLICIES.path(name=gpu.CLUSTER_POLICY_NAME))
+    policy = rest.read(lab.kube, CLUSTER_POLICIES.path(name=gpu.CLUSTER_POLICY_NAME))
     back: dict[str, Any] = {"enabled": bool(noted.get("enabled", False))}
     if noted.get("version"):
         back["version"] = str(noted["version"])
@@ -269,11 +270,11 @@ def symlink_warnings(ctx: Context) -> Verdict:
     if pod is None:
         return False, "no validator pod on the node"
     ns = ctx.lab.operator_namespace
-    path = rest.PODS.path(ns, gpu.name_of(pod), "log")
+    path = PODS.path(ns, gpu.name_of(pod), "log")
     query = {"container": "driver-validation", "tailLines": 20}
     try:
         text = rest.get(ctx.lab.kube, path, query, timeout=READ_TIMEOUT).decode(errors="replace")
-    except rest.KubeApiError as error:  # the pod replaced between the read and the log
+    except KubeApiError as error:  # the pod replaced between the read and the log
         return False, f"{gpu.name_of(pod)}: {error}"
     lines = [line for line in text.splitlines() if SYMLINK in line]
     done = _init_status(pod, "driver-validation").get("state", {}).get("terminated", {})
@@ -319,7 +320,7 @@ def restart_validator(ctx: Context) -> None:
     pod = _pod_on(ctx.view, gpu.VALIDATOR_DAEMONSET, ctx.baseline["node"]) or {}
     ctx.notes["myth_before"] = pod.get("metadata", {}).get("uid") or "none"
     if pod:
-        rest.delete(ctx.lab.kube, rest.PODS.path(ctx.lab.operator_namespace, gpu.name_of(pod)))
+        rest.delete(ctx.lab.kube, PODS.path(ctx.lab.operator_namespace, gpu.name_of(pod)))
 
 
 def myth_no_help(ctx: Context) -> Verdict:
@@ -472,9 +473,9 @@ by_hand = ByHand(
         Step("kubectl get nodes -l nvidia.com/gpu.present=true -o jsonpath="
              "'{range .items[*]}{.status.nodeInfo.osImage}{\"\\n\"}{end}'", AL2,
              "one GPU node runs the AL2 AMI"),
-        Step("kubectl -n gpu-operator get events --field-selector reason=Failed", GLIBC,
+        Step("kubectl -n $GPU_OPERATOR_NS get events --field-selector reason=Failed", GLIBC,
              "the NVIDIA runtime's hook cannot load on the node"),
-        Step("kubectl -n gpu-operator get pods -l app=nvidia-operator-validator", "Init:",
+        Step("kubectl -n $GPU_OPERATOR_NS get pods -l app=nvidia-operator-validator", "Init:",
              "the validator never passes its init containers there"),
         Step("kubectl get clusterpolicy cluster-policy -o jsonpath='{.spec.toolkit.version} "
              "{.status.state}{\"\\n\"}'", f"{CHART_TOOLKIT} notReady",

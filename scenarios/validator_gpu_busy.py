@@ -27,6 +27,7 @@ from typing import Any
 from labs.kube import gpu, probes, rest
 from labs.kube.changes import patch_cluster_policy
 from labs.kube.logs import READ_TIMEOUT
+from labs.kube.resources import CLUSTER_POLICIES, PODS
 from labs.kube.view import WORKLOAD_NAMESPACE, ClusterView, Objects
 from labs.lab import Lab
 from labs.run.contract import (
@@ -193,9 +194,9 @@ def inject(lab: Lab) -> None:
             for p in holders(lab.snapshot("pods"))}  # fmt: skip
     for node in nodes:
         if node not in held:
-            rest.create(lab.kube, rest.PODS.path(WORKLOAD_NAMESPACE), holder_pod(node))
+            rest.create(lab.kube, PODS.path(WORKLOAD_NAMESPACE), holder_pod(node))
     _wait(lab, lambda v: all(gpu_pods_on(v, n) for n in nodes), "a gpu-holder on every GPU node")
-    policy = rest.read(lab.kube, rest.CLUSTER_POLICIES.path(name=gpu.CLUSTER_POLICY_NAME))
+    policy = rest.read(lab.kube, CLUSTER_POLICIES.path(name=gpu.CLUSTER_POLICY_NAME))
     env = plugin_env(policy)
     if BEFORE not in lab.record:  # a second injection keeps the first one's note
         lab.update(**{BEFORE: env})
@@ -205,7 +206,7 @@ def inject(lab: Lab) -> None:
     _wait(lab, lambda v: rendered_with_workload(v) == "true", "the validator to render "
           f"{WITH_WORKLOAD}=true")  # fmt: skip
     for pod in validator_pods(lab.snapshot("operator_pods")):
-        rest.delete(lab.kube, rest.PODS.path(lab.operator_namespace, gpu.name_of(pod)))
+        rest.delete(lab.kube, PODS.path(lab.operator_namespace, gpu.name_of(pod)))
 
 
 def reset(lab: Lab) -> None:
@@ -214,7 +215,7 @@ def reset(lab: Lab) -> None:
     restarted, so they validate now instead of after their back-off (safe to repeat)."""
     noted = lab.record.get(BEFORE)
     if noted is not None:
-        policy = rest.read(lab.kube, rest.CLUSTER_POLICIES.path(name=gpu.CLUSTER_POLICY_NAME))
+        policy = rest.read(lab.kube, CLUSTER_POLICIES.path(name=gpu.CLUSTER_POLICY_NAME))
         if plugin_env(policy) != noted:
             patch_cluster_policy(lab, {"spec": {"validator": {"plugin": {"env": noted or None}}}})
         lab.record.pop(BEFORE, None)
@@ -222,10 +223,10 @@ def reset(lab: Lab) -> None:
     pods = lab.snapshot("operator_pods")
     for pod in workload_pods(pods):
         if (pod.get("status") or {}).get("phase") == "Failed":
-            rest.delete(lab.kube, rest.PODS.path(lab.operator_namespace, gpu.name_of(pod)))
+            rest.delete(lab.kube, PODS.path(lab.operator_namespace, gpu.name_of(pod)))
     for pod in validator_pods(pods):
         if not gpu.is_ready(pod):
-            rest.delete(lab.kube, rest.PODS.path(lab.operator_namespace, gpu.name_of(pod)))
+            rest.delete(lab.kube, PODS.path(lab.operator_namespace, gpu.name_of(pod)))
 
 
 def revert(lab: Lab) -> None:
@@ -306,7 +307,7 @@ def describe_init(pod: dict[str, Any] | None) -> str:
 
 def init_log(lab: Lab, pod: dict[str, Any], previous: bool = False) -> str:
     """`kubectl logs POD -c plugin-validation [--previous]`."""
-    path = rest.PODS.path(lab.operator_namespace, gpu.name_of(pod), "log")
+    path = PODS.path(lab.operator_namespace, gpu.name_of(pod), "log")
     query = {"container": INIT} | ({"previous": "true"} if previous else {})
     return rest.get(lab.kube, path, query, READ_TIMEOUT).decode(errors="replace")
 
@@ -372,7 +373,7 @@ def restart_validator(ctx: Context) -> None:
     if pod is None:
         return
     ctx.notes["deleted"] = {"name": gpu.name_of(pod), "node": pod["spec"].get("nodeName")}
-    rest.delete(ctx.lab.kube, rest.PODS.path(ctx.lab.operator_namespace, gpu.name_of(pod)))
+    rest.delete(ctx.lab.kube, PODS.path(ctx.lab.operator_namespace, gpu.name_of(pod)))
 
 
 def restart_no_help(ctx: Context) -> Verdict:
@@ -488,7 +489,7 @@ recovery = [
 ]  # fmt: skip
 
 
-VALIDATOR_PODS = "kubectl -n gpu-operator get pods -l app=nvidia-operator-validator"
+VALIDATOR_PODS = "kubectl -n $GPU_OPERATOR_NS get pods -l app=nvidia-operator-validator"
 by_hand = ByHand(
     inject=[
         f"kubectl delete pod {PROBE} --ignore-not-found",
@@ -510,9 +511,9 @@ by_hand = ByHand(
              "notReady", "the operator counts the validator among its states"),
         Step(VALIDATOR_PODS, "Init:", "the validator never gets past its init containers: "
              f"Init:3/4 while plugin-validation waits, {CRASH_LOOP} between its tries"),
-        Step(f"kubectl -n gpu-operator logs $({VALIDATOR_PODS} -o name | head -1) -c {INIT}",
+        Step(f"kubectl -n $GPU_OPERATOR_NS logs $({VALIDATOR_PODS} -o name | head -1) -c {INIT}",
              WAITING, "its workload pod is Failed and stays so"),
-        Step(f"kubectl -n gpu-operator describe pods -l app={WORKLOAD_LABEL}", UNAVAILABLE,
+        Step(f"kubectl -n $GPU_OPERATOR_NS describe pods -l app={WORKLOAD_LABEL}", UNAVAILABLE,
              "the kubelet had no free GPU when the pod arrived"),
         Step("kubectl describe nodes -l nvidia.com/gpu.present=true", "nvidia.com/gpu     1  ",
              "Allocated resources: the GPU is allocated (1 of 1)"),
@@ -520,7 +521,7 @@ by_hand = ByHand(
     ],
     revert=[
         f"kubectl delete pod -l app={HOLDER} --wait",
-        f"kubectl -n gpu-operator delete pods -l app={WORKLOAD_LABEL} "
+        f"kubectl -n $GPU_OPERATOR_NS delete pods -l app={WORKLOAD_LABEL} "
         "--field-selector status.phase=Failed",
         f"{VALIDATOR_PODS.replace('get pods', 'delete pods')}",
     ],

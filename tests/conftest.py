@@ -12,9 +12,9 @@ from scenario_support import (
     SimLab,
     another_lab_record,
     release_shared_world,
+    restore_healthy,
     revert_what_is_left,
     shared_ready_world,
-    wait_ready,
 )
 from still_support import StillPlane, held_still
 
@@ -44,10 +44,10 @@ def worlds_stop() -> Iterator[None]:
 
 @pytest.fixture
 def sim_lab(world_lab: SimLab, tmp_path: Path) -> Iterator[SimLab]:
-    """A fresh lab record (empty journal, no runs) on the module's shared, ready world; what
-    the test left injected is reverted after it."""
+    """A fresh lab record (empty journal, no runs) on the module's shared world, made healthy
+    first; what the test left injected is reverted after it."""
     fresh = another_lab_record(world_lab, tmp_path / "state")
-    wait_ready(fresh.lab)
+    restore_healthy(fresh)
     yield fresh
     revert_what_is_left(fresh.lab)
 

@@ -21,19 +21,19 @@ from still_support import StillPlane, kubelet_at
 from labs.doctor.model import Report
 from labs.doctor.run import doctor
 from labs.kube.gpu import COMPONENTS, GPU_PRESENT_LABEL, Component
-from labs.lab import Lab
-from labs.settings import load_settings
-from labs.sim.controllers.feature_discovery import GFD_LABELS
-from labs.sim.controlplane.resources import (
-    CLUSTER_POLICY,
-    DAEMONSETS,
+from labs.kube.resources import (
+    CLUSTER_POLICIES,
+    DAEMON_SETS,
     DEPLOYMENTS,
     EVENTS,
     NODES,
     PODS,
-    RUNTIMECLASSES,
+    RUNTIME_CLASSES,
     ResourceType,
 )
+from labs.lab import Lab
+from labs.settings import load_settings
+from labs.sim.controllers.feature_discovery import GFD_LABELS
 from labs.sim.gpu_operator_release import Helm
 
 NS = "gpu-operator"
@@ -170,7 +170,7 @@ class StaticCluster:
             nodes = SYSTEM_NODES + GPU_NODES
             done = [pool.submit(self.still.put, NODES, _node(n, n in GPU_NODES)) for n in nodes]
             policy = self.still.put(
-                CLUSTER_POLICY,
+                CLUSTER_POLICIES,
                 {
                     "metadata": {"name": "cluster-policy"},
                     "spec": Helm().rendered("ClusterPolicy", NS)["spec"],
@@ -183,7 +183,7 @@ class StaticCluster:
             )
             done.append(pool.submit(self.operator))
             runtime_class = {"metadata": {"name": "nvidia"}, "handler": "nvidia"}
-            done.append(pool.submit(self.still.put, RUNTIMECLASSES, runtime_class))
+            done.append(pool.submit(self.still.put, RUNTIME_CLASSES, runtime_class))
             done += [
                 pool.submit(self.operand, operand, policy)
                 for operand in COMPONENTS
@@ -269,7 +269,7 @@ class StaticCluster:
             "numberReady": count,
             "numberAvailable": count,
         }
-        ds = self.still.put(DAEMONSETS, manifest, NS)
+        ds = self.still.put(DAEMON_SETS, manifest, NS)
         for node in GPU_NODES if on_every_gpu_node else ():
             self.pod(
                 f"{name}-{next(_serial):05d}",
@@ -345,7 +345,7 @@ class StaticCluster:
     def enable(self, daemonset: str) -> dict[str, Any]:
         """Run one more operand, as the operator would once its component is enabled."""
         operand = next(c for c in COMPONENTS if c.daemonset == daemonset)
-        return self.operand(operand, self.still.api.get(CLUSTER_POLICY, "cluster-policy"))
+        return self.operand(operand, self.still.api.get(CLUSTER_POLICIES, "cluster-policy"))
 
     def pods_of(self, daemonset: str) -> list[dict[str, Any]]:
         return [

@@ -14,7 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 NODE_NAME = re.compile(r"ip-[0-9-]+\.[a-z0-9-]+\.compute\.internal")
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent  # the repository
+FIXTURES = ROOT / "tests" / "fixtures"
 INVOKE = str(Path(sys.executable).parent / "invoke")
 
 

@@ -35,9 +35,11 @@ from labs.commands import status as lab_status
 from labs.journal import INJECTED, REVERTED
 from labs.kube import rest, workloads
 from labs.kube.gpu import (
+    CLUSTER_POLICY_NAME,
     DCGM_EXPORTER_DAEMONSET,
     DEVICE_PLUGIN_DAEMONSET,
     GFD_DAEMONSET,
+    OPERATOR_DEPLOYMENT,
     daemonset,
     daemonset_counts,
     daemonset_rolled_out,
@@ -48,6 +50,7 @@ from labs.kube.gpu import (
     policy_state,
     schedulable_gpu_nodes,
 )
+from labs.kube.resources import CLUSTER_POLICIES, DEPLOYMENTS, PODS
 from labs.kube.view import WORKLOAD_NAMESPACE
 from labs.lab import Lab
 from labs.run.contract import Step
@@ -183,7 +186,7 @@ def shared_ready_world(state_dir: Path) -> SimLab:
 def clear_workloads(lab: Lab) -> None:
     """Delete every pod the last module left in the workload namespace (a scenario leaves its
     recovered probe, as on EKS), so the next module's world holds only what a new lab does."""
-    left = rest.get_items(lab.kube, rest.PODS.path(WORKLOAD_NAMESPACE))
+    left = rest.get_items(lab.kube, PODS.path(WORKLOAD_NAMESPACE))
     workloads.delete_pods(lab, [p["metadata"]["name"] for p in left], READY_TIMEOUT)
 
 
@@ -203,6 +206,19 @@ def wait_ready(lab: Lab) -> None:
     and a rollout it starts then would show in the next test's baseline."""
     with lab.view() as view:
         view.wait_for(lab_ready, READY_TIMEOUT, "rehearsal lab ready with 2 GPUs", steady=SETTLE)
+
+
+def restore_healthy(sim: SimLab) -> None:
+    """Undo what an earlier test may have left outside any journal (the device plugin switched
+    off, the operator scaled to 0), then wait until the lab is ready and stays so: no test
+    depends on another's clean-up."""
+    store = sim.world.store
+    store.patch(
+        CLUSTER_POLICIES, CLUSTER_POLICY_NAME, {"spec": {"devicePlugin": {"enabled": True}}}
+    )
+    store.patch(DEPLOYMENTS, OPERATOR_DEPLOYMENT, {"spec": {"replicas": 1}},
+                sim.lab.operator_namespace)  # fmt: skip
+    wait_ready(sim.lab)
 
 
 def another_lab_record(ready: SimLab, state_dir: Path) -> SimLab:

@@ -30,20 +30,20 @@ import yaml
 from controlplane_support import kubectl_on, progress
 from kubernetes import config
 
-from labs.sim.controllers.node_lifecycle import KUBELET_PORT
-from labs.sim.controlplane.gpu_operator import cluster_policy_crd, release
-from labs.sim.controlplane.kube_api import KubeApi
-from labs.sim.controlplane.kube_seed import install_crd
-from labs.sim.controlplane.node_endpoint import NodeEndpoint
-from labs.sim.controlplane.resources import (
+from labs.kube.api import KubeApi
+from labs.kube.resources import (
     NAMESPACES,
     NODES,
     PODS,
-    SERVICEACCOUNTS,
+    SERVICE_ACCOUNTS,
     NotFound,
     ResourceType,
     resolve,
 )
+from labs.sim.controllers.node_lifecycle import KUBELET_PORT
+from labs.sim.controlplane.gpu_operator import cluster_policy_crd, release
+from labs.sim.controlplane.kube_seed import install_crd
+from labs.sim.controlplane.node_endpoint import NodeEndpoint
 from labs.sim.controlplane.run import ControlPlane
 from labs.sim.node.container_logs import ContainerLogs
 from labs.sim.world import node_endpoint, node_network
@@ -126,7 +126,7 @@ class StillPlane:
     def namespace(self, name: str) -> dict:
         """A namespace and its `default` ServiceAccount (kube-controller-manager's part)."""
         made = self.api.create(NAMESPACES, {"metadata": {"name": name}})
-        self.api.create(SERVICEACCOUNTS, {"metadata": {"name": "default"}}, name)
+        self.api.create(SERVICE_ACCOUNTS, {"metadata": {"name": "default"}}, name)
         return made
 
     def log(self, pod: dict, text: str, container: str | None = None) -> None:
@@ -233,9 +233,9 @@ def held_still(home: Path) -> Iterator[StillPlane]:
         endpoint: NodeEndpoint = node_endpoint(plane, home, logs, home / "ports")
         stack.callback(endpoint.stop)
         endpoint.start(progress)
-        api = KubeApi(plane.credentials("admin"))
+        api = KubeApi(plane.credentials("admin").api_client())
         install_crd(api, cluster_policy_crd(release(progress)))
-        api.create(SERVICEACCOUNTS, {"metadata": {"name": "default"}}, "default")
+        api.create(SERVICE_ACCOUNTS, {"metadata": {"name": "default"}}, "default")
         still = StillPlane(plane, api, logs)
         still.remember_baseline()
         yield still

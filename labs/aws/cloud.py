@@ -1,4 +1,4 @@
-"""The lab's AWS side through boto3: sessions, preflight checks and GPU node-group scaling.
+"""The lab's AWS side through botocore: sessions, preflight checks and GPU node-group scaling.
 
 Every client comes from one factory, so the same code talks to AWS or to moto on
 loopback (the rehearsal backend) by passing `endpoint_url`, and retries are explicit.
@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import boto3
 import botocore.loaders
 import botocore.session
 from botocore.config import Config
@@ -89,9 +88,14 @@ class NodegroupNotFound(CloudError):
 
 
 class AwsSession:
-    """One boto3 session plus a client factory with the lab's endpoint and retry policy."""
+    """One botocore session plus a client factory with the lab's endpoint and retry policy.
 
-    def __init__(self, session: boto3.Session, region: str, endpoint_url: str | None) -> None:
+    botocore's, not boto3's: its clients are the same, and a command that makes a few AWS
+    calls does not import boto3's resource layer and s3transfer (a quarter of a second)."""
+
+    def __init__(
+        self, session: botocore.session.Session, region: str, endpoint_url: str | None
+    ) -> None:
         self.session = session
         self.region = region
         self.endpoint_url = endpoint_url
@@ -109,7 +113,7 @@ class AwsSession:
             config = RETRY_CONFIG
             if max_attempts is not None:
                 config = config.merge(Config(retries={"max_attempts": max_attempts}))
-            self._clients[key] = self.session.client(
+            self._clients[key] = self.session.create_client(
                 service, region_name=self.region, endpoint_url=self.endpoint_url, config=config
             )
         return self._clients[key]
@@ -130,15 +134,22 @@ def aws_session(
         raise CloudError(
             f"unknown credential keys {sorted(unknown)}; use {sorted(_CREDENTIAL_KEYS)}"
         )
+    given = dict(credentials or {})
     core = botocore_session()
-    try:
-        session = boto3.Session(
-            region_name=region, botocore_session=core, **dict(credentials or {})
+    core.set_config_variable("region", region)
+    if "profile_name" in given:
+        core.set_config_variable("profile", given["profile_name"])
+    if "aws_access_key_id" in given or "aws_secret_access_key" in given:
+        core.set_credentials(
+            given.get("aws_access_key_id"),
+            given.get("aws_secret_access_key"),
+            given.get("aws_session_token"),
         )
+    try:
         core.get_scoped_config()  # a profile that does not exist fails here, not at first use
     except ProfileNotFound as error:
         raise CloudError(f"{error}; list profiles with `aws configure list-profiles`") from None
-    return AwsSession(session, region, endpoint_url)
+    return AwsSession(core, region, endpoint_url)
 
 
 @functools.cache

@@ -20,6 +20,7 @@ from labs.aws import stack
 from labs.console import columns
 from labs.errors import LabError, explain
 from labs.kube import alerts, gpu, rest
+from labs.kube.resources import CLUSTER_POLICIES, DAEMON_SETS, NODES, KubeApiError
 from labs.kube.view import Snapshot, check_access, check_lab_kubeconfig
 from labs.lab import Lab, known_labs
 from labs.settings import LabSettings
@@ -122,7 +123,7 @@ def _session(lab: Lab, status: dict[str, Any]) -> str | None:
 
 
 def _nodes(lab: Lab) -> list[dict[str, Any]]:
-    nodes = rest.get_items(lab.kube, rest.NODES.path())
+    nodes = rest.get_items(lab.kube, NODES.path())
     return [
         {
             "name": gpu.name_of(n),
@@ -149,7 +150,7 @@ def _operator(lab: Lab) -> str | None:
 
 
 def _daemonsets(lab: Lab) -> list[dict[str, Any]]:
-    daemonsets = rest.get_items(lab.kube, rest.DAEMON_SETS.path(lab.operator_namespace))
+    daemonsets = rest.get_items(lab.kube, DAEMON_SETS.path(lab.operator_namespace))
     result = []
     for ds in sorted(daemonsets, key=gpu.name_of):
         desired, _current, ready = gpu.daemonset_counts(ds)
@@ -159,8 +160,8 @@ def _daemonsets(lab: Lab) -> list[dict[str, Any]]:
 
 def _cluster_policy(lab: Lab) -> dict[str, Any] | None:
     try:
-        policies = rest.get_items(lab.kube, rest.CLUSTER_POLICIES.path())
-    except rest.KubeApiError as error:
+        policies = rest.get_items(lab.kube, CLUSTER_POLICIES.path())
+    except KubeApiError as error:
         if error.status == 404:  # the CRD is not installed: no GPU Operator
             return None
         raise
@@ -394,6 +395,7 @@ def env_exports(lab: Lab) -> str:
         "KUBECONFIG": str(kubeconfig),
         "AWS_REGION": lab.region,
         "AWS_DEFAULT_REGION": lab.region,
+        "GPU_OPERATOR_NS": lab.operator_namespace,  # the runbooks' `kubectl -n $GPU_OPERATOR_NS`
         **kubectl_preferences(),
         **lab.backend.env_exports(lab),
     }

@@ -15,6 +15,17 @@ from typing import TYPE_CHECKING, Any
 from labs.doctor.model import Evidence
 from labs.errors import LabError
 from labs.kube import gpu, rest
+from labs.kube.resources import (
+    CLUSTER_POLICIES,
+    DAEMON_SETS,
+    DEPLOYMENTS,
+    EVENTS,
+    NODES,
+    PODS,
+    REPLICA_SETS,
+    RUNTIME_CLASSES,
+    KubeApiError,
+)
 from labs.kube.view import api_server_url, find_in
 
 if TYPE_CHECKING:
@@ -111,14 +122,14 @@ class Facts:
 
 # Where each kind is listed, every namespace at once.
 PATHS = {
-    "nodes": rest.NODES.path(),
-    "pods": rest.PODS.path(),
-    "events": rest.EVENTS.path(),
-    "daemonsets": rest.DAEMON_SETS.path(),
-    "deployments": rest.DEPLOYMENTS.path(),
-    "replicasets": rest.REPLICA_SETS.path(),
-    "clusterpolicies": rest.CLUSTER_POLICIES.path(),
-    "runtimeclasses": rest.RUNTIME_CLASSES.path(),
+    "nodes": NODES.path(),
+    "pods": PODS.path(),
+    "events": EVENTS.path(),
+    "daemonsets": DAEMON_SETS.path(),
+    "deployments": DEPLOYMENTS.path(),
+    "replicasets": REPLICA_SETS.path(),
+    "clusterpolicies": CLUSTER_POLICIES.path(),
+    "runtimeclasses": RUNTIME_CLASSES.path(),
 }
 
 
@@ -138,7 +149,9 @@ def _read(client: Any, path: str, kind: str) -> list[Obj] | None:
     server = api_server_url(client)
     try:
         return rest.get_items(client, path, LIST_TIMEOUT)
-    except rest.KubeApiError as error:
+    except OSError as error:  # KubeUnreachable names the server and what happened
+        raise CannotCheck(str(error)) from None
+    except KubeApiError as error:
         if error.status == 404 and kind in OPTIONAL:
             return None
         why = f"{error.status} {error.reason}".strip()
@@ -149,8 +162,6 @@ def _read(client: Any, path: str, kind: str) -> list[Obj] | None:
             else "the API server refused the read"
         )
         raise CannotCheck(f"could not list {kind} from {server} ({why}): {hint}") from None
-    except OSError as error:  # KubeUnreachable names the server and what happened
-        raise CannotCheck(str(error)) from None
 
 
 def _operator_namespace(kinds: dict[str, list[Obj]], default: str) -> str:

@@ -19,6 +19,7 @@ from labs.doctor.facts import Facts, Obj, node_subject
 from labs.doctor.model import DoctorFinding, Evidence, Link, LogRequest
 from labs.kube import gpu, rest
 from labs.kube.logs import READ_TIMEOUT
+from labs.kube.resources import PODS, KubeApiError
 
 if TYPE_CHECKING:
     from labs.lab import Lab
@@ -92,7 +93,7 @@ def api_reader(lab: Lab) -> Reader:
     """Read a container's log tail through the lab's client, as `kubectl logs --tail` does."""
 
     def read(request: LogRequest) -> str:
-        path = rest.PODS.path(request.namespace, request.pod, "log")
+        path = PODS.path(request.namespace, request.pod, "log")
         query = {"container": request.container, "tailLines": TAIL_LINES}
         return rest.get(lab.kube, path, query, READ_TIMEOUT).decode("utf-8", "replace")
 
@@ -113,7 +114,7 @@ def read_pointed_logs(
     for request, pointers in list(asked.items())[:MAX_READS]:
         try:
             text = read(request)
-        except (rest.KubeApiError, OSError) as error:
+        except (KubeApiError, OSError) as error:
             failed.append(
                 f"{request.source}: {type(error).__name__} {getattr(error, 'status', '')}"
             )

@@ -19,6 +19,7 @@ from typing import Any
 from labs.aws.stack import MONITORING_NAMESPACE, PROMETHEUS_PORT, PROMETHEUS_SERVICE
 from labs.errors import LabError
 from labs.kube import rest
+from labs.kube.resources import SERVICES, KubeApiError
 
 PROXY = (
     f"/api/v1/namespaces/{MONITORING_NAMESPACE}/services/"
@@ -89,7 +90,7 @@ class RuleGroup:
 
 def monitoring_installed(client: Any) -> bool:
     """The release's Prometheus Service exists (lab.up --monitoring)."""
-    path = rest.SERVICES.path(MONITORING_NAMESPACE)
+    path = SERVICES.path(MONITORING_NAMESPACE)
     query = {"fieldSelector": f"metadata.name={PROMETHEUS_SERVICE}"}
     return bool(rest.get_items(client, path, query=query))
 
@@ -198,7 +199,7 @@ def reload_failed(client: Any) -> bool:
 def _ask(client: Any, path: str, query: Mapping[str, object]) -> dict[str, Any]:
     try:
         document = json.loads(rest.get(client, path, query, timeout=TIMEOUT))
-    except (rest.KubeApiError, OSError, ValueError) as error:
+    except (KubeApiError, OSError, ValueError) as error:
         reason = getattr(error, "reason", None) or error
         raise MonitoringUnavailable(
             f"Prometheus did not answer {path} ({reason}): is the monitoring release running? "

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from labs.kube import rest
 from labs.kube.gpu import CLUSTER_POLICY_NAME, has_taint, name_of, taints_of
+from labs.kube.resources import CLUSTER_POLICIES, DAEMON_SETS, DEPLOYMENTS, NODES, KubeApiError
 
 if TYPE_CHECKING:
     from labs.lab import Lab
@@ -96,7 +97,7 @@ def patch_cluster_policy(
     body = dict(patch)
     if resource_version:
         body["metadata"] = {"resourceVersion": resource_version}
-    return rest.patch(lab.kube, rest.CLUSTER_POLICIES.path(name=CLUSTER_POLICY_NAME), body)
+    return rest.patch(lab.kube, CLUSTER_POLICIES.path(name=CLUSTER_POLICY_NAME), body)
 
 
 def set_component_env(lab: Lab, component: str, name: str, value: str | None) -> bool:
@@ -105,7 +106,7 @@ def set_component_env(lab: Lab, component: str, name: str, value: str | None) ->
     policy changed."""
 
     def attempt() -> bool:
-        policy = rest.read(lab.kube, rest.CLUSTER_POLICIES.path(name=CLUSTER_POLICY_NAME))
+        policy = rest.read(lab.kube, CLUSTER_POLICIES.path(name=CLUSTER_POLICY_NAME))
         env = list(((policy.get("spec") or {}).get(component) or {}).get("env") or [])
         wanted = [e for e in env if e.get("name") != name]
         if value is not None:
@@ -122,25 +123,25 @@ def set_component_env(lab: Lab, component: str, name: str, value: str | None) ->
 
 def scale_deployment(lab: Lab, namespace: str, name: str, replicas: int) -> None:
     """Set a Deployment's replicas through its scale subresource (like `kubectl scale`)."""
-    path = rest.DEPLOYMENTS.path(namespace, name, "scale")
+    path = DEPLOYMENTS.path(namespace, name, "scale")
     rest.patch(lab.kube, path, {"spec": {"replicas": replicas}})
 
 
 def delete_daemonset(lab: Lab, namespace: str, name: str) -> bool:
     """Delete a DaemonSet (its pods follow); False when it was already gone."""
-    return rest.delete(lab.kube, rest.DAEMON_SETS.path(namespace, name))
+    return rest.delete(lab.kube, DAEMON_SETS.path(namespace, name))
 
 
 def label_node(lab: Lab, node: str, key: str, value: str) -> None:
     """Set one label on a node (like `kubectl label node N key=value --overwrite`)."""
-    rest.patch(lab.kube, rest.NODES.path(name=node), {"metadata": {"labels": {key: value}}})
+    rest.patch(lab.kube, NODES.path(name=node), {"metadata": {"labels": {key: value}}})
 
 
 def taint_node(lab: Lab, node: str, key: str, value: str, effect: str) -> bool:
     """Add a taint to a node (like `kubectl taint node N key=value:effect`); False if it has it."""
 
     def attempt() -> bool:
-        current = rest.read(lab.kube, rest.NODES.path(name=node))
+        current = rest.read(lab.kube, NODES.path(name=node))
         if has_taint(current, key, effect):
             return False
         _set_taints(
@@ -155,14 +156,14 @@ def untaint_nodes(lab: Lab, key: str, effect: str) -> list[str]:
     """Remove the taint `key:effect` from every node that has it; the nodes it was removed from."""
 
     def attempt(name: str) -> bool:
-        current = rest.read(lab.kube, rest.NODES.path(name=name))
+        current = rest.read(lab.kube, NODES.path(name=name))
         if not has_taint(current, key, effect):
             return False
         kept = [t for t in taints_of(current) if (t.get("key"), t.get("effect")) != (key, effect)]
         _set_taints(lab, current, kept)
         return True
 
-    nodes = rest.get_items(lab.kube, rest.NODES.path())
+    nodes = rest.get_items(lab.kube, NODES.path())
     names = [name_of(n) for n in nodes if has_taint(n, key, effect)]
     return [name for name in names if _retry_on_conflict(functools.partial(attempt, name))]
 
@@ -173,7 +174,7 @@ def _set_taints(lab: Lab, node: Mapping[str, Any], taints: list[dict[str, Any]])
         "metadata": {"resourceVersion": node["metadata"]["resourceVersion"]},
         "spec": {"taints": taints},
     }
-    rest.patch(lab.kube, rest.NODES.path(name=name_of(node)), body)
+    rest.patch(lab.kube, NODES.path(name=name_of(node)), body)
 
 
 def _retry_on_conflict(attempt: Callable[[], T], tries: int = 5) -> T:
@@ -182,7 +183,7 @@ def _retry_on_conflict(attempt: Callable[[], T], tries: int = 5) -> T:
     for left in range(tries - 1, -1, -1):
         try:
             return attempt()
-        except rest.KubeApiError as error:
+        except KubeApiError as error:
             if error.status != 409 or not left:
                 raise
     raise AssertionError("unreachable")

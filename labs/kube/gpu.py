@@ -318,16 +318,30 @@ def describe_operands(objects: Objects) -> str:
     return ", ".join(f"{n} {c[2]}/{c[0]}" for n, c in operand_counts(objects).items())
 
 
-def daemon_pod_nodes(objects: Objects, daemonset_name: str) -> list[str]:
-    """Nodes that run a pod of the operator-namespace DaemonSet `daemonset_name`, sorted."""
-    return sorted(
-        str(p["spec"].get("nodeName"))
+def daemon_pods(objects: Objects, daemonset_name: str) -> list[Obj]:
+    """The pods of the operator-namespace DaemonSet `daemonset_name` (by owner)."""
+    return [
+        p
         for p in objects.objects("operator_pods")
         if any(
             ref.get("kind") == "DaemonSet" and ref.get("name") == daemonset_name
             for ref in p["metadata"].get("ownerReferences") or []
         )
-        and p["spec"].get("nodeName")
+    ]
+
+
+def daemon_pod_on(objects: Objects, daemonset_name: str, node: str) -> Obj | None:
+    """The pod DaemonSet `daemonset_name` runs on `node`, if any."""
+    return next((p for p in daemon_pods(objects, daemonset_name)
+                 if p["spec"].get("nodeName") == node), None)  # fmt: skip
+
+
+def daemon_pod_nodes(objects: Objects, daemonset_name: str) -> list[str]:
+    """Nodes that run a pod of the operator-namespace DaemonSet `daemonset_name`, sorted."""
+    return sorted(
+        str(p["spec"]["nodeName"])
+        for p in daemon_pods(objects, daemonset_name)
+        if p["spec"].get("nodeName")
     )
 
 

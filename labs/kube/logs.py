@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from labs.kube import rest
 from labs.kube.gpu import name_of, operator_deployment, operator_step_line, running_pods_of
+from labs.kube.resources import PODS
 
 if TYPE_CHECKING:
     from labs.kube.view import Objects
@@ -20,7 +21,7 @@ READ_TIMEOUT = 10.0  # seconds for one log read (connect and read)
 
 def pod_log(lab: Lab, namespace: str, name: str, tail: int | None = None) -> str:
     """What the pod printed (its last `tail` lines when given)."""
-    path = rest.PODS.path(namespace, name, "log")
+    path = PODS.path(namespace, name, "log")
     return rest.get(lab.kube, path, {"tailLines": tail}, timeout=READ_TIMEOUT).decode(
         errors="replace"
     )

@@ -17,6 +17,7 @@ from labs.errors import LabError
 from labs.kube import rest
 from labs.kube.gpu import pod_story, scheduling_failure
 from labs.kube.logs import pod_log
+from labs.kube.resources import PODS
 from labs.kube.view import WORKLOAD_NAMESPACE, ClusterView, WatchedKind
 
 if TYPE_CHECKING:
@@ -80,8 +81,8 @@ def gpu_summary(log: str) -> str:
 
 def _pod_view(lab: Lab, name: str, namespace: str) -> ClusterView:
     """A watched view of just this one pod."""
-    pods = rest.lister(lab.kube, rest.PODS.path(namespace))
-    return ClusterView([WatchedKind("pods", pods, {"field_selector": f"metadata.name={name}"})])
+    pod = WatchedKind("pods", lab.kube, PODS, namespace, f"metadata.name={name}")
+    return ClusterView([pod])
 
 
 def delete_probe(
@@ -92,7 +93,7 @@ def delete_probe(
     with _pod_view(lab, name, WORKLOAD_NAMESPACE) as view:
         if view.find("pods", name) is None:
             return
-        rest.delete(lab.kube, rest.PODS.path(WORKLOAD_NAMESPACE, name), grace_seconds=0)
+        rest.delete(lab.kube, PODS.path(WORKLOAD_NAMESPACE, name), grace_seconds=0)
         view.wait_for(
             lambda v: v.find("pods", name) is None, timeout, what=f"pod {name} to be deleted"
         )
@@ -103,7 +104,7 @@ def create_probe(
 ) -> dict[str, Any]:
     """Create the probe pod (like `kubectl apply -f gpu-probe.yaml` on a free name)."""
     pod = load_probe(manifest, name, node)
-    return rest.create(lab.kube, rest.PODS.path(WORKLOAD_NAMESPACE), pod)
+    return rest.create(lab.kube, PODS.path(WORKLOAD_NAMESPACE), pod)
 
 
 def recreate_probe(

@@ -10,7 +10,6 @@ scenario symptoms both stand on it.
 from __future__ import annotations
 
 import functools
-import json
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -20,6 +19,20 @@ from typing import Any, Protocol, TypeVar
 
 from labs.errors import LabError
 from labs.kube import rest
+from labs.kube.api import KubeApi
+from labs.kube.informers import Informer
+from labs.kube.resources import (
+    CLUSTER_POLICIES,
+    DAEMON_SETS,
+    DEPLOYMENTS,
+    EVENTS,
+    NAMESPACES,
+    NODES,
+    PODS,
+    KubeApiError,
+    ResourceType,
+    message_of,
+)
 
 T = TypeVar("T")
 # Where the lab's own workloads (the probe, scenario pods) run.
@@ -77,7 +90,7 @@ def lab_api_client(kubeconfig: Path, lab: str) -> Any:
             if response.status == 401 or "forbidden: User" in body:
                 raise KubeconfigRefused(
                     f"the lab's kubeconfig ({kubeconfig}) was refused: {response.status} "
-                    f"{response.reason}: {rest.message_of(body)}; `invoke lab.up --lab {lab}` "
+                    f"{response.reason}: {message_of(body)}; `invoke lab.up --lab {lab}` "
                     "rewrites it"
                 )
         return response
@@ -88,7 +101,7 @@ def lab_api_client(kubeconfig: Path, lab: str) -> Any:
 
 def check_access(client: Any) -> None:
     """One authenticated read (a namespace), so refused credentials show before a change."""
-    rest.get(client, rest.NAMESPACES.path(), {"limit": 1}, timeout=ACCESS_TIMEOUT_SECONDS)
+    rest.get(client, NAMESPACES.path(), {"limit": 1}, timeout=ACCESS_TIMEOUT_SECONDS)
 
 
 def api_server_url(client: Any) -> str:
@@ -128,12 +141,24 @@ def find_in(objects: list[dict[str, Any]], name: str, namespace: str) -> dict[st
 
 @dataclass(frozen=True)
 class WatchedKind:
-    """One kind to keep in the view: a list function (`rest.lister`, or a typed client's) and
-    its arguments."""
+    """One kind to keep in a view: a resource type read through `client` (a kubernetes
+    ApiClient), in one namespace (None: all) and, when given, matching a field selector."""
 
     name: str
-    list_call: Callable[..., Any]
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    client: Any
+    resource: ResourceType
+    namespace: str | None = None
+    field_selector: str = ""
+
+    def list_once(self) -> list[dict[str, Any]]:
+        """The kind's objects now, one list call (what a snapshot reads)."""
+        query = {"fieldSelector": self.field_selector} if self.field_selector else None
+        return rest.get_items(self.client, self.resource.path(self.namespace), query=query)
+
+    def informer(self) -> Informer:
+        """A watch-fed cache of the kind, listed before this returns."""
+        api = KubeApi(self.client)
+        return Informer(api, self.resource, self.namespace, self.field_selector)
 
 
 def standard_kinds(
@@ -142,125 +167,31 @@ def standard_kinds(
     """The kinds a GPU lab watches: nodes, workload pods and events, operator DaemonSets,
     the operator Deployment, pods and events, and ClusterPolicies."""
 
-    def kind(name: str, resource: rest.Resource, namespace: str | None = None) -> WatchedKind:
-        return WatchedKind(name, rest.lister(client, resource.path(namespace)))
+    def kind(name: str, resource: ResourceType, namespace: str | None = None) -> WatchedKind:
+        return WatchedKind(name, client, resource, namespace)
 
     return [
-        kind("nodes", rest.NODES),
-        kind("pods", rest.PODS, workload_namespace),
-        kind("events", rest.EVENTS, workload_namespace),
-        kind("daemonsets", rest.DAEMON_SETS, operator_namespace),
-        kind("deployments", rest.DEPLOYMENTS, operator_namespace),
-        kind("operator_pods", rest.PODS, operator_namespace),
-        kind("operator_events", rest.EVENTS, operator_namespace),
-        kind("clusterpolicies", rest.CLUSTER_POLICIES),
+        kind("nodes", NODES),
+        kind("pods", PODS, workload_namespace),
+        kind("events", EVENTS, workload_namespace),
+        kind("daemonsets", DAEMON_SETS, operator_namespace),
+        kind("deployments", DEPLOYMENTS, operator_namespace),
+        kind("operator_pods", PODS, operator_namespace),
+        kind("operator_events", EVENTS, operator_namespace),
+        kind("clusterpolicies", CLUSTER_POLICIES),
     ]
-
-
-def _key(obj: dict[str, Any]) -> str:
-    meta = obj.get("metadata", {})
-    return f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-
-
-class _Informer(threading.Thread):
-    """List, then watch from the list's resourceVersion, and again from the last version seen
-    each time the server ends the watch (bookmarks keep that version fresh); re-list only when
-    the watch fails (410 Gone included), as client-go's reflector does."""
-
-    def __init__(
-        self,
-        kind: WatchedKind,
-        apply: Callable[[Callable[[], None]], None],
-        relist_pause: float,
-    ) -> None:
-        super().__init__(name=f"informer-{kind.name}", daemon=True)
-        self.kind = kind
-        self.objects: dict[str, dict[str, Any]] = {}
-        self.synced = threading.Event()
-        self.error: str | None = None
-        self._apply = apply
-        self._relist_pause = relist_pause
-        self._stopping = threading.Event()
-        self._watch: Any = None
-
-    def stop(self) -> None:
-        self._stopping.set()
-        self.interrupt()
-
-    def interrupt(self) -> None:
-        """Break a blocking read of the watch stream by shutting its socket down."""
-        response = getattr(self._watch, "_resp", None)
-        if response is None:
-            return
-        try:
-            getattr(response, "shutdown", response.close)()
-        except Exception:  # noqa: BLE001 - shutting a dying socket may raise anything
-            pass
-
-    def run(self) -> None:
-        version = ""
-        while not self._stopping.is_set():
-            try:
-                version = self._stream(version or self._relist())
-            except Exception as exc:  # noqa: BLE001 - keep the view alive, report the cause
-                if self._stopping.is_set():
-                    return
-                self.error = f"{self.kind.name}: {exc}"
-                version = ""
-                self._stopping.wait(self._relist_pause)
-
-    def _relist(self) -> str:
-        response = self.kind.list_call(**self.kind.kwargs, _preload_content=False)
-        body = json.loads(response.data)
-        fresh = {_key(item): item for item in body.get("items", [])}
-
-        def replace_all() -> None:
-            self.objects = fresh
-
-        self._apply(replace_all)
-        self.error = None
-        self.synced.set()
-        return str(body.get("metadata", {}).get("resourceVersion", ""))
-
-    def _stream(self, version: str) -> str:
-        """Follow the watch until the server ends it; the last resourceVersion it reported."""
-        from kubernetes import watch
-
-        if self._stopping.is_set():
-            return version
-        self._watch = watch.Watch()
-        for event in self._watch.stream(
-            self.kind.list_call,
-            **self.kind.kwargs,
-            resource_version=version,
-            timeout_seconds=30,
-            allow_watch_bookmarks=True,
-            deserialize=False,
-        ):
-            if self._stopping.is_set():
-                break
-            metadata = (event.get("object") or {}).get("metadata") or {}
-            version = metadata.get("resourceVersion") or version
-            if event.get("type") != "BOOKMARK":
-                self._apply(functools.partial(self._record, event))
-        return version
-
-    def _record(self, event: dict[str, Any]) -> None:
-        obj = event.get("object") or {}
-        if event.get("type") == "DELETED":
-            self.objects.pop(_key(obj), None)
-        elif event.get("type") in ("ADDED", "MODIFIED"):
-            self.objects[_key(obj)] = obj
 
 
 class ClusterView:
     """A live, watch-fed copy of selected kinds, with waits that wake on every change."""
 
     def __init__(self, kinds: Iterable[WatchedKind], relist_pause: float = 0.5) -> None:
+        self._kinds = list(kinds)
+        self._relist_pause = relist_pause
         self._changed = threading.Condition()
         self._generation = 0  # bumped on every change, so a waiter knows what it has seen
         self._listeners: list[Callable[[ClusterView], None]] = []
-        self._informers = {kind.name: _Informer(kind, self._apply, relist_pause) for kind in kinds}
+        self._informers: dict[str, Informer] = {}
 
     def __enter__(self) -> ClusterView:
         self.start()
@@ -270,45 +201,54 @@ class ClusterView:
         self.stop()
 
     def start(self, sync_timeout: float = 30.0) -> None:
-        """Start watching and wait until every kind has been listed once."""
-        for informer in self._informers.values():
-            informer.start()
+        """List every kind once (a refused or unanswered list is tried again until
+        `sync_timeout`), then follow each one's watch."""
         deadline = time.monotonic() + sync_timeout
-        for informer in self._informers.values():
-            if not informer.synced.wait(max(0.0, deadline - time.monotonic())):
-                self.stop()
-                raise WaitTimeout(
-                    f"could not list {informer.kind.name} from the cluster within "
-                    f"{sync_timeout:.0f} s ({informer.error or 'no answer'})"
-                )
+        for kind in self._kinds:
+            informer = self._first_listing(kind, deadline, sync_timeout)
+            informer.subscribe(self._one_changed)
+            self._informers[kind.name] = informer
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Stop every informer; a stream that was just opening is interrupted again."""
-        for informer in self._informers.values():
+    def _first_listing(self, kind: WatchedKind, deadline: float, sync_timeout: float) -> Informer:
+        while True:
+            try:
+                return kind.informer()
+            except (KubeApiError, OSError) as error:  # KubeUnreachable is both
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self.stop()
+                    raise WaitTimeout(
+                        f"could not list {kind.name} from the cluster within "
+                        f"{sync_timeout:.0f} s ({error})"
+                    ) from None
+                time.sleep(min(self._relist_pause, left))
+
+    def stop(self) -> None:
+        """End every kind's watch (each closes its connection at once)."""
+        informers, self._informers = self._informers, {}
+        for informer in informers.values():
+            informer.unsubscribe(self._one_changed)
             informer.stop()
-        deadline = time.monotonic() + timeout
-        for informer in self._informers.values():
-            while informer.is_alive() and time.monotonic() < deadline:
-                informer.interrupt()
-                informer.join(timeout=0.05)
 
     def on_change(self, listener: Callable[[ClusterView], None]) -> None:
         """Call `listener(view)` after every change (used to sample timelines)."""
         self._listeners.append(listener)
 
     def objects(self, kind: str) -> list[dict[str, Any]]:
-        """A snapshot of the objects of one watched kind."""
-        with self._changed:
-            return list(self._informers[kind].objects.values())
+        """The objects of one watched kind now (none once the view has stopped). They are the
+        cache's own: read them, never change them."""
+        if kind not in self._informers and kind not in (k.name for k in self._kinds):
+            raise KeyError(f"{kind} is not watched by this view")
+        informer = self._informers.get(kind)
+        return informer.items(None) if informer is not None else []
 
     def find(self, kind: str, name: str, namespace: str = "") -> dict[str, Any] | None:
         """One object by name, or None when it does not exist."""
         return find_in(self.objects(kind), name, namespace)
 
-    def _apply(self, mutation: Callable[[], None]) -> None:
-        """Change the cache under the view's lock, wake the waiters, then tell listeners."""
+    def _one_changed(self) -> None:
+        """An informer applied a change: wake the waiters, then tell the listeners."""
         with self._changed:
-            mutation()
             self._generation += 1
             self._changed.notify_all()
         for listener in list(self._listeners):
@@ -353,9 +293,3 @@ class ClusterView:
                     self._changed.wait(min(remaining, tick))
             if on_wait is not None:
                 on_wait(time.monotonic() - start)
-
-
-def list_objects(list_call: Callable[..., Any], **kwargs: Any) -> list[dict[str, Any]]:
-    """One list call's items as plain dicts, the shape the API serves (no model classes)."""
-    response = list_call(**kwargs, _preload_content=False)
-    return list(json.loads(response.data).get("items", []))

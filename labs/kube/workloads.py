@@ -16,6 +16,7 @@ import yaml
 
 from labs.kube import rest
 from labs.kube.probes import FINISHED_PHASES, HOSTNAME_LABEL
+from labs.kube.resources import CONFIG_MAPS, PODS, SERVICES
 from labs.kube.view import WORKLOAD_NAMESPACE, ClusterView, WatchedKind
 
 if TYPE_CHECKING:
@@ -75,12 +76,11 @@ class PodRun:
 
 
 # What a workload's manifest List may hold, by kind.
-_RESOURCES = {"Pod": rest.PODS, "Service": rest.SERVICES, "ConfigMap": rest.CONFIG_MAPS}
+_RESOURCES = {"Pod": PODS, "Service": SERVICES, "ConfigMap": CONFIG_MAPS}
 
 
 def _view(lab: Lab) -> ClusterView:
-    pods = rest.lister(lab.kube, rest.PODS.path(WORKLOAD_NAMESPACE))
-    return ClusterView([WatchedKind("pods", pods)])
+    return ClusterView([WatchedKind("pods", lab.kube, PODS, WORKLOAD_NAMESPACE)])
 
 
 def _delete(lab: Lab, kind: str, name: str) -> None:

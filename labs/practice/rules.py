@@ -16,7 +16,6 @@ the learner's rules again.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import time
 from collections.abc import Callable, Iterable
@@ -39,6 +38,7 @@ from labs.kube.alerts import (
     reload_failed,
     selectors,
 )
+from labs.kube.resources import PROMETHEUS_RULES, KubeApiError
 from labs.lab import Lab
 from labs.lock import lab_lock
 from labs.practice.exercise import PracticeError, going
@@ -133,24 +133,20 @@ def _put(
         "spec": {"groups": groups},
     }
     try:
-        return rest.create(client, rest.PROMETHEUS_RULES.path(MONITORING_NAMESPACE), rule)
-    except rest.KubeApiError as error:
+        return rest.create(client, PROMETHEUS_RULES.path(MONITORING_NAMESPACE), rule)
+    except KubeApiError as error:
         if error.status != 422:
             raise
         raise PracticeError(_refusal(error, path)) from None
 
 
-def _refusal(error: rest.KubeApiError, path: Path) -> str:
+def _refusal(error: KubeApiError, path: Path) -> str:
     """The API server's refusal of the learner's rules: its message, then each cause."""
-    try:
-        status = json.loads(error.body)
-    except ValueError:
-        status = {}
-    causes = [c.get("message") for c in (status.get("details") or {}).get("causes") or []]
+    causes = [c.get("message") for c in error.causes]
     return "\n".join(
         [
             f"the lab's API server refused your rules ({path}) when they were applied: "
-            f"{status.get('message') or error}",
+            f"{error.message}",
             *(f"  {cause}" for cause in causes if cause),
             f"fix them and check again (`promtool check rules {path}` finds the same)",
         ]
@@ -159,7 +155,7 @@ def _refusal(error: rest.KubeApiError, path: Path) -> str:
 
 def _remove(client: Any, name: str) -> None:
     """Delete the learner's own PrometheusRule (no one else's)."""
-    rest.delete(client, rest.PROMETHEUS_RULES.path(MONITORING_NAMESPACE, name))
+    rest.delete(client, PROMETHEUS_RULES.path(MONITORING_NAMESPACE, name))
 
 
 def _files(obj: dict[str, Any]) -> set[str]:
@@ -209,7 +205,7 @@ def _not_loaded(client: Any, mine: dict[str, Any], path: Path) -> str:
     try:
         others = _unloaded(client, lambda obj: obj["metadata"]["uid"] != meta["uid"])
         failed = reload_failed(client)
-    except (MonitoringUnavailable, rest.KubeApiError) as error:
+    except (MonitoringUnavailable, KubeApiError) as error:
         return "\n".join([*lines, f"Nor can it say why: {error}"])
     if others:
         named = "; ".join(f"{ns}/{name} (groups {', '.join(g)})" for ns, name, g in others)
@@ -234,7 +230,7 @@ def _unloaded(
     """(namespace, name, groups not loaded) of each PrometheusRule that `wanted` picks whose
     groups Prometheus has not all loaded."""
     groups = read_groups(client)
-    objects = rest.get_items(client, rest.PROMETHEUS_RULES.path())
+    objects = rest.get_items(client, PROMETHEUS_RULES.path())
     return [
         (o["metadata"]["namespace"], o["metadata"]["name"], missing)
         for o in objects
@@ -255,7 +251,7 @@ def _others_not_loaded(client: Any, mine: dict[str, Any]) -> list[str]:
 
     try:
         unloaded = _unloaded(client, older)
-    except (MonitoringUnavailable, rest.KubeApiError):
+    except (MonitoringUnavailable, KubeApiError):
         return []
     return [
         f"  note: Prometheus has not loaded PrometheusRule {ns}/{name} (groups "

@@ -135,14 +135,17 @@ class Trap:
     why: str
     # The symptom check whose holding shows the trap in a run ("" when no backend check can).
     shown_by: str = ""
+    # Or a text whose presence in what the trap's debugging step saw shows it.
+    shown_in: str = ""
 
 
 @dataclass(frozen=True)
 class Step:
     """One kubectl command of the by-hand runbook and what it prints while the fault is in.
 
-    `command` runs as is in a shell with the lab's KUBECONFIG (no placeholders), and its
-    output contains `shows`; tests run every step against an injected rehearsal lab.
+    `command` runs as is in a shell after `eval "$(invoke lab.env)"`, which sets KUBECONFIG and
+    GPU_OPERATOR_NS (no placeholders), and its output contains `shows`; tests run every step
+    against an injected rehearsal lab.
     """
 
     command: str

@@ -117,7 +117,8 @@ def by_hand_lines(by_hand: ByHand) -> list[str]:
     """The kubectl runbook: `$ command` lines, each look followed by what it shows."""
     lines = [
         "by hand with kubectl, in one shell at the repository root after "
-        'eval "$(invoke lab.env --lab LAB)" (operator namespace: the default, gpu-operator):',
+        'eval "$(invoke lab.env --lab LAB)" (it sets KUBECONFIG, and GPU_OPERATOR_NS to the '
+        "lab's GPU Operator namespace):",
         "  inject:",
         *(f"    $ {command}" for command in by_hand.inject),
         "  look (while the fault is in):",

@@ -103,10 +103,13 @@ def trap_record(trap: Trap, findings: list[Finding], checks: list[CheckResult]) 
     shown = [f for f in findings if f.trap == trap.name]
     fields = asdict(trap)
     fields.pop("shown_by")
+    fields.pop("shown_in")
+    by_check = any(c.name == trap.shown_by and c.held for c in checks)
+    by_step = bool(trap.shown_in) and any(trap.shown_in in f.saw for f in shown)
     return {
         **fields,
         "step": shown[0].step if shown else None,
-        "observed": any(c.name == trap.shown_by and c.held for c in checks),
+        "observed": by_check or by_step,
     }
 
 

@@ -18,6 +18,7 @@ import yaml
 from labs.aws import stack
 from labs.errors import InfraError
 from labs.kube import alerts, rest
+from labs.kube.resources import KubeApiError
 from labs.sim.controlplane import build
 from labs.sim.controlplane.kube_seed import DATA, collection
 
@@ -80,7 +81,7 @@ def install(api: Any) -> None:
             _wait_served(api, collection(obj))
         try:
             rest.create(api, collection(obj), obj)
-        except rest.KubeApiError as error:
+        except KubeApiError as error:
             if not (error.status == 409 and obj["kind"] in CLUSTER_SCOPED):
                 raise
     _wait_evaluating(api)
@@ -117,7 +118,7 @@ def _wait_served(api: Any, path: str) -> None:
         try:
             rest.get_items(api, path)
             return
-        except rest.KubeApiError as error:
+        except KubeApiError as error:
             if error.status != 404 or time.monotonic() > deadline:
                 raise
         time.sleep(0.1)

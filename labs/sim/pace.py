@@ -18,8 +18,8 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+from labs.kube.resources import BadRequest, MethodNotAllowed
 from labs.settings import range_problem
-from labs.sim.controlplane.resources import BadRequest, MethodNotAllowed
 from labs.sim.timings import Timings, WorldClock
 
 PACE_PATH = "/sim/pace"

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from labs.kube.api import KubeApi
+from labs.kube.informers import InformedKubeApi
 from labs.sim import pace
 from labs.sim.aws import access, answers, eks_updates
 from labs.sim.aws.access import (
@@ -52,8 +54,6 @@ from labs.sim.controllers.pod_endpoint import PodNetwork
 from labs.sim.controllers.resource_metrics import ResourceMetrics
 from labs.sim.controllers.schedules import EventBridgeScheduler
 from labs.sim.controlplane.gpu_operator import cluster_policy_crd, release
-from labs.sim.controlplane.informers import InformedKubeApi
-from labs.sim.controlplane.kube_api import KubeApi
 from labs.sim.controlplane.kube_seed import seed_cluster, seed_metrics_server
 from labs.sim.controlplane.kubeconfig import kubeconfig_document, write_kubeconfig
 from labs.sim.controlplane.metrics_server import MetricsServer
@@ -173,7 +173,7 @@ def start_world(
         aws.controls[pace.PACE_PATH] = pace.control(timings, clock, on_change=world.wake)
         aws.control_token = token
         plane.start()
-        store = world.store = KubeApi(plane.credentials("admin"))
+        store = world.store = KubeApi(plane.credentials("admin").api_client())
         logs, ports = ContainerLogs(state_dir / "pods"), state_dir / "ports"
         world._node_endpoint = node_endpoint(plane, state_dir, logs, ports)
         world._node_endpoint.start()

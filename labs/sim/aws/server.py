@@ -30,8 +30,8 @@ from moto.moto_server.werkzeug_app import (
 )
 from werkzeug.serving import BaseWSGIServer, make_server
 
+from labs.kube.resources import KubeApiError
 from labs.sim.aws.auth import Keys, request_time_problem, signed_request_ok
-from labs.sim.controlplane.resources import StoreError
 from labs.sim.controlplane.tls import LOOPBACK
 
 REFUSED = (
@@ -127,7 +127,7 @@ class AwsServer:
         try:
             request = json.loads(body) if body else None
             answer = self.controls[path](environ["REQUEST_METHOD"], request)
-        except StoreError as error:
+        except KubeApiError as error:
             return _answer(
                 start_response, f"{error.code} {error.reason}", {"message": error.message}
             )

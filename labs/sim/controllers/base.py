@@ -13,8 +13,8 @@ import logging
 import threading
 from collections.abc import Callable
 
-from labs.sim.controlplane.informers import InformedKubeApi
-from labs.sim.controlplane.resources import ResourceType, StoreError
+from labs.kube.informers import InformedKubeApi
+from labs.kube.resources import KubeApiError, ResourceType
 from labs.sim.timings import Timings
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ class Controller:
             self._wake.clear()
             try:
                 delay = self.reconcile()
-            except StoreError as error:  # an object changed under us: look again soon
+            except KubeApiError as error:  # an object changed under us: look again soon
                 log.debug("%s: %s", self.name, error)
                 delay = 0.05
             except Exception:  # keep the world alive; the log says what broke

@@ -12,9 +12,9 @@ scrape: a GPU that fell off the bus (`labs.sim.node.gpu_faults`) reports its Xid
 from __future__ import annotations
 
 from labs.kube import gpu
+from labs.kube.informers import InformedKubeApi
+from labs.kube.resources import NODES, NotFound
 from labs.sim.controllers.pod_endpoint import Page, PodMetrics, PodNetwork
-from labs.sim.controlplane.informers import InformedKubeApi
-from labs.sim.controlplane.resources import NODES, NotFound
 from labs.sim.node.gpu_faults import lost_xid
 from labs.sim.node.hardware import (
     GPU_DRIVER_VERSION,

@@ -20,10 +20,10 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
+from labs.kube.informers import InformedKubeApi
+from labs.kube.resources import NODES, PODS, NotFound
 from labs.sim.controllers.base import Controller
 from labs.sim.controllers.placement import pod_ready
-from labs.sim.controlplane.informers import InformedKubeApi
-from labs.sim.controlplane.resources import NODES, PODS, NotFound
 from labs.sim.node.container_logs import ContainerLogs
 from labs.sim.node.gpu_faults import lost_xid
 from labs.sim.node.hardware import GPU_RESOURCE, NVIDIA_PCI_LABEL, gpu_uuid

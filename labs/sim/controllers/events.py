@@ -15,8 +15,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from labs.sim.controlplane.kube_api import KubeApi
-from labs.sim.controlplane.resources import EVENTS, NotFound, now_rfc3339
+from labs.kube.api import KubeApi
+from labs.kube.resources import EVENTS, NotFound, now_rfc3339
 
 _name_lock = threading.Lock()
 _last_stamp = 0

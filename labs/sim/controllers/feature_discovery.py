@@ -10,9 +10,9 @@ labels of a real GFD do until something removes them. The operator reads one of 
 from __future__ import annotations
 
 from labs.kube import gpu
+from labs.kube.resources import NODES, PODS, NotFound
 from labs.sim.controllers.base import Controller
 from labs.sim.controllers.placement import pod_ready
-from labs.sim.controlplane.resources import NODES, PODS, NotFound
 from labs.sim.node.hardware import GPU_DRIVER_VERSION, GPU_MEMORY_MIB, GPU_PRODUCT_LABEL
 
 GFD_LABELS = {

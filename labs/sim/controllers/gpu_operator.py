@@ -19,13 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from labs.kube import gpu
+from labs.kube.informers import InformedKubeApi
+from labs.kube.resources import PODS
 from labs.sim.controllers.base import Controller
 from labs.sim.controllers.kubelet import crash_backoff
 from labs.sim.controllers.pod_endpoint import PodNetwork, announce, pod_entries, serving, withdraw
 from labs.sim.controlplane.gpu_operator import OperatorProcess, OperatorRelease, release
-from labs.sim.controlplane.informers import InformedKubeApi
-from labs.sim.controlplane.kube_api import KubeApi
-from labs.sim.controlplane.resources import PODS
 from labs.sim.controlplane.run import ControlPlane
 from labs.sim.node.container_logs import ContainerLogs
 from labs.sim.timings import Timings
@@ -85,9 +84,7 @@ class GpuOperatorPod(Controller):
         if self._release is None:
             self._release = release(lambda line: log.info("%s", line))
         account = pod["spec"].get("serviceAccountName") or "default"
-        token = KubeApi(self._plane.credentials("admin")).service_account_token(
-            pod["metadata"]["namespace"], account
-        )
+        token = self.store.service_account_token(pod["metadata"]["namespace"], account)
         process = OperatorProcess(self._home, self._plane, self._output(pod))
         process.start(self._release, pod, token)
         entries = pod_entries(pod, METRICS_PORT, self._network)

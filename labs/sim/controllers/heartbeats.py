@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from labs.kube.resources import LEASES, NODES, AlreadyExists, NotFound
 from labs.sim.controllers.base import Controller
-from labs.sim.controlplane.resources import LEASES, NODES, AlreadyExists, NotFound
 
 NODE_LEASES = "kube-node-lease"
 LEASE_SECONDS = 40

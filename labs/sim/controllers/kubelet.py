@@ -54,6 +54,9 @@ from typing import Protocol
 
 from kubernetes.utils import parse_quantity as quantity
 
+from labs.kube.api import KubeApi
+from labs.kube.informers import InformedKubeApi
+from labs.kube.resources import NODES, PODS, RUNTIME_CLASSES, NotFound, now_rfc3339
 from labs.sim.controllers.base import Controller
 from labs.sim.controllers.events import EventRecorder
 from labs.sim.controllers.placement import (
@@ -62,9 +65,6 @@ from labs.sim.controllers.placement import (
     pod_requests,
     set_pod_condition,
 )
-from labs.sim.controlplane.informers import InformedKubeApi
-from labs.sim.controlplane.kube_api import KubeApi
-from labs.sim.controlplane.resources import NODES, PODS, RUNTIMECLASSES, NotFound, now_rfc3339
 from labs.sim.node.container_logs import ContainerLogs
 from labs.sim.node.hardware import GPU_NAME
 from labs.sim.node.node_os import START_ERROR_EXIT, START_ERROR_REASON, start_error
@@ -411,7 +411,7 @@ class Kubelet(Controller):
         if not name:
             return ""
         try:
-            return str(self.store.get(RUNTIMECLASSES, name).get("handler") or "")
+            return str(self.store.get(RUNTIME_CLASSES, name).get("handler") or "")
         except NotFound:  # admission refuses such pods; one deleted since is not the sandbox's
             return ""
 

@@ -23,18 +23,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from labs.aws.stack import MONITORING_NAMESPACE
-from labs.sim.controllers.base import Controller
-from labs.sim.controllers.kubelet import container_crashed, container_restarted, crash_backoff
-from labs.sim.controllers.pod_endpoint import PodNetwork, announce, pod_entries, serving, withdraw
-from labs.sim.controlplane.informers import InformedKubeApi
-from labs.sim.controlplane.monitoring import Prometheus, StateMetrics
-from labs.sim.controlplane.resources import (
+from labs.kube.informers import InformedKubeApi
+from labs.kube.resources import (
     PODS,
     PROMETHEUS_RULES,
     SERVICES,
     VALIDATING_WEBHOOKS,
     NotFound,
 )
+from labs.sim.controllers.base import Controller
+from labs.sim.controllers.kubelet import container_crashed, container_restarted, crash_backoff
+from labs.sim.controllers.pod_endpoint import PodNetwork, announce, pod_entries, serving, withdraw
+from labs.sim.controlplane.monitoring import Prometheus, StateMetrics
 from labs.sim.controlplane.rule_admission import (
     OPERATOR_SERVICE,
     WEBHOOK_CONFIGURATION,

@@ -21,10 +21,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from labs.kube.api import KubeApi
+from labs.kube.resources import NODES, PODS, SERVICES, NotFound
 from labs.sim.aws.seed import VPC_CIDR, aux_sg_name, node_sg_name
 from labs.sim.controllers.kubelet import Outcome, command_text, pod_ip_on
-from labs.sim.controlplane.kube_api import KubeApi
-from labs.sim.controlplane.resources import NODES, PODS, SERVICES, NotFound
 from labs.sim.node.hardware import GPU_NAME
 from labs.sim.node.nvidia_runtime import container_env, injected_gpus
 from labs.sim.timings import Timings

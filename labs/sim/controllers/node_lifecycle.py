@@ -24,13 +24,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from labs.kube.informers import InformedKubeApi
+from labs.kube.resources import NODES, PODS, KubeApiError, NotFound, now_rfc3339
 from labs.sim.aws.answers import list_instance
 from labs.sim.aws.eks_updates import UpdateLedger
 from labs.sim.aws.seed import ACCOUNT_ID, AMI_NAMES, aux_sg_name, node_sg_name, tag_value
 from labs.sim.controllers.base import Controller
 from labs.sim.controllers.events import EventRecorder
-from labs.sim.controlplane.informers import InformedKubeApi
-from labs.sim.controlplane.resources import NODES, PODS, NotFound, StoreError, now_rfc3339
 from labs.sim.node.gpu_faults import HARDWARE_CONDITION, HEALTHY_MESSAGE, HEALTHY_REASON
 from labs.sim.node.hardware import (
     AMI_OS_IMAGE,
@@ -218,7 +218,7 @@ class NodeLifecycle(Controller):
         name = self._node_name(instance)
         try:
             self.store.update(NODES, name, _cordon)
-        except StoreError:  # gone, or an API server that does not answer: EKS goes on anyway
+        except KubeApiError:  # gone, or an API server that does not answer: EKS goes on anyway
             pass
         self._draining[instance_id] = (now + self.timings.node_terminate, name)
         self._list(instance_id, "Terminating")
@@ -268,7 +268,7 @@ class NodeLifecycle(Controller):
         for name in sorted(self._leftover):
             try:
                 self._remove_node(name)
-            except StoreError:
+            except KubeApiError:
                 continue
             self._leftover.discard(name)
 

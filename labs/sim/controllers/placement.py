@@ -10,7 +10,7 @@ from decimal import Decimal
 
 from kubernetes.utils import parse_quantity as quantity
 
-from labs.sim.controlplane.resources import now_rfc3339
+from labs.kube.resources import now_rfc3339
 
 
 def pod_requests(pod: dict) -> dict[str, Decimal]:

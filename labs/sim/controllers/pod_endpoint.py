@@ -18,9 +18,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from labs.kube.informers import InformedKubeApi
+from labs.kube.resources import PODS
 from labs.sim.controllers.base import Controller
-from labs.sim.controlplane.informers import InformedKubeApi
-from labs.sim.controlplane.resources import PODS
 from labs.sim.controlplane.tls import LOOPBACK
 from labs.sim.timings import Timings
 

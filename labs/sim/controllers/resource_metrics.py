@@ -20,10 +20,10 @@ from pathlib import Path
 
 from kubernetes.utils import parse_quantity as quantity
 
+from labs.kube.informers import InformedKubeApi
+from labs.kube.resources import NODES, PODS
 from labs.sim.controllers.base import Controller
 from labs.sim.controllers.kubelet import internal_ip
-from labs.sim.controlplane.informers import InformedKubeApi
-from labs.sim.controlplane.resources import NODES, PODS
 from labs.sim.timings import Timings
 
 # How often the files are rewritten: the cAdvisor housekeeping a kubelet's figures come from;

@@ -24,8 +24,8 @@ from botocore import xform_name
 from botocore.exceptions import ClientError
 
 from labs.aws.schedules import due_at
+from labs.kube.informers import InformedKubeApi
 from labs.sim.controllers.base import Controller
-from labs.sim.controlplane.informers import InformedKubeApi
 from labs.sim.timings import Timings, WorldClock
 
 log = logging.getLogger(__name__)

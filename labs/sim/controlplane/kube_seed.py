@@ -15,15 +15,15 @@ from pathlib import Path
 
 import yaml
 
-from labs.sim.controlplane.build import metrics_server_version
-from labs.sim.controlplane.kube_api import KubeApi
-from labs.sim.controlplane.resources import (
+from labs.kube.api import KubeApi
+from labs.kube.resources import (
     CRDS,
-    DAEMONSETS,
+    DAEMON_SETS,
     DEPLOYMENTS,
+    KubeApiError,
     ResourceType,
-    StoreError,
 )
+from labs.sim.controlplane.build import metrics_server_version
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 ADDON_REGISTRY = "602401143452.dkr.ecr.ap-northeast-2.amazonaws.com/eks"
@@ -56,7 +56,7 @@ def seed_cluster(store: KubeApi, cluster_policy_crd: dict) -> None:
     ):
         labels = {"k8s-app": name}
         store.create(
-            DAEMONSETS,
+            DAEMON_SETS,
             {
                 "metadata": {"name": name, "labels": labels},
                 "spec": {
@@ -115,7 +115,7 @@ def install_crd(store: KubeApi, crd: dict, timeout: float = 30.0) -> None:
             try:  # established, and its storage answers (it says "(re)initializing" at first)
                 store.list(rtype)
                 return
-            except StoreError:
+            except KubeApiError:
                 pass
         time.sleep(0.1)
     raise RuntimeError(f"the API server did not establish the CRD {rtype.ref} in {timeout:.0f} s")

@@ -24,8 +24,8 @@ from typing import Any, ClassVar
 import yaml
 
 from labs.aws.stack import MONITORING_NAMESPACE
+from labs.kube.api import KubeApi
 from labs.sim.controlplane import build
-from labs.sim.controlplane.kube_api import KubeApi
 from labs.sim.controlplane.kubeconfig import kubeconfig_document, write_kubeconfig
 from labs.sim.controlplane.run import BesidePlane, ControlPlane, free_port
 from labs.sim.controlplane.tls import LOOPBACK
@@ -79,7 +79,9 @@ def scaled_rules(text: str, speed: float) -> str:
 def service_account_kubeconfig(plane: ControlPlane, name: str) -> Path:
     """A kubeconfig with a token the API server issues for the ServiceAccount `name` of the
     monitoring namespace, so the chart's RBAC is what the program runs under."""
-    token = KubeApi(plane.credentials("admin")).service_account_token(MONITORING_NAMESPACE, name)
+    token = KubeApi(plane.credentials("admin").api_client(1)).service_account_token(
+        MONITORING_NAMESPACE, name
+    )
     ca_data = base64.b64encode(plane.ca_pem.encode()).decode()
     document = kubeconfig_document(plane.api_url, "lab", token, ca_data, name)
     return write_kubeconfig(plane.home / f"{name}.kubeconfig", document)

@@ -52,6 +52,9 @@ WEBHOOK_CACHE = "10s"
 _PR_SET_PDEATHSIG = 1
 FRONT_PROXY_CLIENT = "front-proxy-client"
 METRICS_SERVER_USER = "metrics-server"
+# Connections a world's client keeps to the API server: one per watch (about twenty kinds
+# followed) and room for the controllers' concurrent writes.
+POOL_SIZE = 32
 
 
 class ControlPlaneError(LabError):
@@ -78,6 +81,20 @@ class Credentials:
     ca_file: Path
     cert_file: Path
     key_file: Path
+
+    def api_client(self, pool_size: int = POOL_SIZE) -> Any:
+        """A kubernetes ApiClient with this certificate: `pool_size` connections kept open
+        (each watch holds one), no retries (callers retry by what they read)."""
+        from kubernetes import client
+
+        configuration = client.Configuration()
+        configuration.host = self.url.rstrip("/")
+        configuration.ssl_ca_cert = str(self.ca_file)
+        configuration.cert_file = str(self.cert_file)
+        configuration.key_file = str(self.key_file)
+        configuration.connection_pool_maxsize = pool_size
+        configuration.retries = False
+        return client.ApiClient(configuration)
 
 
 def spawn(

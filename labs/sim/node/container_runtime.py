@@ -18,9 +18,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from labs.kube.api import KubeApi
+from labs.kube.resources import NODES, PODS, BadRequest, NotFound
 from labs.sim.controllers.kubelet import finish_container
-from labs.sim.controlplane.kube_api import KubeApi
-from labs.sim.controlplane.resources import NODES, PODS, BadRequest, NotFound
 from labs.sim.node.container_logs import ContainerLogs
 from labs.sim.node.programs import Process, Terminal, container_command, exec_argv, run_default
 

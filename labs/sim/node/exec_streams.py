@@ -18,8 +18,8 @@ import os
 import sys
 from pathlib import Path
 
-from labs.sim.controlplane.kube_api import KubeApi
-from labs.sim.controlplane.resources import StoreError
+from labs.kube.api import KubeApi
+from labs.kube.resources import KubeApiError
 from labs.sim.controlplane.run import Credentials
 from labs.sim.node.container_logs import ContainerLogs
 from labs.sim.node.container_runtime import ContainerRuntime
@@ -112,11 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     credentials = Credentials(
         args.api_url, args.pki / "ca.crt", args.pki / "admin.crt", args.pki / "admin.key"
     )
-    runtime = ContainerRuntime(KubeApi(credentials), ContainerLogs(args.logs))
+    runtime = ContainerRuntime(KubeApi(credentials.api_client()), ContainerLogs(args.logs))
     term = StdioTerminal(args.tty)
     try:
         process = runtime.check(args.namespace, args.pod, args.container)
-    except StoreError as error:
+    except KubeApiError as error:
         print(error.message, file=sys.stderr)
         return NOT_RUNNABLE
     if args.stream == "exec":

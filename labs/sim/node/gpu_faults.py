@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from labs.kube.api import KubeApi
+from labs.kube.resources import NODES, BadRequest, now_rfc3339
 from labs.sim import pace
-from labs.sim.controlplane.kube_api import KubeApi
-from labs.sim.controlplane.resources import NODES, BadRequest, now_rfc3339
 from labs.sim.node.hardware import NVIDIA_PCI_LABEL
 
 GPU_FAULTS_PATH = "/sim/gpu-faults"

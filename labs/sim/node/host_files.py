@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from labs.kube import gpu
+from labs.kube.api import KubeApi
+from labs.kube.resources import PODS
 from labs.sim.controllers.device_plugin import DEVICE_PLUGIN_APP
 from labs.sim.controllers.placement import pod_ready
-from labs.sim.controlplane.kube_api import KubeApi
-from labs.sim.controlplane.resources import PODS
 
 DEVICE_PLUGINS_DIR = "/var/lib/kubelet/device-plugins"
 VALIDATIONS_DIR = "/run/nvidia/validations"

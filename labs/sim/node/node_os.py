@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from labs.kube import gpu
+from labs.kube.api import KubeApi
+from labs.kube.resources import NODES, PODS, BadRequest
 from labs.sim import pace
-from labs.sim.controlplane.kube_api import KubeApi
-from labs.sim.controlplane.resources import NODES, PODS, BadRequest
 from labs.sim.node.hardware import (
     AMI_GLIBC,
     AMI_GLIBC_YEAR,

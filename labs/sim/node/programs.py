@@ -30,8 +30,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
-from labs.sim.controlplane.kube_api import KubeApi
-from labs.sim.controlplane.resources import CONFIGMAPS, NODES, NotFound
+from labs.kube.api import KubeApi
+from labs.kube.resources import CONFIG_MAPS, NODES, NotFound
 from labs.sim.node import container_files, host_files, node_os
 from labs.sim.node.container_files import layer_path, tar
 from labs.sim.node.gpu_faults import lost_xid
@@ -708,7 +708,7 @@ def _config_names(process: Process, srcdir: str) -> list[str] | None:
         return None
     namespace = process.pod["metadata"].get("namespace", "default")
     try:
-        found = process.store.get(CONFIGMAPS, source["name"], namespace)
+        found = process.store.get(CONFIG_MAPS, source["name"], namespace)
     except NotFound:
         return None
     return sorted(k for k in found.get("data") or {} if not k.startswith(".."))

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from kubernetes.utils import parse_quantity as quantity
 
-from labs.sim.controlplane.resources import DAEMONSETS, NODES, PODS, NotFound, StoreError
+from labs.kube.resources import DAEMON_SETS, NODES, PODS, KubeApiError, NotFound
 from labs.sim.node import node_os
 
 if TYPE_CHECKING:
@@ -59,7 +59,7 @@ def nvidia_validator(process: Process, term: Terminal) -> Run:
     wrap, steps = validation
     try:
         error = yield from steps(process, term, env)
-    except StoreError as failed:  # an API call the validator makes failed: it returns the error
+    except KubeApiError as failed:  # an API call the validator makes failed: it returns the error
         error = str(failed)
     if not error:
         return 0
@@ -103,7 +103,7 @@ def plugin(process: Process, term: Terminal, env: dict[str, str]) -> Validation:
         return "unable to find any allocatable GPU resource"  # :1305
     namespace = env.get("OPERATOR_NAMESPACE", "")
     try:
-        owner = process.store.get(DAEMONSETS, VALIDATOR_DAEMONSET, namespace)
+        owner = process.store.get(DAEMON_SETS, VALIDATOR_DAEMONSET, namespace)
     except NotFound:
         return f'unable to retrieve the operator validator daemonset: daemonsets.apps "{VALIDATOR_DAEMONSET}" not found'  # noqa: E501 - :1132
     for old in process.store.list(PODS, namespace)[0]:

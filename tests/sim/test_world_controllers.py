@@ -1,0 +1,127 @@
+"""The world's controllers as clients of the real API server: what a kubelet, a device plugin and
+an event recorder do there, seen through the official client; and what the NVIDIA runtime and
+the operator decide on a node, as the kubelet and the operator model play them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+from kubernetes import client, config
+from sim_support import probe_pod, wait_for
+
+from labs.kube.resources import EVENTS, NODES, PODS
+from labs.sim.controllers.events import EventRecorder
+from labs.sim.controllers.heartbeats import NODE_LEASES
+from labs.sim.controllers.kubelet import injected_gpus
+from labs.sim.node.hardware import DEFAULT_RUNTIME_ANNOTATION, NVIDIA_PCI_LABEL
+
+
+def core_api(sim_lab) -> client.CoreV1Api:
+    return client.CoreV1Api(config.new_client_from_config(str(sim_lab.lab.paths.kubeconfig)))
+
+
+def gpu_node_names(sim_lab) -> list[str]:
+    nodes = sim_lab.world.store.list(NODES, label_selector=f"{NVIDIA_PCI_LABEL}=true")[0]
+    return [n["metadata"]["name"] for n in nodes]
+
+
+def test_a_second_gpu_pod_pinned_to_a_busy_gpu_node_is_rejected_by_its_kubelet(sim_lab):
+    core = core_api(sim_lab)
+    node = gpu_node_names(sim_lab)[0]
+    holder = probe_pod("holder")
+    holder["spec"].update(nodeName=node, restartPolicy="Always")
+    holder["spec"]["containers"][0]["command"] = ["sleep", "infinity"]
+    pinned = probe_pod("pinned")
+    pinned["spec"]["nodeName"] = node
+    core.create_namespaced_pod("default", holder)
+    try:
+        wait_for(lambda: core.read_namespaced_pod("holder", "default").status.phase == "Running")
+        core.create_namespaced_pod("default", pinned)
+        status = wait_for(
+            lambda: (
+                (s := core.read_namespaced_pod("pinned", "default").status).phase == "Failed" and s
+            ),
+            what="pinned pod rejected",
+        )
+    finally:
+        for name in ("holder", "pinned"):
+            core.delete_namespaced_pod(name, "default", grace_period_seconds=0)
+    assert status.reason == "UnexpectedAdmissionError"
+    assert status.message == (
+        "Pod was rejected: Allocate failed due to requested number of devices unavailable for "
+        "nvidia.com/gpu. Requested: 1, Available: 0, which is unexpected"
+    )
+    events = core.list_namespaced_event(
+        "default", field_selector="involvedObject.name=pinned,reason=UnexpectedAdmissionError"
+    ).items
+    assert [(e.type, e.source.component) for e in events] == [("Warning", "kubelet")]
+
+
+def test_the_same_event_twice_bumps_its_count_on_the_api_server(sim_lab):
+    store = sim_lab.world.store
+    pod = store.create(
+        PODS, {"metadata": {"name": "evented"}, "spec": probe_pod()["spec"]}, "default"
+    )
+    try:
+        recorder = EventRecorder(store, "kubelet")
+        for message in ("Back-off pulling image", "Back-off pulling image", "another message"):
+            recorder.record(pod, "BackOff", message, "Warning")
+        events = store.list(
+            EVENTS, "default", field_selector="involvedObject.name=evented,reason=BackOff"
+        )[0]
+    finally:
+        store.delete(PODS, "evented", "default", grace_seconds=0)
+    assert sorted(e["count"] for e in events) == [1, 2]
+    assert {e["involvedObject"]["uid"] for e in events} == {pod["metadata"]["uid"]}
+
+
+def test_every_node_renews_its_lease_as_a_kubelet_does(sim_lab):
+    coordination = client.CoordinationV1Api(
+        config.new_client_from_config(str(sim_lab.lab.paths.kubeconfig))
+    )
+    nodes = {n["metadata"]["name"] for n in sim_lab.world.store.list(NODES)[0]}
+
+    def renewals() -> dict[str, datetime]:
+        leases = coordination.list_namespaced_lease(NODE_LEASES).items
+        return {lease.metadata.name: lease.spec.renew_time for lease in leases}
+
+    first = renewals()
+    assert set(first) == nodes
+    later = wait_for(
+        lambda: (now := renewals()) and all(now[n] > first[n] for n in nodes) and now,
+        what="every lease renewed",
+    )
+    assert set(later) == nodes
+
+
+def node(runtime: str, gpu_machine: bool = True) -> dict:
+    labels = {"node.kubernetes.io/instance-type": "g5.xlarge" if gpu_machine else "t3.medium"}
+    annotations = {DEFAULT_RUNTIME_ANNOTATION: runtime}
+    return {"metadata": {"name": "n", "labels": labels, "annotations": annotations}}
+
+
+def pod(image: str = "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04", **extra) -> dict:
+    container = {"name": "c", "image": image, "command": ["nvidia-smi"], **extra}
+    return {"metadata": {"name": "p"}, "spec": {"containers": [container]}}
+
+
+@pytest.mark.parametrize(
+    ("case", "target", "gpus"),
+    [
+        ("GPU allocated by the device plugin", pod(resources={"limits": {"nvidia.com/gpu": "1"}}),
+         1),
+        ("CUDA image, no limit, nvidia default runtime: the whole node", pod(), 1),
+        ("the pod asks for no device", pod(env=[{"name": "NVIDIA_VISIBLE_DEVICES",
+                                                 "value": "void"}]), None),
+        ("driver only", pod(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}]), 0),
+        ("an image without the NVIDIA variables", pod("public.ecr.aws/docker/library/busybox:1"),
+         None),
+    ],
+)  # fmt: skip
+def test_what_the_nvidia_runtime_injects_on_a_gpu_node(case: str, target: dict, gpus):
+    assert injected_gpus(target, node("nvidia")) == gpus, case
+
+
+def test_a_runc_node_injects_nothing_into_a_cuda_image():
+    assert injected_gpus(pod(), node("runc", gpu_machine=False)) is None
