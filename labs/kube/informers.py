@@ -139,6 +139,11 @@ class InformedKubeApi(KubeApi):
         self._plain = api
         self._informers: dict[ResourceType, Informer] = {}
 
+    @property
+    def plain(self) -> KubeApi:
+        """The API server itself, past the caches: for a read that must be current."""
+        return self._plain
+
     def informer(self, ref: ResourceType | str) -> Informer:
         """The type's informer, started on first use (its list and watch)."""
         rtype = resolve(ref)

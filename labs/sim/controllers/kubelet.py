@@ -200,6 +200,11 @@ class Kubelet(Controller):
         ]
         try:
             rejection = admission_failure(pod, node, admitted)
+            if rejection is not None:
+                # A real kubelet admits against its device manager's own state; the node this
+                # pass holds may be older than the one the scheduler bound the pod from.
+                node = self.store.plain.get(NODES, name)
+                rejection = admission_failure(pod, node, admitted)
         except ValueError as error:  # the API refuses such pods; never let one stop the node
             log.warning("kubelet on %s cannot admit %s: %s", name, pod["metadata"]["name"], error)
             return None
