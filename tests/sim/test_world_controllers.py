@@ -13,8 +13,10 @@ from sim_support import probe_pod, wait_for
 from labs.kube.resources import EVENTS, NODES, PODS
 from labs.sim.controllers.events import EventRecorder
 from labs.sim.controllers.heartbeats import NODE_LEASES
-from labs.sim.controllers.kubelet import injected_gpus
+from labs.sim.controllers.kubelet import Kubelet, injected_gpus
+from labs.sim.node.container_logs import ContainerLogs
 from labs.sim.node.hardware import DEFAULT_RUNTIME_ANNOTATION, NVIDIA_PCI_LABEL
+from labs.sim.timings import scaled
 
 
 def core_api(sim_lab) -> client.CoreV1Api:
@@ -125,3 +127,68 @@ def test_what_the_nvidia_runtime_injects_on_a_gpu_node(case: str, target: dict, 
 
 def test_a_runc_node_injects_nothing_into_a_cuda_image():
     assert injected_gpus(pod(), node("runc", gpu_machine=False)) is None
+
+
+class _NodeCacheBehind:
+    """A kubelet's view where the pods' watch has seen a bind the nodes' watch has not caught
+    up with: the cache's node still says `cached`, the API server says `current`."""
+
+    def __init__(self, pod: dict, cached: dict, current: dict) -> None:
+        self.pod, self._cached, self._current = pod, cached, current
+        self.plain = self
+
+    def list(self, kind, **_):
+        return ([self.pod] if kind is PODS else [self._cached]), "1"
+
+    def get(self, kind, name, namespace=None):
+        assert kind is NODES and name == self._current["metadata"]["name"]
+        return self._current
+
+    def update(self, kind, name, mutate, namespace=None):
+        mutate(self.pod)
+        return self.pod
+
+    def create(self, kind, body, namespace=None):  # the rejection's Event
+        return body
+
+
+def _gpu_node(allocatable: str) -> dict:
+    gpu = "nvidia.com/gpu"
+    return {
+        "metadata": {"name": "ip-10-0-0-1"},
+        "status": {"capacity": {gpu: "1"}, "allocatable": {gpu: allocatable}},
+    }
+
+
+def _bound_gpu_pod() -> dict:
+    limits = {"nvidia.com/gpu": "1"}
+    container = {"name": "cuda", "image": "cuda", "resources": {"limits": limits}}
+    return {
+        "metadata": {"name": "probe", "namespace": "default", "uid": "u1"},
+        "spec": {"nodeName": "ip-10-0-0-1", "containers": [container]},
+        "status": {"phase": "Pending"},
+    }
+
+
+def admit_behind_a_node_cache(tmp_path, current: str) -> dict:
+    """The pod's status after one kubelet pass whose node cache says allocatable 0."""
+    pod = _bound_gpu_pod()
+    store = _NodeCacheBehind(pod, cached=_gpu_node("0"), current=_gpu_node(current))
+    Kubelet(store, scaled(60.0), ContainerLogs(tmp_path)).reconcile()  # type: ignore[arg-type]
+    return pod["status"]
+
+
+def test_a_kubelet_admits_a_gpu_pod_its_node_cache_has_not_caught_up_with(tmp_path):
+    """The scheduler binds from its own watch: a GPU it saw come back must not be refused
+    because the kubelet's node cache still shows 0 (a real kubelet asks its device manager)."""
+    status = admit_behind_a_node_cache(tmp_path, current="1")
+    assert status["phase"] == "Pending"
+    assert [s["state"]["waiting"]["reason"] for s in status["containerStatuses"]] == [
+        "ContainerCreating"
+    ]
+
+
+def test_a_kubelet_still_rejects_a_gpu_pod_when_the_node_has_none(tmp_path):
+    status = admit_behind_a_node_cache(tmp_path, current="0")
+    assert (status["phase"], status["reason"]) == ("Failed", "UnexpectedAdmissionError")
+    assert "no healthy devices present" in status["message"]

@@ -159,8 +159,8 @@ class Kubelet(Controller):
     def reconcile(self) -> float | None:
         now = time.monotonic()
         # Pods first: a pod is bound only after its node advertised the GPU, so a node read
-        # after the pods is never older than the bind (read the other way round, a bind in
-        # between would be admitted against a stale allocatable and rejected).
+        # after the pods is older than the bind only when the nodes' watch lags the pods' (the
+        # two are separate streams); `_admit` re-reads the node before it rejects for that.
         bound = self.store.list(PODS)[0]
         nodes = {n["metadata"]["name"]: n for n in self.store.list(NODES)[0]}
         pods = [p for p in bound if p["spec"].get("nodeName") in nodes]
