@@ -5,7 +5,8 @@ The tasks import boto3 and kubernetes lazily; if someone moves those imports to 
 top of tasks.py, the gap between the first two figures grows by about half a second.
 With `--lab NAME` (a running lab under $INVOKE_LAB_STATE_DIR) it also times `invoke
 lab.status` and the status's own requests in a warm process (imports done, clients made),
-and prints status / (floor + requests): what a command costs beyond its work.
+and prints status / (floor + requests): what a command costs beyond its work, beside what
+importing botocore and kubernetes alone adds to that floor.
 Run: .venv/bin/python benchmarks/cli_startup.py [--runs N] [--lab NAME]
 """
 
@@ -20,6 +21,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+LIBRARIES = "import invoke, botocore.session, kubernetes"
 
 
 def time_command(command: list[str], runs: int) -> list[float]:
@@ -44,6 +46,8 @@ def main() -> None:
     }
     if args.lab:
         commands["invoke lab.status"] = [str(bin_dir / "invoke"), "lab.status", "--lab", args.lab]
+        # The two client libraries lab.status reads through (AWS, Kubernetes), imported only.
+        commands["import invoke + libraries"] = [sys.executable, "-c", LIBRARIES]
     print(f"{'command':<28} {'median ms':>10} {'min ms':>8} {'max ms':>8}  ({args.runs} runs)")
     medians = {}
     for label, command in commands.items():
@@ -59,6 +63,11 @@ def main() -> None:
         floor = medians['python -c "import invoke"'] + requests
         ratio = medians["invoke lab.status"] / floor
         print(f"lab.status / (import invoke + its requests) = {ratio:.2f}")
+        libraries = medians["import invoke + libraries"] + requests
+        print(
+            f"(import invoke + libraries + requests) / (import invoke + requests) = "
+            f"{libraries / floor:.2f}: what importing the clients alone costs"
+        )
 
 
 def warm_status_seconds(lab: str, runs: int) -> list[float]:
