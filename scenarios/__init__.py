@@ -1,17 +1,15 @@
 """One module per injectable GPU fault, registered by its dashed name.
 
-Every module in this package that defines `SCENARIO` (a `labs.run.contract.Scenario`) is
-a scenario; adding a fault means adding one module. `_`-prefixed modules hold what
-several scenarios share and are skipped. `register()` adds one at run time (tests).
+A scenario module is a runbook (`labs.run.contract.Runbook`): its steps by name and its
+`FACTS`; a workload fault's module builds its `SCENARIO` with `_workload`. `_catalogue`
+lists them all, so mypy checks every module against the contract; `_`-prefixed modules hold
+what several scenarios share. `register()` adds one at run time (tests).
 """
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-
 from labs.errors import LabError
-from labs.run.contract import AREAS, Area, Scenario
+from labs.run.contract import AREAS, Area, Runbook, Scenario
 
 _registry: dict[str, Scenario] = {}
 _discovered = False
@@ -41,17 +39,56 @@ def unregister(name: str) -> None:
     _registry.pop(name, None)
 
 
+def _catalogue() -> list[Scenario]:
+    """Every scenario of this package; imported on first use, as most commands need none.
+    `runbooks` is typed so that mypy checks each module there against the contract."""
+    from scenarios import (
+        containerd_runtime_missing,
+        device_plugin_config_missing,
+        device_plugin_off,
+        device_plugin_off_one_node,
+        gpu_node_foreign_taint,
+        gpu_xid_79,
+        gpus_scaled_to_zero,
+        mig_on_a10g,
+        missing_gpu_limit,
+        missing_toleration,
+        nccl_sg_block,
+        operator_down,
+        runtimeclass_missing,
+        toolkit_glibc_al2,
+        validator_gpu_busy,
+    )
+
+    runbooks: list[Runbook] = [
+        containerd_runtime_missing,
+        device_plugin_config_missing,
+        device_plugin_off,
+        device_plugin_off_one_node,
+        gpu_node_foreign_taint,
+        gpu_xid_79,
+        gpus_scaled_to_zero,
+        nccl_sg_block,
+        operator_down,
+        toolkit_glibc_al2,
+        validator_gpu_busy,
+    ]
+    workloads = [
+        mig_on_a10g.SCENARIO,
+        missing_gpu_limit.SCENARIO,
+        missing_toleration.SCENARIO,
+        runtimeclass_missing.SCENARIO,
+    ]
+    return [Scenario.of(m) for m in runbooks] + workloads
+
+
 def _discover() -> None:
     global _discovered
     if _discovered:
         return
     _discovered = True
-    for module_info in pkgutil.iter_modules(__path__):
-        if module_info.name.startswith("_"):
-            continue
-        module = importlib.import_module(f"{__name__}.{module_info.name}")
-        if hasattr(module, "SCENARIO"):
-            register(module.SCENARIO, module.__name__)
+    for scenario in _catalogue():
+        register(scenario)
 
 
 def all_scenarios() -> dict[str, Scenario]:

@@ -35,9 +35,9 @@ from labs.run.contract import (
     Cause,
     Check,
     Context,
+    Facts,
     Finding,
     Needs,
-    Scenario,
     Step,
     Trap,
     Verdict,
@@ -360,24 +360,15 @@ by_hand = ByHand(
 )  # fmt: skip
 
 
-SCENARIO = Scenario(
-    name="containerd-runtime-missing",
+FACTS = Facts(
     summary=f"ClusterPolicy spec.operator.runtimeClass {HANDLER}: operand pods never get a "
     "sandbox (FailedCreatePodSandBox, no runtime configured), the ClusterPolicy notReady",
     area="operator",
-    about=__doc__ or "",
     needs=Needs(gpu_nodes=2, operator=True),
     risk="medium: on each GPU node one operand pod per DaemonSet is replaced by one that never "
     "starts, so one node stops advertising its GPU (running GPU pods keep theirs); one "
     "reversible ClusterPolicy field, its old value noted in the lab's record",
     duration="about 3 minutes on EKS (sandbox failures within 30 s, rollback < 1 minute)",
-    baseline=baseline,
-    inject=inject,
-    revert=revert,
-    symptoms=symptoms,
-    recovery=recovery,
-    diagnose=diagnose,
-    traps=traps,
     doctor_finding="containerd-runtime-missing",
     cause=Cause(
         plain=f"The ClusterPolicy's spec.operator.runtimeClass names a runtime ({HANDLER}) "
@@ -395,7 +386,6 @@ SCENARIO = Scenario(
     ),
     alerts=("GpuAllocatableZeroOnGpuNode", "GpuOperandDaemonSetUnavailable",
             "GpuClusterPolicyNotReady"),
-    detect=detect,
     state=state,
     gauges=gpu.gpu_gauges(PROBE),
     watch=watch,

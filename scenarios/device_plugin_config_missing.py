@@ -35,9 +35,9 @@ from labs.run.contract import (
     Cause,
     Check,
     Context,
+    Facts,
     Finding,
     Needs,
-    Scenario,
     Step,
     Trap,
     Verdict,
@@ -398,24 +398,15 @@ def reset(lab: Lab) -> None:
     _one_node.settle_then_repin(lab)
 
 
-SCENARIO = Scenario(
-    name="device-plugin-config-missing",
+FACTS = Facts(
     summary="a GPU node labelled nvidia.com/device-plugin.config=a10g-24gb, a key the sharing "
     "ConfigMap lacks: its plugin pod sits in Init:CrashLoopBackOff, the node advertises 0 GPUs",
     area="node",
-    about=__doc__ or "",
     needs=Needs(gpu_nodes=2, operator=True),
     risk="low: a ConfigMap, one node label and one ClusterPolicy field; the sharing config rolls "
     "the plugin pods once (and again on revert); running GPU pods keep their GPU",
     duration="about 3 minutes on EKS (the crash loop within a minute; after the fix the next "
     "restart, up to the kubelet's 5-minute back-off, picks the label up)",
-    baseline=baseline,
-    inject=inject,
-    revert=revert,
-    symptoms=symptoms,
-    recovery=recovery,
-    diagnose=diagnose,
-    traps=traps,
     doctor_finding="device-plugin-config-missing",
     cause=Cause(
         plain="One GPU node's nvidia.com/device-plugin.config label names a sharing config "
@@ -449,7 +440,6 @@ SCENARIO = Scenario(
         "GpuOperandDaemonSetUnavailable",
         "GpuClusterPolicyNotReady",
     ),
-    detect=detect,
     state=_one_node.state_rows,
     gauges=gpu.gpu_gauges(PINNED),
     by_hand=by_hand,

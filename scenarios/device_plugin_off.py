@@ -28,9 +28,9 @@ from labs.run.contract import (
     Cause,
     Check,
     Context,
+    Facts,
     Finding,
     Needs,
-    Scenario,
     Step,
     Trap,
     Verdict,
@@ -265,22 +265,13 @@ by_hand = ByHand(
 )  # fmt: skip
 
 
-SCENARIO = Scenario(
-    name="device-plugin-off",
+FACTS = Facts(
     summary="ClusterPolicy devicePlugin.enabled=false: GPU nodes advertise 0 GPUs, GPU pods "
     "Pending",
     area="operator",
-    about=__doc__ or "",
     needs=Needs(gpu_nodes=2, operator=True),
     risk="low: one reversible ClusterPolicy field; running GPU pods keep their GPU, new ones wait",
     duration="about 2 minutes on EKS (reconcile < 10 s, full recovery < 40 s)",
-    baseline=baseline,
-    inject=inject,
-    revert=revert,
-    symptoms=symptoms,
-    recovery=recovery,
-    diagnose=diagnose,
-    traps=traps,
     doctor_finding="device-plugin-disabled",
     cause=Cause(
         plain="The ClusterPolicy switches the device plugin off (devicePlugin.enabled=false), so "
@@ -293,7 +284,6 @@ SCENARIO = Scenario(
         ),
     ),
     alerts=("GpuAllocatableZeroOnGpuNode", "GpuPodUnschedulable"),
-    detect=detect,
     state=state,
     gauges=gauges,
     by_hand=by_hand,

@@ -23,9 +23,9 @@ from labs.run.contract import (
     Cause,
     Check,
     Context,
+    Facts,
     Finding,
     Needs,
-    Scenario,
     Step,
     Trap,
     Verdict,
@@ -187,22 +187,13 @@ by_hand = ByHand(
 )  # fmt: skip
 
 
-SCENARIO = Scenario(
-    name="device-plugin-off-one-node",
+FACTS = Facts(
     summary="one GPU node labelled nvidia.com/gpu.deploy.device-plugin=false: that node "
     "advertises 0 GPUs, the rest look fine",
     area="node",
-    about=__doc__ or "",
     needs=Needs(gpu_nodes=2, operator=True),
     risk="low: one node label; running GPU pods keep their GPU, new ones avoid that node",
     duration="about 2 minutes on EKS (the plugin pod goes at once, comes back in < 40 s)",
-    baseline=baseline,
-    inject=inject,
-    revert=revert,
-    symptoms=symptoms,
-    recovery=recovery,
-    diagnose=diagnose,
-    traps=traps,
     doctor_finding="deploy-label-false",
     cause=Cause(
         plain="One GPU node is labelled nvidia.com/gpu.deploy.device-plugin=false, which keeps "
@@ -214,7 +205,6 @@ SCENARIO = Scenario(
         clues=(_words.ONE_NODE, ("node label", "label")),
     ),
     alerts=("GpuAllocatableZeroOnGpuNode", "GpuPodUnschedulable"),
-    detect=detect,
     state=_one_node.state_rows,
     gauges=gpu.gpu_gauges(PINNED),
     by_hand=by_hand,

@@ -27,9 +27,9 @@ from labs.run.contract import (
     Cause,
     Check,
     Context,
+    Facts,
     Finding,
     Needs,
-    Scenario,
     Step,
     Trap,
     Verdict,
@@ -220,23 +220,14 @@ by_hand = ByHand(
 )  # fmt: skip
 
 
-SCENARIO = Scenario(
-    name="gpu-node-foreign-taint",
+FACTS = Facts(
     summary="a GPU node tainted maintenance=true:NoExecute by another team: its operands are "
     "evicted, it advertises 0 GPUs, the ClusterPolicy stays ready",
     area="node",
-    about=__doc__ or "",
     needs=Needs(gpu_nodes=2, operator=True),
     risk="medium: every pod on that node without a matching toleration is evicted at once "
     "(GPU workloads included); the other node is untouched",
     duration="about 2 minutes on EKS (evictions at once, operands back < 40 s after the revert)",
-    baseline=baseline,
-    inject=inject,
-    revert=revert,
-    symptoms=symptoms,
-    recovery=recovery,
-    diagnose=diagnose,
-    traps=traps,
     doctor_finding="gpu-node-taint-not-tolerated",
     cause=Cause(
         plain="Another team tainted one GPU node (maintenance=true:NoExecute), and the GPU "
@@ -261,7 +252,6 @@ SCENARIO = Scenario(
         ),
     ),
     alerts=("GpuAllocatableZeroOnGpuNode", "GpuPodUnschedulable"),
-    detect=detect,
     state=_one_node.state_rows,
     gauges=gpu.gpu_gauges(PINNED),
     by_hand=by_hand,

@@ -29,9 +29,9 @@ from labs.run.contract import (
     Cause,
     Check,
     Context,
+    Facts,
     Finding,
     Needs,
-    Scenario,
     Step,
     Trap,
     Verdict,
@@ -329,12 +329,10 @@ by_hand = ByHand(
 )  # fmt: skip
 
 
-SCENARIO = Scenario(
-    name="gpu-xid-79",
+FACTS = Facts(
     summary="one GPU node's GPU falls off the bus (Xid 79): allocatable 0 with capacity 1, "
     "the device plugin logs XidCriticalError, everything else stays green",
     area="node",
-    about=__doc__ or "",
     needs=Needs(
         gpu_nodes=2,
         operator=True,
@@ -345,13 +343,6 @@ SCENARIO = Scenario(
     "(its pods are evicted when it is drained); the other node is untouched",
     duration="about 8 minutes on EKS (Xid seen at once; a new node joins ~6 minutes after the "
     "old instance is terminated)",
-    baseline=baseline,
-    inject=inject,
-    revert=revert,
-    symptoms=symptoms,
-    recovery=recovery,
-    diagnose=diagnose,
-    traps=traps,
     doctor_finding="gpu-xid-error",
     cause=Cause(
         plain="The GPU of one node fell off the PCIe bus (Xid 79): the device plugin marked "
@@ -379,7 +370,6 @@ SCENARIO = Scenario(
         ),
     ),
     alerts=("GpuAllocatableZeroOnGpuNode", "GpuXidError"),
-    detect=detect,
     state=state_rows,
     by_hand=by_hand,
 )

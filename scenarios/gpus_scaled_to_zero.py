@@ -28,9 +28,9 @@ from labs.run.contract import (
     Cause,
     Check,
     Context,
+    Facts,
     Finding,
     Needs,
-    Scenario,
     Step,
     Trap,
     Verdict,
@@ -38,7 +38,6 @@ from labs.run.contract import (
 from scenarios import _checks, _workload
 from scenarios._workload import PROBE
 
-NAME = "gpus-scaled-to-zero"
 NEEDS = Needs(gpu_nodes=2, operator=True)
 WAIT = 120.0  # real seconds the pod is watched waiting for a node nobody adds
 AUTOSCALERS = ("cluster-autoscaler", "karpenter")
@@ -252,8 +251,7 @@ by_hand = ByHand(
 )  # fmt: skip
 
 
-SCENARIO = Scenario(
-    name=NAME,
+FACTS = Facts(
     summary="the GPU node group at 0 while GPU work is submitted: Pending with only the system "
     "nodes counted, and nothing scales it up",
     area="capacity",
@@ -294,18 +292,9 @@ SCENARIO = Scenario(
     ),
     # The naive absent() rule fires here, and only here: no GPU node is left to report a 0.
     alerts=("GpuNodesAtZeroWhileGpuPodsWait", "GpuPodUnschedulable", "GpuAllocatableAbsentNaive"),
-    detect=detect,
-    about=__doc__ or "",
     needs=NEEDS,
     risk="low: the GPU nodes are terminated (running GPU pods with them) and come back new",
     duration="about 10 minutes on EKS (nodes go in ~1 min, come back in ~6)",
-    baseline=baseline,
-    inject=inject,
-    revert=revert,
-    symptoms=symptoms,
-    recovery=recovery,
-    diagnose=diagnose,
-    traps=traps,
     state=state,
     gauges=gpu.gpu_gauges(PROBE),
     by_hand=by_hand,

@@ -29,7 +29,7 @@ from labs.kube import gpu, probes, workloads
 from labs.kube.verdicts import AllReduceVerdict, allreduce_verdict, tcp_verdict
 from labs.kube.view import ClusterView
 from labs.lab import Lab
-from labs.run.contract import Cause, Check, Context, Finding, Needs, Scenario, Trap, Verdict
+from labs.run.contract import Cause, Check, Context, Facts, Finding, Needs, Trap, Verdict
 
 V = TypeVar("V")
 
@@ -313,10 +313,8 @@ def state(ctx: Context) -> dict[str, str]:
     }
 
 
-SCENARIO = Scenario(
-    name="nccl-sg-block",
+FACTS = Facts(
     summary="security-group toggles off: NCCL between the GPU nodes is blocked",
-    about=__doc__ or "",
     needs=Needs(gpu_nodes=2, operator=True),
     risk=(
         "removes the node SG's recommended rules: the ephemeral self rule, the webhook ports "
@@ -325,13 +323,6 @@ SCENARIO = Scenario(
         "rule; one terraform apply each way, the full variable set carried"
     ),
     duration="about 15 minutes on EKS (two applies, a 60 s rendezvous timeout, three workloads)",
-    baseline=baseline,
-    inject=inject,
-    revert=revert,
-    symptoms=symptoms,
-    recovery=recovery,
-    diagnose=diagnose,
-    traps=traps,
     state=state,
     preview=preview,
     clean_up=clean_up,
@@ -358,6 +349,5 @@ SCENARIO = Scenario(
     ),
     # Only the job's end shows: no metric here sees a security group.
     alerts=("GpuPodFailed",),
-    detect=detect,
     area="network",
 )

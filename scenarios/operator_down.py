@@ -31,9 +31,9 @@ from labs.run.contract import (
     Cause,
     Check,
     Context,
+    Facts,
     Finding,
     Needs,
-    Scenario,
     Step,
     Trap,
     Verdict,
@@ -340,22 +340,13 @@ by_hand = ByHand(
 )  # fmt: skip
 
 
-SCENARIO = Scenario(
-    name="operator-down",
+FACTS = Facts(
     summary="GPU Operator controller scaled to 0: GPUs keep working, but edits, deleted "
     "DaemonSets and the status are left unhandled",
     area="operator",
-    about=__doc__ or "",
     needs=Needs(gpu_nodes=2, operator=True),
     risk="low: nothing running is touched; the deleted DaemonSet is DCGM's metrics exporter",
     duration="about 3 minutes on EKS (30 s to show that nothing happens, ~30 s to come back)",
-    baseline=baseline,
-    inject=inject,
-    revert=revert,
-    symptoms=symptoms,
-    recovery=recovery,
-    diagnose=diagnose,
-    traps=traps,
     doctor_finding="operator-scaled-to-zero",
     cause=Cause(
         plain="The GPU Operator's controller Deployment is scaled to 0 replicas, so nothing "
@@ -385,7 +376,6 @@ SCENARIO = Scenario(
         clues=(("controller", "reconcile"), ("deployment", "replicas")),
     ),
     alerts=("GpuOperatorDown",),
-    detect=detect,
     state=state,
     gauges={
         "gpu-operator pods": lambda objects: len(gpu.operator_pods(objects)),

@@ -42,9 +42,9 @@ from labs.run.contract import (
     Cause,
     Check,
     Context,
+    Facts,
     Finding,
     Needs,
-    Scenario,
     Step,
     Trap,
     Verdict,
@@ -489,13 +489,11 @@ by_hand = ByHand(
 )  # fmt: skip
 
 
-SCENARIO = Scenario(
-    name="toolkit-glibc-al2",
+FACTS = Facts(
     summary=f"one GPU node on Amazon Linux 2 with the operator's toolkit {CHART_TOOLKIT}: every "
     "GPU container there fails to start (GLIBC_2.27 not found), the validator in "
     "Init:CrashLoopBackOff, the ClusterPolicy notReady",
     area="operator",
-    about=__doc__ or "",
     needs=Needs(
         gpu_nodes=2,
         operator=True,
@@ -505,13 +503,6 @@ SCENARIO = Scenario(
     risk="medium on a rehearsal: one node's GPU containers cannot start (its running pods keep "
     "going); one reversible ClusterPolicy section, its old value noted in the lab's record",
     duration="about 5 minutes on a cluster (failure within a minute of the toolkit's start)",
-    baseline=baseline,
-    inject=inject,
-    revert=revert,
-    symptoms=symptoms,
-    recovery=recovery,
-    diagnose=diagnose,
-    traps=traps,
     doctor_finding="toolkit-glibc-mismatch",
     cause=Cause(
         plain="The GPU Operator's container toolkit (1.17) is built against glibc 2.27 and the "
@@ -527,7 +518,6 @@ SCENARIO = Scenario(
         ),
     ),
     alerts=("GpuOperandDaemonSetUnavailable", "GpuClusterPolicyNotReady"),
-    detect=detect,
     state=state,
     gauges=gpu.gpu_gauges(PROBE),
     by_hand=by_hand,

@@ -35,9 +35,9 @@ from labs.run.contract import (
     Cause,
     Check,
     Context,
+    Facts,
     Finding,
     Needs,
-    Scenario,
     Step,
     Trap,
     Verdict,
@@ -528,26 +528,17 @@ by_hand = ByHand(
 )  # fmt: skip
 
 
-SCENARIO = Scenario(
-    name="validator-gpu-busy",
+FACTS = Facts(
     summary="every GPU is held by a running pod while the validator's WITH_WORKLOAD check wants "
     "one: its workload pod is rejected (Available: 0), the validator sits in "
     "Init:CrashLoopBackOff and the ClusterPolicy goes notReady",
     area="operator",
-    about=__doc__ or "",
     needs=Needs(gpu_nodes=1, operator=True),
     risk="low: one pod per GPU node holding its GPU (other GPU pods wait meanwhile), the "
     "validator pods restarted and validator.plugin.env WITH_WORKLOAD=true (its old value noted "
     "in the lab's record); running GPU pods keep their GPU",
     duration="about 12 minutes on EKS (the validator gives up after 5 minutes; after the fix "
     "its waiting run ends and the back-off passes before the next try)",
-    baseline=baseline,
-    inject=inject,
-    revert=revert,
-    symptoms=symptoms,
-    recovery=recovery,
-    diagnose=diagnose,
-    traps=traps,
     doctor_finding="validator-workload-blocked",
     cause=Cause(
         plain="Running pods hold every node's GPU, so the validator's own GPU test pod "
@@ -589,7 +580,6 @@ SCENARIO = Scenario(
         ),
     ),  # fmt: skip
     alerts=("GpuOperandDaemonSetUnavailable", "GpuClusterPolicyNotReady"),
-    detect=detect,
     state=state,
     gauges=gpu.gpu_gauges(PROBE),
     by_hand=by_hand,

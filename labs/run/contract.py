@@ -1,8 +1,9 @@
 """The typed contract of a scenario: what it declares, and what its checks and findings are.
 
-A scenario module fills in one `Scenario` (its facts plus four small functions and two
-lists of checks); the registry and the engine take nothing else, so a scenario that
-forgets a field or gives a check the wrong signature fails the type check, not a run.
+A scenario module is a `Runbook`: its steps by name (a few small functions, its traps and two
+lists of checks) and its `Facts`; the registry makes one `Scenario` of it, and the engine
+takes nothing else, so a scenario that forgets a step or gives a check the wrong signature
+fails the type check, not a run.
 A check is a named condition over the live cluster view plus a time limit.
 """
 
@@ -11,8 +12,8 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Literal, Protocol, get_args
 
 from labs.doctor.catalog import KINDS
 from labs.run.timeline import Gauge
@@ -201,17 +202,16 @@ StateRows = Callable[[Context], dict[str, str]]
 Preview = Callable[["Lab"], list[str]]
 
 
-@dataclass(frozen=True)
-class Scenario:
-    """One injectable fault: its facts, five functions, and its checks.
+@dataclass(frozen=True, kw_only=True)
+class Facts:
+    """What differs from one scenario to the next beside its runbook's steps: its facts, and
+    whichever optional parts it has. A scenario module ends with one, named `FACTS`.
 
-    `area` is where the fault lives (`scenario.list` groups by it); `about` is the runbook's
-    opening (the module docstring); the functions' docstrings are its steps. `detect` reads
-    the fault off the cluster, so `scenario.revert --all` and `lab.down` find it even when the
-    journal is gone. Optional: `state` (summary rows compared between baseline and recovery),
-    `preview` (the infrastructure changes the injection would make, shown and confirmed
-    first), `gauges` (curves for the timeline plot), `watch` (kinds the checks and `detect`
-    read; default: the lab's standard view) and `by_hand` (the same fault with plain kubectl).
+    `area` is where the fault lives (`scenario.list` groups by it). Optional: `state` (summary
+    rows compared between baseline and recovery), `preview` (the infrastructure changes the
+    injection would make, shown and confirmed first), `gauges` (curves for the timeline plot),
+    `watch` (kinds the checks and `detect` read; default: the lab's standard view) and
+    `by_hand` (the same fault with plain kubectl).
     `clean_up` removes what the scenario adds beside its fault for its checks (a pinned probe)
     once nothing needs it: after the recovery checks of a run, right after a revert otherwise,
     so it never outlives the scenario into the next one.
@@ -228,22 +228,12 @@ class Scenario:
     `cause` is what a learner names in `practice.answer`: in plain words and as concepts.
     """
 
-    name: str
     summary: str
     area: Area
-    about: str
     needs: Needs
     risk: str
     duration: str
-    baseline: Baseline
-    inject: Mutation
-    revert: Mutation
-    symptoms: Sequence[Check]
-    recovery: Sequence[Check]
-    diagnose: Diagnosis
-    traps: Sequence[Trap]
     doctor_finding: str | None
-    detect: Detection
     cause: Cause
     state: StateRows | None = None
     gauges: Mapping[str, Gauge] = field(default_factory=dict)
@@ -253,6 +243,75 @@ class Scenario:
     clean_up: Mutation | None = None
     reset: Mutation | None = None
     alerts: Sequence[str] = ()
+
+
+class Runbook(Protocol):
+    """A scenario module: its runbook's steps at the top level, by these names, and its
+    `FACTS`. mypy checks each module against this where `scenarios` lists it."""
+
+    @property
+    def __name__(self) -> str: ...
+
+    @property
+    def FACTS(self) -> Facts: ...
+
+    @property
+    def symptoms(self) -> Sequence[Check]: ...
+
+    @property
+    def recovery(self) -> Sequence[Check]: ...
+
+    @property
+    def traps(self) -> Sequence[Trap]: ...
+
+    def baseline(self, lab: Lab, view: ClusterView) -> dict[str, Any]: ...
+
+    def inject(self, lab: Lab) -> None: ...
+
+    def revert(self, lab: Lab) -> None: ...
+
+    def detect(self, lab: Lab, view: ClusterView) -> bool: ...
+
+    def diagnose(self, ctx: Context) -> list[Finding]: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scenario(Facts):
+    """One injectable fault: its facts, five functions, and its checks; what the registry and
+    the engine take. `about` is the runbook's opening (the module docstring); the functions'
+    docstrings are its steps. `detect` reads the fault off the cluster, so
+    `scenario.revert --all` and `lab.down` find it even when the journal is gone.
+    """
+
+    name: str
+    about: str
+    baseline: Baseline
+    inject: Mutation
+    revert: Mutation
+    symptoms: Sequence[Check]
+    recovery: Sequence[Check]
+    diagnose: Diagnosis
+    traps: Sequence[Trap]
+    detect: Detection
+
+    @classmethod
+    def of(cls, module: Runbook) -> Scenario:
+        """The scenario a module's runbook and `FACTS` make, named after the module
+        (`device_plugin_off` is device-plugin-off)."""
+        declared = {f.name: getattr(module.FACTS, f.name) for f in fields(Facts)}
+        return cls(
+            name=module.__name__.rpartition(".")[2].replace("_", "-"),
+            about=module.__doc__ or "",
+            baseline=module.baseline,
+            inject=module.inject,
+            revert=module.revert,
+            symptoms=module.symptoms,
+            recovery=module.recovery,
+            diagnose=module.diagnose,
+            traps=module.traps,
+            detect=module.detect,
+            **declared,
+        )
 
     def __post_init__(self) -> None:
         if not DASHED_NAME.fullmatch(self.name):
