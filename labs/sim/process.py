@@ -35,6 +35,7 @@ READY_SECONDS = 5.0
 # etcd allocates its write-ahead log in 64 MiB segments: less free than that and it cannot write
 LOW_DISK_BYTES = 64 * 2**20
 STOP_TIMEOUT = 15.0
+KILL_TIMEOUT = 10.0
 
 
 class SimProcessError(LabError):
@@ -254,13 +255,29 @@ def processes(sim_dir: Path) -> list[int]:
 def stop(sim_dir: Path) -> list[int]:
     """Stop this lab's rehearsal processes (SIGTERM, then SIGKILL); the pids that were running."""
     pids = processes(sim_dir)
-    for pid in pids:
-        os.kill(pid, signal.SIGTERM)
-        os.kill(pid, signal.SIGCONT)  # a stopped (SIGSTOP) process handles SIGTERM only now
-    deadline = time.monotonic() + STOP_TIMEOUT
-    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    for pid in pids:
-        if _alive(pid):
-            os.kill(pid, signal.SIGKILL)
+    _signal(pids, signal.SIGTERM)
+    _signal(pids, signal.SIGCONT)  # a stopped (SIGSTOP) process handles SIGTERM only now
+    if not _gone(pids, STOP_TIMEOUT):
+        _signal([pid for pid in pids if _alive(pid)], signal.SIGKILL)
+        # SIGKILL cannot be refused, but a process of many threads takes a moment to exit:
+        # "stopped" is said only once it has.
+        _gone(pids, KILL_TIMEOUT)
     return pids
+
+
+def _signal(pids: list[int], signum: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:  # it ended meanwhile
+            pass
+
+
+def _gone(pids: list[int], timeout: float) -> bool:
+    """Wait up to `timeout` seconds for all of `pids` to end; whether they did."""
+    deadline = time.monotonic() + timeout
+    while any(_alive(pid) for pid in pids):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
