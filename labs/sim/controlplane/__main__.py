@@ -1,6 +1,7 @@
-"""`python -m labs.sim.controlplane`: build (or find) the control plane's programs, the node
-endpoint, metrics-server, promtool, Prometheus, kube-state-metrics, helm and the NVIDIA GPU
-Operator (its program, chart and operand manifests) ahead of use.
+"""`python -m labs.sim.controlplane`: build (or find) the control plane's programs (the kubelet
+among them), the node endpoint, the nodes' container runtime, metrics-server, promtool,
+Prometheus, kube-state-metrics, helm and the NVIDIA GPU Operator (its program, chart and operand
+manifests) ahead of use.
 
 The README's set-up runs it so the first build's quarter of an hour show as progress there, not as
 a silent wait inside the first rehearsal or test.
@@ -19,6 +20,7 @@ from labs.sim.controlplane.build import (
     ControlPlaneUnavailable,
     binaries,
     node_endpoint_binary,
+    node_runtime_binary,
     pinned_binary,
 )
 from labs.sim.controlplane.gpu_operator import release
@@ -32,6 +34,7 @@ def main() -> int:
     try:
         print(f"control plane programs: {binaries(say)}", flush=True)
         print(f"node endpoint: {node_endpoint_binary(say)}", flush=True)
+        print(f"nodes' container runtime: {node_runtime_binary(say)}", flush=True)
         for program in (
             METRICS_SERVER_PROGRAM,
             PROMTOOL_PROGRAM,

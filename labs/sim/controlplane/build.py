@@ -7,10 +7,11 @@ them). Prebuilt binaries win when the user has them (a directory named by
 all four); otherwise the first use builds them from their Go modules into a per-version cache
 outside the repository, printing what it builds and for how long, and later uses reuse them.
 
-The same module also builds the project's own node endpoint (`cmd/node-endpoint`, the kubelet
-API every simulated node points at). It is our code, so its cache entry is named by a hash of
-the module's Go sources, go.mod and go.sum: an edit builds it afresh, and prebuilt directories
-never supply it.
+The same module also builds the project's own programs: the node endpoint (`cmd/node-endpoint`,
+the kubelet API every simulated node points at) and the nodes' container runtime
+(`cmd/node-runtime`, behind each real kubelet). They are our code, so their cache entries are
+named by a hash of the module's Go sources, go.mod and go.sum: an edit builds them afresh, and
+prebuilt directories never supply them.
 
 metrics-server (the stack's metrics-server addon) comes from its own module,
 `go/metrics-server` (its k8s.io pins are its own release's, not the control plane's); the
@@ -49,9 +50,13 @@ PROGRAMS = {
     "kube-apiserver": f"{KUBERNETES_MODULE}/cmd/kube-apiserver",
     # The client at the server's version: kubectl warns beyond one minor version of skew.
     "kubectl": f"{KUBERNETES_MODULE}/cmd/kubectl",
+    # Every rehearsal node's kubelet, behind the lab's own container runtime.
+    "kubelet": f"{KUBERNETES_MODULE}/cmd/kubelet",
 }
 NODE_ENDPOINT = "node-endpoint"
 NODE_ENDPOINT_PACKAGE = "./cmd/node-endpoint"
+NODE_RUNTIME = "node-runtime"
+NODE_RUNTIME_PACKAGE = "./cmd/node-runtime"
 METRICS_SERVER = "metrics-server"
 PROMTOOL = "promtool"
 PROMETHEUS = "prometheus"
@@ -272,13 +277,24 @@ def source_digest(module: Path = GO_MODULE) -> str:
 def node_endpoint_binary(say: Say = print) -> Path:
     """The node endpoint built from this checkout's sources: cached, or built now (about a
     minute on 2 cores from an empty Go build cache, seconds after the control plane's build)."""
-    binary = cache_root() / NODE_ENDPOINT / source_digest() / NODE_ENDPOINT
+    return own_binary(NODE_ENDPOINT, NODE_ENDPOINT_PACKAGE, "node endpoint", say)
+
+
+def node_runtime_binary(say: Say = print) -> Path:
+    """The nodes' container runtime (`cmd/node-runtime`), built like the node endpoint."""
+    return own_binary(NODE_RUNTIME, NODE_RUNTIME_PACKAGE, "nodes' container runtime", say)
+
+
+def own_binary(name: str, package: str, about: str, say: Say) -> Path:
+    """One of the project's own programs of the module: cached under a hash of its sources, or
+    built now."""
+    binary = cache_root() / name / source_digest() / name
     if os.access(binary, os.X_OK):
         return binary
     go = _go()
     binary.parent.mkdir(parents=True, exist_ok=True)
-    say(f"building the rehearsal's node endpoint ({NODE_ENDPOINT_PACKAGE}) into {binary.parent}")
-    _go_build(go, NODE_ENDPOINT_PACKAGE, binary, "-s -w", NODE_ENDPOINT, say)
+    say(f"building the rehearsal's {about} ({package}) into {binary.parent}")
+    _go_build(go, package, binary, "-s -w", name, say)
     return binary
 
 

@@ -438,6 +438,8 @@ def _apiserver_args(
         f"--client-ca-file={files['ca.crt']}",
         f"--kubelet-client-certificate={files['apiserver-kubelet-client.crt']}",
         f"--kubelet-client-key={files['apiserver-kubelet-client.key']}",
+        # Real kubelets report their Hostname too; the nodes are reached by address.
+        "--kubelet-preferred-address-types=InternalIP,Hostname",
         f"--service-account-key-file={files['sa.pub']}",
         f"--service-account-signing-key-file={files['sa.key']}",
         "--service-account-issuer=https://kubernetes.default.svc",

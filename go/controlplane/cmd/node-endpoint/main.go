@@ -19,9 +19,10 @@
 //
 // It is also the network between the control plane and the nodes: an HTTP CONNECT proxy
 // (--connect-socket for the API server's egress selector, --connect-listen for programs that
-// take HTTPS_PROXY) that ends a tunnel to any node's kubelet port here, one to an address
-// named in --routes-dir (<routes-dir>/<host>_<port> holds the "host:port" behind it, as
-// kube-proxy maps a Service's virtual IP and the pod network a pod's IP) there, and dials
+// take HTTPS_PROXY) that sends a tunnel to an address named in --routes-dir there
+// (<routes-dir>/<host>_<port> holds the "host:port" behind it, as kube-proxy maps a Service's
+// virtual IP and the pod network a pod's IP, or "unix:<socket>" for a real kubelet's node),
+// ends one to any other node's kubelet port here, and dials
 // only loopback addresses beside. On --connect-listen it also forwards plain-HTTP proxy
 // requests to routed addresses (a program whose http proxy is the pod network).
 //
@@ -168,9 +169,9 @@ func serveConnect(network, address string, proxy http.Handler) error {
 	return http.Serve(listener, proxy)
 }
 
-// connectProxy is the network between the control plane and the nodes: the nodes' addresses
-// exist only in the world, so a tunnel to any node's kubelet port ends at this endpoint, one to
-// a routed address (a Service's virtual IP) goes where its file says, one to loopback (the
+// connectProxy is the network between the control plane and the nodes: a tunnel to a routed
+// address (a Service's virtual IP; a real kubelet's port, "unix:<its node's door socket>") goes
+// where its file says, one to any other node's kubelet port ends at this endpoint, one to loopback (the
 // lab's own servers) is dialled as asked, and anything else is refused: the world's addresses
 // must never reach the host's real network.
 func connectProxy(kubeletPort, routesDir string, tunnels *tunnelListener) http.Handler {
@@ -186,13 +187,17 @@ func connectProxy(kubeletPort, routesDir string, tunnels *tunnelListener) http.H
 			return
 		}
 		var upstream net.Conn
-		if port != kubeletPort {
-			target, known := route(routesDir, host, port)
+		target, known := route(routesDir, host, port)
+		if known || port != kubeletPort {
 			if !known {
 				http.Error(w, "no route to "+r.Host+" in the lab's network", http.StatusBadGateway)
 				return
 			}
-			if upstream, err = net.DialTimeout("tcp", target, 10*time.Second); err != nil {
+			network := "tcp"
+			if socket, isUnix := strings.CutPrefix(target, "unix:"); isUnix {
+				network, target = "unix", socket
+			}
+			if upstream, err = net.DialTimeout(network, target, 10*time.Second); err != nil {
 				http.Error(w, err.Error(), http.StatusBadGateway)
 				return
 			}

@@ -1,0 +1,303 @@
+// Command node-runtime is one rehearsal node: it holds the node's network namespace, serves
+// the CRI (the container runtime the node's real kubelet talks to, in containerd's words) and
+// starts that kubelet inside the namespace, in a mount namespace of its own.
+//
+// The node's network namespace has loopback and eth0, carrying the node's VPC address
+// (--node-ip), one end of a veth pair whose other end ("vpc") stays in the namespace too (a
+// veth is there where a kernel lacks the dummy driver): the kubelet needs a non-loopback address
+// of its own, and the host's interfaces are never touched. Two doors cross it, both made here because a socket keeps the
+// namespace it was made in:
+//
+//   - --api-forward LOCAL=REMOTE: LOCAL (host:port inside the node) forwards to REMOTE on the
+//     host's loopback, the API server the kubelet's kubeconfig names;
+//   - --kubelet-door PATH: a unix socket on the host whose connections go to the kubelet's
+//     port on the node's address (the API server's egress reaches the kubelet through it).
+//
+// Containers run the host program --program (repeat the flag, one argument each) as
+// `<program...> run <namespace> <pod> <container> <container-id> -- <command...>`, its stdout and
+// stderr written to the container's log in the CRI format, its exit code the container's.
+// exec, attach and port-forward go through the kubelet's streaming library, exec running
+// `<program...> exec <namespace> <pod> <container> <container-id> [--tty] -- <command...>`.
+//
+// The runtime dies with the process that started it, and the kubelet with the runtime.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// argList collects a repeated flag, one argument per occurrence, so paths with spaces survive.
+type argList []string
+
+func (a *argList) String() string     { return strings.Join(*a, " ") }
+func (a *argList) Set(v string) error { *a = append(*a, v); return nil }
+
+func main() {
+	var program argList
+	criSocket := flag.String("cri-socket", "", "unix socket serving the CRI (the kubelet's containerRuntimeEndpoint)")
+	nodeIP := flag.String("node-ip", "", "the node's address, on eth0 inside its network namespace")
+	podCIDR := flag.String("pod-cidr", "", "the addresses pods get (never two alike); host-network pods get the node's")
+	images := flag.String("images", "", "JSON catalogue of the images a registry serves and those already on the node")
+	handlers := flag.String("runtime-handlers", "runc", "comma-separated runtime handlers the node's containerd has (RuntimeClass handlers)")
+	stateDir := flag.String("state-dir", "", "where the runtime keeps each container's files")
+	networkReady := flag.String("network-ready-file", "", "the pod network counts as ready once this file exists (empty: at once)")
+	apiForward := flag.String("api-forward", "", "LOCAL=REMOTE: LOCAL inside the node forwards to REMOTE on the host")
+	kubeletDoor := flag.String("kubelet-door", "", "unix socket on the host forwarding to the kubelet's port on the node's address")
+	kubeletPort := flag.Int("kubelet-port", 10250, "the kubelet's port, the door's far end")
+	portsDir := flag.String("ports-dir", "", "directory of <namespace>_<pod>/<port> files holding the host:port a port-forward reaches")
+	flag.Var(&program, "program", "the host program containers run (repeat, one argument each)")
+	flag.Parse()
+	kubelet := flag.Args()
+	if *criSocket == "" || *nodeIP == "" || *podCIDR == "" || *images == "" || *stateDir == "" || len(program) == 0 {
+		log.Fatal("--cri-socket, --node-ip, --pod-cidr, --images, --state-dir and --program are required")
+	}
+	dieWithParent()
+	catalogue, err := loadCatalogue(*images)
+	if err != nil {
+		log.Fatal(err)
+	}
+	node, err := newNodeNetwork(*nodeIP)
+	if err != nil {
+		log.Fatalf("the node's network namespace: %v", err)
+	}
+	pods, err := newAddresses(*podCIDR, *nodeIP)
+	if err != nil {
+		log.Fatal(err)
+	}
+	streams, err := node.streamingServer()
+	if err != nil {
+		log.Fatalf("the streaming server: %v", err)
+	}
+	cri := newRuntime(runtimeOptions{
+		program:      program,
+		nodeIP:       *nodeIP,
+		pods:         pods,
+		handlers:     strings.Split(*handlers, ","),
+		stateDir:     *stateDir,
+		networkReady: *networkReady,
+		streams:      streams,
+	})
+	streams.bind(cri, *portsDir)
+	imageDir := filepath.Join(*stateDir, "images")
+	if err := os.MkdirAll(imageDir, 0o755); err != nil {
+		log.Fatal(err)
+	}
+	served, err := serveCRI(*criSocket, cri, newImages(catalogue, imageDir))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer served.Stop()
+	if *apiForward != "" {
+		local, remote, found := strings.Cut(*apiForward, "=")
+		if !found {
+			log.Fatalf("--api-forward %q: want LOCAL=REMOTE", *apiForward)
+		}
+		if err := node.forwardIn(local, remote); err != nil {
+			log.Fatal(err)
+		}
+	}
+	if *kubeletDoor != "" {
+		target := net.JoinHostPort(*nodeIP, fmt.Sprint(*kubeletPort))
+		if err := node.door(*kubeletDoor, target); err != nil {
+			log.Fatal(err)
+		}
+	}
+	log.Printf("node %s: CRI on %s, pods from %s", *nodeIP, *criSocket, *podCIDR)
+	if len(kubelet) == 0 {
+		waitForSignal()
+		cri.stopAll()
+		return
+	}
+	code := node.runKubelet(kubelet)
+	cri.stopAll()
+	os.Exit(code)
+}
+
+// dieWithParent: the node goes when the lab's backend goes, even under kill -9.
+func dieWithParent() {
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
+		log.Fatalf("prctl: %v", err)
+	}
+	if os.Getppid() == 1 {
+		log.Fatal("started by a process that is already gone")
+	}
+}
+
+func waitForSignal() {
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+	<-signals
+}
+
+func serveCRI(socket string, cri *criRuntime, images *imageService) (*grpc.Server, error) {
+	_ = os.Remove(socket)
+	listener, err := net.Listen("unix", socket)
+	if err != nil {
+		return nil, fmt.Errorf("the CRI socket: %w", err)
+	}
+	server := grpc.NewServer()
+	runtimeapi.RegisterRuntimeServiceServer(server, cri)
+	runtimeapi.RegisterImageServiceServer(server, images)
+	go func() {
+		if err := server.Serve(listener); err != nil {
+			log.Fatalf("CRI: %v", err)
+		}
+	}()
+	return server, nil
+}
+
+// nodeNetwork runs what must happen inside the node's network namespace on one OS thread that
+// entered it and never leaves: sockets made there, and processes started from there.
+type nodeNetwork struct {
+	work chan func()
+}
+
+func newNodeNetwork(nodeIP string) (*nodeNetwork, error) {
+	n := &nodeNetwork{work: make(chan func())}
+	entered := make(chan error)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread stays in the node's namespace
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			entered <- fmt.Errorf("unshare: %w", err)
+			return
+		}
+		entered <- nil
+		for fn := range n.work {
+			fn()
+		}
+	}()
+	if err := <-entered; err != nil {
+		return nil, err
+	}
+	for _, args := range [][]string{
+		{"link", "set", "lo", "up"},
+		{"link", "add", "eth0", "type", "veth", "peer", "name", "vpc"},
+		{"addr", "add", nodeIP + "/32", "dev", "eth0"},
+		{"link", "set", "vpc", "up"},
+		{"link", "set", "eth0", "up"},
+	} {
+		var out []byte
+		var err error
+		n.do(func() { out, err = exec.Command("ip", args...).CombinedOutput() })
+		if err != nil {
+			return nil, fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	return n, nil
+}
+
+// do runs fn on the thread inside the node's namespace and waits for it.
+func (n *nodeNetwork) do(fn func()) {
+	done := make(chan struct{})
+	n.work <- func() { fn(); close(done) }
+	<-done
+}
+
+func (n *nodeNetwork) listen(address string) (listener net.Listener, err error) {
+	n.do(func() { listener, err = net.Listen("tcp", address) })
+	return listener, err
+}
+
+func (n *nodeNetwork) dial(address string) (conn net.Conn, err error) {
+	n.do(func() { conn, err = net.Dial("tcp", address) })
+	return conn, err
+}
+
+// forwardIn listens on local inside the node and forwards each connection to remote, dialled
+// from the host's namespace.
+func (n *nodeNetwork) forwardIn(local, remote string) error {
+	listener, err := n.listen(local)
+	if err != nil {
+		return fmt.Errorf("--api-forward %s inside the node: %w", local, err)
+	}
+	go pipeAll(listener, func() (net.Conn, error) { return net.Dial("tcp", remote) })
+	return nil
+}
+
+// door listens on a unix socket on the host and forwards each connection to target inside
+// the node.
+func (n *nodeNetwork) door(socket, target string) error {
+	_ = os.Remove(socket)
+	listener, err := net.Listen("unix", socket)
+	if err != nil {
+		return fmt.Errorf("--kubelet-door %s: %w", socket, err)
+	}
+	go pipeAll(listener, func() (net.Conn, error) { return n.dial(target) })
+	return nil
+}
+
+func pipeAll(listener net.Listener, dial func() (net.Conn, error)) {
+	for {
+		conn, err := listener.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer conn.Close()
+			upstream, err := dial()
+			if err != nil {
+				log.Printf("forward from %s: %v", listener.Addr(), err)
+				return
+			}
+			defer upstream.Close()
+			go func() { _, _ = io.Copy(upstream, conn); upstream.Close() }()
+			_, _ = io.Copy(conn, upstream)
+		}()
+	}
+}
+
+// runKubelet starts the kubelet command inside the node's network namespace and a private
+// mount namespace (the command's own mounts stay there), passes SIGTERM and SIGINT on, and
+// returns its exit code.
+func (n *nodeNetwork) runKubelet(command []string) int {
+	cmd := exec.Command(command[0], command[1:]...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Unshareflags: syscall.CLONE_NEWNS,
+		Pdeathsig:    syscall.SIGKILL,
+		Setpgid:      true,
+	}
+	var err error
+	n.do(func() { err = cmd.Start() })
+	if err != nil {
+		log.Printf("starting the kubelet: %v", err)
+		return 1
+	}
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		for sig := range signals {
+			_ = syscall.Kill(-cmd.Process.Pid, sig.(syscall.Signal))
+		}
+	}()
+	err = cmd.Wait()
+	if cmd.ProcessState == nil {
+		log.Printf("the kubelet: %v", err)
+		return 1
+	}
+	log.Printf("the kubelet ended: %v", cmd.ProcessState)
+	return exitCode(cmd.ProcessState)
+}
+
+// exitCode as a shell reports it: 128 plus the signal for a process a signal ended.
+func exitCode(state *os.ProcessState) int {
+	if status, ok := state.Sys().(syscall.WaitStatus); ok && status.Signaled() {
+		return 128 + int(status.Signal())
+	}
+	return state.ExitCode()
+}

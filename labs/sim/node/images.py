@@ -1,0 +1,56 @@
+"""The images the rehearsal's registries serve: what the lab's pods and the write-ups use.
+
+The nodes' container runtime pulls only these; any other name fails as containerd fails for it
+(a repository nobody serves: "pull access denied", a tag its repository lacks: "not found"), so
+a mistyped image goes ErrImagePull and ImagePullBackOff as on EKS. Sizes are the images'
+compressed linux/amd64 sizes, rounded; an image ID is the rehearsal's own (a digest of its
+name), not the registry's, which nothing here can ask.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+MB = 1_000_000
+# A pull's pace on a g5.xlarge from ECR or a public registry in the same region.
+PULL_BYTES_PER_SECOND = 60 * MB
+
+
+@dataclass(frozen=True)
+class Image:
+    ref: str
+    size: int
+    # Already on the node when it boots (the AMI's), so never pulled.
+    present: bool = False
+
+    @property
+    def id(self) -> str:
+        return "sha256:" + hashlib.sha256(self.ref.encode()).hexdigest()
+
+
+CATALOGUE = (
+    Image("public.ecr.aws/docker/library/busybox:1.37", 2 * MB),
+    Image("docker.io/library/busybox:1.36", 2 * MB),
+    Image("docker.io/library/busybox:1.37", 2 * MB),
+    Image("docker.io/library/ubuntu:22.04", 30 * MB),
+    Image("nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04", 88 * MB),
+    Image("docker.io/nvidia/cuda:11.8-runtime-ubuntu20.04", 1_100 * MB),
+    Image("docker.io/nvidia/cuda:11.8-devel-ubuntu20.04", 3_600 * MB),
+    Image("docker.io/pytorch/pytorch:2.11.0-cuda13.0-cudnn9-runtime", 3_300 * MB),
+    Image("docker.io/pytorch/pytorch:1.12.1-cuda11.3-cudnn8-devel", 6_100 * MB),
+    Image("docker.io/tensorflow/tensorflow:2.9.1-gpu", 2_600 * MB),
+)
+
+
+def write_catalogue(path: Path, images: tuple[Image, ...] = CATALOGUE) -> Path:
+    """The catalogue as the runtime reads it (`--images`)."""
+    entries = [
+        {**asdict(image), "id": image.id, "pull_seconds": image.size / PULL_BYTES_PER_SECOND}
+        for image in images
+    ]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(entries, indent=1))
+    return path

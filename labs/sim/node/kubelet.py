@@ -1,0 +1,334 @@
+"""One rehearsal node as EKS runs it: the real kubelet (the control plane's release) behind the
+lab's own container runtime.
+
+`go/controlplane/cmd/node-runtime` is the node: it holds the node's network namespace (its VPC
+address on an interface of its own; the host's interfaces are never touched), serves the CRI
+and starts the kubelet inside that namespace, in a mount namespace of the kubelet's own. There
+the machine is the instance type and the AMI (`/proc/meminfo`, `/sys/devices/system/cpu` and
+`/etc/os-release` are made-up files bound over the host's), the kernel settings the kubelet tunes
+are files of the node's (the host's stay as they are), and `/var/lib/kubelet/device-plugins` (a
+fixed path) is the node's directory, where a device plugin on the host registers with it.
+
+The kubelet reaches the API server through a port the runtime forwards out of the namespace; the
+API server reaches the kubelet through the runtime's door socket, which the node endpoint's
+CONNECT proxy routes the node's address to. Everything dies with the process that started it.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shlex
+import shutil
+import sys
+import uuid
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes.utils import parse_quantity
+
+from labs.errors import LabError
+from labs.sim.controlplane import build, pki
+from labs.sim.controlplane.run import Served, spawn
+from labs.sim.node.hardware import AMI_OS_RELEASE, INSTANCE_SHAPES
+
+KUBELET_PORT = 10250
+CLUSTER_DNS = "10.100.0.10"
+# The kernel settings the kubelet sets to these values when it starts (its container manager's
+# `setupKernelTunables`): on the node they are the node's own files, already so.
+KERNEL_TUNABLES = {
+    "vm/overcommit_memory": "1",
+    "vm/panic_on_oom": "0",
+    "kernel/panic": "10",
+    "kernel/panic_on_oops": "1",
+    "kernel/keys/root_maxkeys": "1000000",
+    "kernel/keys/root_maxbytes": "25000000",
+}
+
+
+class NodeUnavailable(LabError):
+    """This machine cannot run a real node; says what it lacks."""
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """What the node group makes a node: its name and address, the pods' addresses, the EC2
+    instance behind it, its labels and taints, and its containerd's runtime handlers."""
+
+    name: str
+    ip: str
+    pod_cidr: str
+    instance_type: str
+    provider_id: str
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: tuple[dict[str, str], ...] = ()
+    runtime_handlers: tuple[str, ...] = ("runc",)
+
+
+@dataclass
+class KubeletNode:
+    """One node's runtime and kubelet, and their files under `home`."""
+
+    home: Path
+    spec: NodeSpec
+    ca: pki.Authority
+    api_url: str
+    # What a container's process runs: `labs.sim.node.container_process` with the world's
+    # credentials (`container_command`).
+    container_command: list[str]
+    images: Path
+    ports_dir: Path | None = None
+    # Where the node endpoint's CONNECT proxy looks up where an address's kubelet port goes.
+    routes_dir: Path | None = None
+    # The pod network is up once this file exists (None: at once); until then the node is
+    # NotReady with the kubelet's own "cni plugin not initialized".
+    network_ready_file: Path | None = None
+    _served: Served = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._served = Served(build.NODE_RUNTIME, self.home / "logs" / "node.log")
+
+    @property
+    def log(self) -> Path:
+        return self._served.log
+
+    @property
+    def door(self) -> Path:
+        """The unix socket on the host that reaches this node's kubelet port."""
+        return self.home / "kubelet.door"
+
+    def start(self, say: Any = print) -> None:
+        """Write the node's files and start it; the kubelet registers the Node on its own."""
+        require_namespaces()
+        runtime = build.node_runtime_binary(say)
+        kubelet = build.binaries(say) / "kubelet"
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        command = [str(runtime), *self._runtime_args(), "--", *self._kubelet_command(kubelet)]
+        self._served.process = spawn(command, self.log)
+        if self.routes_dir is not None:
+            self.routes_dir.mkdir(parents=True, exist_ok=True)
+            route = self.routes_dir / f"{self.spec.ip}_{KUBELET_PORT}"
+            route.write_text(f"unix:{self.door}")
+
+    def stop(self) -> None:
+        """Stop the kubelet and the runtime (its containers' processes die with it)."""
+        if self.routes_dir is not None:
+            (self.routes_dir / f"{self.spec.ip}_{KUBELET_PORT}").unlink(missing_ok=True)
+        self._served.stop()
+
+    @property
+    def pid(self) -> int | None:
+        return self._served.pid
+
+    def exit_code(self) -> int | None:
+        return self._served.exit_code()
+
+    def described(self) -> dict[str, dict[str, Any]]:
+        return self._served.described()
+
+    def _runtime_args(self) -> list[str]:
+        api_port = self.api_url.rsplit(":", 1)[1]
+        args = [
+            f"--cri-socket={self.home / 'cri.sock'}",
+            f"--node-ip={self.spec.ip}",
+            f"--pod-cidr={self.spec.pod_cidr}",
+            f"--images={self.images}",
+            f"--runtime-handlers={','.join(self.spec.runtime_handlers)}",
+            f"--state-dir={self.home / 'runtime'}",
+            f"--api-forward=127.0.0.1:{api_port}=127.0.0.1:{api_port}",
+            f"--kubelet-door={self.door}",
+            f"--kubelet-port={KUBELET_PORT}",
+            *(f"--program={word}" for word in self.container_command),
+        ]
+        if self.ports_dir is not None:
+            args.append(f"--ports-dir={self.ports_dir}")
+        if self.network_ready_file is not None:
+            args.append(f"--network-ready-file={self.network_ready_file}")
+        return args
+
+    def _kubelet_command(self, kubelet: Path) -> list[str]:
+        """`sh -c` setting up the kubelet's mount namespace, then the kubelet."""
+        pki_dir, machine = self.home / "pki", self._machine()
+        files = _certificates(self.ca, self.spec, pki_dir)
+        kubeconfig = self.home / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump(_kubeconfig(self.api_url, self.ca, files)))
+        config = self.home / "kubelet.yaml"
+        config.write_text(yaml.safe_dump(self._configuration(files)))
+        plugins = self.home / "device-plugins"
+        plugins.mkdir(exist_ok=True)
+        binds = [
+            (machine / "meminfo", "/proc/meminfo"),
+            (machine / "cpu", "/sys/devices/system/cpu"),
+            (machine / "node", "/sys/devices/system/node"),
+            (machine / "os-release", "/etc/os-release"),
+            (machine / "machine-id", "/etc/machine-id"),
+            (machine / "boot_id", "/proc/sys/kernel/random/boot_id"),
+            (machine / "product_uuid", "/sys/class/dmi/id/product_uuid"),
+            *((machine / "sys" / name, f"/proc/sys/{name}") for name in KERNEL_TUNABLES),
+        ]
+        script = [
+            "set -e",
+            *(
+                f"if [ -e {shlex.quote(b)} ]; then mount --bind {shlex.quote(str(a))} "
+                f"{shlex.quote(b)}; fi"
+                for a, b in binds
+            ),
+            # a tmpfs hides the host's /var/lib from this kubelet only
+            "mount -t tmpfs -o mode=0755 tmpfs /var/lib",
+            "mkdir -p /var/lib/kubelet/device-plugins",
+            f"mount --bind {shlex.quote(str(plugins))} /var/lib/kubelet/device-plugins",
+            'exec "$@"',
+        ]
+        labels = ",".join(f"{key}={value}" for key, value in sorted(self.spec.labels.items()))
+        flags = [
+            f"--config={config}",
+            f"--kubeconfig={kubeconfig}",
+            f"--root-dir={self.home / 'root'}",
+            f"--cert-dir={pki_dir}",
+            f"--hostname-override={self.spec.name}",
+            f"--node-ip={self.spec.ip}",
+            *([f"--node-labels={labels}"] if labels else []),
+            "--v=1",
+        ]
+        return ["sh", "-c", "\n".join(script), "node", str(kubelet), *flags]
+
+    def _configuration(self, files: dict[str, Path]) -> dict[str, Any]:
+        """The KubeletConfiguration: EKS's reservations (what the instance type's allocatable
+        leaves out), cgroupfs without per-QoS cgroups (the host's cgroups are not the node's)."""
+        shape = INSTANCE_SHAPES[self.spec.instance_type]
+        reserved_cpu = parse_quantity(shape.cpu) - parse_quantity(shape.allocatable_cpu)
+        reserved_memory = parse_quantity(shape.memory) - parse_quantity(shape.allocatable_memory)
+        return {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            "address": self.spec.ip,
+            "port": KUBELET_PORT,
+            "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1",
+            "tlsCertFile": str(files["serving.crt"]),
+            "tlsPrivateKeyFile": str(files["serving.key"]),
+            "authentication": {
+                "x509": {"clientCAFile": str(files["ca.crt"])},
+                "webhook": {"enabled": False},
+                "anonymous": {"enabled": False},
+            },
+            "authorization": {"mode": "AlwaysAllow"},
+            "containerRuntimeEndpoint": f"unix://{self.home / 'cri.sock'}",
+            "podLogsDir": str(self.home / "pod-logs"),
+            "cgroupDriver": "cgroupfs",
+            "cgroupsPerQOS": False,
+            "enforceNodeAllocatable": [],
+            "failSwapOn": False,
+            "failCgroupV1": False,
+            "protectKernelDefaults": True,
+            "localStorageCapacityIsolation": False,
+            "evictionHard": {},
+            "kubeReserved": {
+                "cpu": f"{int(reserved_cpu * 1000)}m",
+                "memory": f"{int(reserved_memory / 1024)}Ki",
+            },
+            "clusterDNS": [CLUSTER_DNS],
+            "clusterDomain": "cluster.local",
+            "providerID": self.spec.provider_id,
+            "registerWithTaints": list(self.spec.taints),
+            "serializeImagePulls": False,
+            "maxPods": 50,
+            "resolvConf": "",
+        }
+
+    def _machine(self) -> Path:
+        """The instance as the kubelet reads it: the instance type's /proc/meminfo and CPUs in
+        sysfs (no NUMA nodes, so the CPUs count), the AMI's os-release, an identity of its own
+        (machine ID, boot ID, an EC2-style system UUID) and the kernel settings' files."""
+        shape = INSTANCE_SHAPES[self.spec.instance_type]
+        machine = self.home / "machine"
+        shutil.rmtree(machine, ignore_errors=True)
+        memory_kib = int(parse_quantity(shape.memory) / 1024)
+        (machine / "node").mkdir(parents=True)
+        (machine / "meminfo").write_text(
+            f"MemTotal:       {memory_kib} kB\nMemFree:        {memory_kib} kB\n"
+            f"MemAvailable:   {memory_kib} kB\nSwapTotal:             0 kB\n"
+        )
+        cpus = int(Decimal(shape.cpu))
+        every = f"0-{cpus - 1}\n"
+        for number in range(cpus):
+            topology = machine / "cpu" / f"cpu{number}" / "topology"
+            topology.mkdir(parents=True)
+            (topology.parent / "online").write_text("1\n")
+            for name, value in {
+                "physical_package_id": "0",
+                "core_id": str(number // 2),
+                "thread_siblings_list": f"{number - number % 2}-{number - number % 2 + 1}",
+                "core_siblings_list": every.strip(),
+            }.items():
+                (topology / name).write_text(value + "\n")
+        for name in ("online", "possible", "present"):
+            (machine / "cpu" / name).write_text(every)
+        identity = uuid.uuid4()
+        (machine / "os-release").write_text(AMI_OS_RELEASE)
+        (machine / "machine-id").write_text(identity.hex + "\n")
+        (machine / "boot_id").write_text(f"{uuid.uuid4()}\n")
+        (machine / "product_uuid").write_text(f"ec2{str(identity)[3:]}\n")  # as EC2's read
+        for name, value in KERNEL_TUNABLES.items():
+            tunable = machine / "sys" / name
+            tunable.parent.mkdir(parents=True, exist_ok=True)
+            tunable.write_text(value + "\n")
+        return machine
+
+
+def require_namespaces() -> None:
+    """A node needs mount and network namespaces of its own: root on Linux."""
+    if not sys.platform.startswith("linux"):
+        raise NodeUnavailable("the rehearsal's nodes run the real kubelet, which needs Linux")
+    if os.geteuid() != 0:
+        raise NodeUnavailable(
+            "the rehearsal's nodes run the real kubelet in network and mount namespaces of "
+            "their own, which needs root here: run the rehearsal as root (or in a container "
+            "started with --privileged)"
+        )
+    for tool in ("ip", "mount", "sh"):
+        if shutil.which(tool) is None:
+            raise NodeUnavailable(
+                f"the rehearsal's nodes need `{tool}` on PATH (iproute2, util-linux)"
+            )
+
+
+def _certificates(ca: pki.Authority, spec: NodeSpec, pki_dir: Path) -> dict[str, Path]:
+    """The kubelet's client certificate (system:node:NAME in system:nodes, what the Node
+    authorizer expects) and its serving certificate, both from the lab's CA."""
+    client = ca.issue(f"system:node:{spec.name}", "system:nodes")
+    serving = ca.issue(spec.name, server=True, addresses=(spec.ip,), names=(spec.name,))
+    texts = {
+        "ca.crt": ca.cert_pem,
+        "client.crt": client.cert_pem,
+        "client.key": client.key_pem,
+        "serving.crt": serving.cert_pem,
+        "serving.key": serving.key_pem,
+    }
+    return {name: pki.write_private(pki_dir / name, text) for name, text in texts.items()}
+
+
+def _kubeconfig(api_url: str, ca: pki.Authority, files: dict[str, Path]) -> dict[str, Any]:
+    ca_data = base64.b64encode(ca.cert_pem.encode()).decode()
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "lab", "cluster": {"server": api_url, "certificate-authority-data": ca_data}}
+        ],
+        "users": [
+            {
+                "name": "kubelet",
+                "user": {
+                    "client-certificate": str(files["client.crt"]),
+                    "client-key": str(files["client.key"]),
+                },
+            }
+        ],
+        "contexts": [{"name": "kubelet", "context": {"cluster": "lab", "user": "kubelet"}}],
+        "current-context": "kubelet",
+    }

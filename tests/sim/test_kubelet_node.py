@@ -1,0 +1,383 @@
+"""A rehearsal node running the real kubelet behind the lab's container runtime, joined to the
+session's held-still plane: what `kubectl` shows of it, and what its pods do, as on EKS.
+
+The pods are made once, when the node is up, so the kubelet's own back-offs (10 s, doubling)
+run side by side; each test then watches the pods it is about.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from controlplane_support import processes
+from still_support import StillPlane
+
+from labs.kube.resources import EVENTS, LEASES, NODES, PODS, NotFound
+from labs.sim.controlplane.build import NODE_RUNTIME
+from labs.sim.node import container_process
+from labs.sim.node.hardware import INSTANCE_SHAPES
+from labs.sim.node.images import write_catalogue
+from labs.sim.node.kubelet import KERNEL_TUNABLES, KubeletNode, NodeSpec
+from labs.sim.world import ROUTES_DIR
+
+IP, POD_CIDR = "192.168.12.34", "192.168.12.0/24"
+NAME = "ip-192-168-12-34.ap-northeast-2.compute.internal"
+BUSYBOX = "public.ecr.aws/docker/library/busybox:1.37"
+CONTAINERD_ID = re.compile(r"^containerd://[0-9a-f]{64}$")
+
+
+def node_spec(ip: str = IP, name: str = NAME) -> NodeSpec:
+    return NodeSpec(
+        name,
+        ip,
+        POD_CIDR,
+        "g5.xlarge",
+        "aws:///ap-northeast-2a/i-0f1e2d3c4b5a69788",
+        labels={"node.kubernetes.io/instance-type": "g5.xlarge", "workload": "gpu"},
+    )
+
+
+def real_node(still: StillPlane, home: Path, spec: NodeSpec) -> KubeletNode:
+    plane = still.plane
+    assert plane.ca is not None
+    return KubeletNode(
+        home,
+        spec,
+        plane.ca,
+        plane.api_url,
+        container_process.command(plane.api_url, plane.home / "pki"),
+        write_catalogue(home / "images.json"),
+        routes_dir=plane.home.parent / ROUTES_DIR,
+        network_ready_file=home / "cni-ready",
+    )
+
+
+def pod(name: str, command: list[str] | None = None, **spec: object) -> dict:
+    container: dict = {"name": "main", "image": spec.pop("image", BUSYBOX)}
+    if command:
+        container["command"] = command
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": NAME,
+            "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": 5,
+            "containers": [container],
+            **spec,
+        },
+    }
+
+
+PODS_MADE = [
+    pod("sleeper", ["sleep", "infinity"]),
+    pod("web"),  # the image's own entrypoint: runs until stopped
+    pod("host-agent", ["sleep", "infinity"], hostNetwork=True),
+    pod("crasher", ["sh", "-c", "echo starting; exit 1"]),
+    pod("typo", image="public.ecr.aws/docker/library/busybox:9.99"),
+    pod("nobody", image="registry.example.com/team/trainer:v1"),
+    pod(
+        "init-fails",
+        ["sleep", "infinity"],
+        initContainers=[{"name": "setup", "image": BUSYBOX, "command": ["sh", "-c", "exit 2"]}],
+    ),
+    pod("done", ["sh", "-c", "echo finished"], restartPolicy="Never"),
+]
+
+
+@dataclass
+class Joined:
+    """The node, what its Ready condition said before its pod network came up, and what the
+    host looked like before it started."""
+
+    node: KubeletNode
+    still: StillPlane
+    not_ready: dict
+    host_tunables: dict[str, str]
+    host_addresses: str
+
+    def pod(self, name: str) -> dict:
+        return self.still.api.get(PODS, name, "default")
+
+
+def ready_condition(node: dict) -> dict:
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == "Ready"), {})
+
+
+def wait_for(what: str, check: Callable[[], object], timeout: float = 90.0) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.5)
+    raise AssertionError(f"{what}: not within {timeout:.0f} s")
+
+
+def host_tunables() -> dict[str, str]:
+    return {name: Path("/proc/sys", name).read_text() for name in KERNEL_TUNABLES}
+
+
+def host_addresses() -> str:
+    return subprocess.run(["ip", "-o", "addr"], capture_output=True, text=True).stdout
+
+
+@pytest.fixture(scope="module")
+def joined(still_plane: StillPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Joined]:
+    before_tunables, before_addresses = host_tunables(), host_addresses()
+    node = real_node(still_plane, tmp_path_factory.mktemp("node"), node_spec())
+    api = still_plane.api
+    node.start()
+    try:
+
+        def registered() -> dict:
+            try:
+                return ready_condition(api.get(NODES, NAME))
+            except NotFound:
+                return {}
+
+        not_ready = wait_for("the node registers", registered)
+        assert node.network_ready_file is not None
+        node.network_ready_file.touch()
+        wait_for("the node turns Ready", lambda: registered().get("status") == "True")
+        for made in PODS_MADE:
+            api.create(PODS, made, "default")
+        yield Joined(node, still_plane, dict(not_ready), before_tunables, before_addresses)
+    finally:
+        node.stop()
+        for name in [p["metadata"]["name"] for p in PODS_MADE]:
+            try:
+                api.delete(PODS, name, "default", grace_seconds=0)
+            except NotFound:
+                pass
+        for rtype, name, namespace in ((NODES, NAME, None), (LEASES, NAME, "kube-node-lease")):
+            try:
+                api.delete(rtype, name, namespace)
+            except NotFound:
+                pass
+
+
+def test_a_node_joins_not_ready_until_its_pod_network_is_up(joined: Joined) -> None:
+    assert joined.not_ready["status"] == "False"
+    assert "cni plugin not initialized" in joined.not_ready["message"]
+    assert ready_condition(joined.still.api.get(NODES, NAME))["reason"] == "KubeletReady"
+
+
+def test_kubectl_shows_the_real_kubelet_on_the_instance_types_machine(
+    joined: Joined, tmp_path: Path
+) -> None:
+    wide = joined.still.kubectl(tmp_path, "get", "nodes", "-o", "wide")
+    assert wide.returncode == 0, wide.stderr
+    row = next(line for line in wide.stdout.splitlines() if line.startswith(NAME))
+    for shown in ("Ready", "v1.35.4", IP, "Amazon Linux 2023", "containerd://2.2.4"):
+        assert shown in row, wide.stdout
+    node = joined.still.api.get(NODES, NAME)
+    shape = INSTANCE_SHAPES["g5.xlarge"]
+    assert node["status"]["capacity"]["cpu"] == shape.cpu
+    assert node["status"]["capacity"]["memory"] == shape.memory
+    assert node["status"]["allocatable"]["cpu"] == shape.allocatable_cpu
+    assert node["status"]["allocatable"]["memory"] == shape.allocatable_memory
+    assert node["spec"]["providerID"] == "aws:///ap-northeast-2a/i-0f1e2d3c4b5a69788"
+    assert node["metadata"]["labels"]["workload"] == "gpu"
+
+
+def waiting_reasons(joined: Joined, name: str, until: set[str], timeout: float = 90.0) -> set[str]:
+    """The reasons the pod's first container waited for, watched until all of `until` showed."""
+    seen: set[str] = set()
+
+    def all_seen() -> bool:
+        status = joined.pod(name).get("status") or {}
+        for container in status.get("containerStatuses") or []:
+            waiting = (container.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason"):
+                seen.add(waiting["reason"])
+        return until <= seen
+
+    wait_for(f"{name} waits with {sorted(until)} (seen: {seen})", all_seen, timeout)
+    return seen
+
+
+def events_of(joined: Joined, name: str) -> list[str]:
+    events = joined.still.api.list(EVENTS, "default")[0]
+    return [e["message"] for e in events if e["involvedObject"]["name"] == name]
+
+
+def test_a_mistyped_tag_goes_err_image_pull_then_image_pull_back_off(joined: Joined) -> None:
+    waiting_reasons(joined, "typo", {"ErrImagePull", "ImagePullBackOff"})
+    ref = "public.ecr.aws/docker/library/busybox:9.99"
+    assert (
+        f'Failed to pull image "{ref}": rpc error: code = NotFound desc = failed to pull and '
+        f'unpack image "{ref}": failed to resolve reference "{ref}": {ref}: not found'
+    ) in events_of(joined, "typo")
+
+
+def test_an_image_no_registry_serves_is_pull_access_denied(joined: Joined) -> None:
+    waiting_reasons(joined, "nobody", {"ErrImagePull"})
+    assert any(
+        "pull access denied, repository does not exist or may require authorization" in message
+        for message in events_of(joined, "nobody")
+    ), events_of(joined, "nobody")
+
+
+def test_a_failing_command_crash_loops_with_a_growing_back_off(joined: Joined) -> None:
+    """Each run's start, as the pod's status records it (this run's and the last one's): the
+    kubelet waits 10 s before the second run, 20 s before the third."""
+    starts: set[datetime] = set()
+
+    def three_runs() -> bool:
+        for container in joined.pod("crasher")["status"].get("containerStatuses") or []:
+            for state in (container.get("state") or {}, container.get("lastState") or {}):
+                if "terminated" in state:
+                    starts.add(datetime.fromisoformat(state["terminated"]["startedAt"]))
+        return len(starts) >= 3
+
+    wait_for(f"crasher runs three times (seen: {sorted(starts)})", three_runs)
+    first, second, third = sorted(starts)[:3]
+    assert 9 <= (second - first).total_seconds() < (third - second).total_seconds()
+    status = joined.pod("crasher")["status"]["containerStatuses"][0]
+    assert status["lastState"]["terminated"]["exitCode"] == 1
+    assert status["lastState"]["terminated"]["reason"] == "Error"
+    assert any(
+        message.startswith("Back-off restarting failed container main in pod crasher_default")
+        for message in events_of(joined, "crasher")
+    )
+
+
+def running(joined: Joined, name: str) -> dict:
+    def up() -> dict | None:
+        found = joined.pod(name)
+        return found if found["status"].get("phase") == "Running" else None
+
+    return wait_for(f"{name} runs", up)  # type: ignore[return-value]
+
+
+def test_containers_have_containerd_ids_and_pods_addresses_of_their_own(joined: Joined) -> None:
+    pods = [running(joined, name) for name in ("sleeper", "web", "host-agent")]
+    for found in pods:
+        assert CONTAINERD_ID.match(found["status"]["containerStatuses"][0]["containerID"])
+    addresses = {found["metadata"]["name"]: found["status"]["podIP"] for found in pods}
+    assert addresses["host-agent"] == IP
+    own = [addresses["sleeper"], addresses["web"]]
+    assert len(set(own)) == 2
+    assert all(ipaddress.ip_address(a) in ipaddress.ip_network(POD_CIDR) for a in own)
+    assert IP not in own
+
+
+def test_a_container_that_ends_completes_with_its_output_in_the_log(
+    joined: Joined, tmp_path: Path
+) -> None:
+    def completed() -> dict | None:
+        status = joined.pod("done")["status"]
+        return status if status.get("phase") == "Succeeded" else None
+
+    status = wait_for("done succeeds", completed)
+    assert status["containerStatuses"][0]["state"]["terminated"]["reason"] == "Completed"  # type: ignore[index]
+    logs = joined.still.kubectl(tmp_path, "logs", "done")
+    assert logs.stdout == "finished\n", logs.stderr
+
+
+def test_kubectl_exec_runs_in_the_container_and_returns_its_exit_code(
+    joined: Joined, tmp_path: Path
+) -> None:
+    running(joined, "sleeper")
+    result = joined.still.kubectl(tmp_path, "exec", "sleeper", "--", "sh", "-c", "echo hi; exit 3")
+    assert result.stdout == "hi\n"
+    assert result.returncode == 3, result.stderr
+
+
+def test_kubectl_cp_copies_a_file_out_of_a_pod(joined: Joined, tmp_path: Path) -> None:
+    running(joined, "sleeper")
+    target = tmp_path / "hostname"
+    result = joined.still.kubectl(tmp_path, "cp", "default/sleeper:/etc/hostname", str(target))
+    assert result.returncode == 0, result.stderr
+    assert target.read_text() == "sleeper\n"
+
+
+def test_deleting_a_pod_stops_its_container_and_removes_it(joined: Joined, tmp_path: Path) -> None:
+    running(joined, "web")
+    started = time.monotonic()
+    result = joined.still.kubectl(tmp_path, "delete", "pod", "web", "--timeout=30s")
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - started < 30
+    with pytest.raises(NotFound):
+        joined.pod("web")
+
+
+def test_the_host_keeps_its_kernel_settings_and_its_addresses(joined: Joined) -> None:
+    assert host_tunables() == joined.host_tunables
+    assert host_addresses() == joined.host_addresses
+
+
+def test_a_failing_init_container_shows_init_crash_loop_back_off(
+    joined: Joined, tmp_path: Path
+) -> None:
+    def shown() -> bool:
+        listed = joined.still.kubectl(tmp_path, "get", "pod", "init-fails", "--no-headers")
+        return "Init:CrashLoopBackOff" in listed.stdout
+
+    # The kubelet writes that state only at a sync inside the back-off, which its housekeeping
+    # brings (minutes apart): this test comes late, so the other tests' time counts.
+    wait_for("kubectl get pod init-fails says Init:CrashLoopBackOff", shown, timeout=240)
+    init = joined.pod("init-fails")["status"]["initContainerStatuses"][0]
+    assert init["lastState"]["terminated"]["exitCode"] == 2
+
+
+def test_a_node_dies_with_the_process_that_started_it(
+    still_plane: StillPlane, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    home = tmp_path_factory.mktemp("orphan")
+    starter = subprocess.Popen(
+        [sys.executable, "-c", ORPHAN_STARTER, str(home)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert starter.stdin is not None and starter.stdout is not None
+    starter.stdin.write(json.dumps({"api_url": still_plane.plane.api_url}) + "\n")
+    starter.stdin.flush()
+    line = starter.stdout.readline()
+    assert line.startswith("started"), line
+
+    def ours(argv: list[str]) -> bool:
+        return any(str(home) in arg for arg in argv) and Path(argv[0]).name in (
+            NODE_RUNTIME,
+            "kubelet",
+            "sh",
+        )
+
+    wait_for("the node's kubelet runs", lambda: len(processes(ours)) >= 2, 30)
+    os.kill(starter.pid, signal.SIGKILL)
+    starter.wait()
+    wait_for(f"the node's processes end: {processes(ours)}", lambda: not processes(ours), 30)
+
+
+# Starts a node the way a world does, then waits to be killed.
+ORPHAN_STARTER = """
+import sys, json, time
+from pathlib import Path
+from labs.sim.controlplane import pki
+from labs.sim.node.kubelet import KubeletNode, NodeSpec
+from labs.sim.node.images import write_catalogue
+home = Path(sys.argv[1])
+api_url = json.loads(sys.stdin.readline())["api_url"]
+spec = NodeSpec("ip-192-168-12-99.ap-northeast-2.compute.internal", "192.168.12.99",
+                "192.168.13.0/24", "g5.xlarge", "aws:///ap-northeast-2a/i-0aaaaaaaaaaaaaaaa")
+node = KubeletNode(home, spec, pki.Authority.new(), api_url, ["true"],
+                   write_catalogue(home / "images.json"))
+node.start(lambda line: None)
+print("started", flush=True)
+time.sleep(3600)
+"""
