@@ -298,9 +298,13 @@ def test_prebuilt_binaries_are_used_as_they_are(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     lines = result.stdout.strip().splitlines()
     assert lines[0] == f"control plane programs: {prebuilt}"
-    # Our own node endpoint never comes from a prebuilt directory: built into the cache.
-    endpoint = cache / build.NODE_ENDPOINT / build.source_digest()
-    assert f"node endpoint: {endpoint / build.NODE_ENDPOINT}" in lines
+    # Our own programs never come from a prebuilt directory: built into the cache.
+    for about, name in (
+        ("node endpoint", build.NODE_ENDPOINT),
+        ("nodes' container runtime", build.NODE_RUNTIME),
+        ("GPU device plugin", build.DEVICE_PLUGIN),
+    ):
+        assert f"{about}: {cache / name / build.source_digest() / name}" in lines
     # Nor does metrics-server when the directory lacks it: built per version; cached ones reused.
     for program in (build.METRICS_SERVER_PROGRAM, *tools):
         cached = cache / program.name / program.version() / program.name

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -27,21 +28,22 @@ from still_support import StillPlane
 from labs.kube.resources import EVENTS, LEASES, NODES, PODS, NotFound
 from labs.sim.controlplane.build import NODE_RUNTIME
 from labs.sim.node import container_process
-from labs.sim.node.hardware import INSTANCE_SHAPES
+from labs.sim.node.hardware import GPU_RESOURCE, INSTANCE_SHAPES
 from labs.sim.node.images import write_catalogue
-from labs.sim.node.kubelet import KERNEL_TUNABLES, KubeletNode, NodeSpec
+from labs.sim.node.kubelet import DEVICE_PLUGINS, KERNEL_TUNABLES, KubeletNode, NodeSpec
 from labs.sim.world import ROUTES_DIR
 
 IP, POD_CIDR = "192.168.12.34", "192.168.12.0/24"
 NAME = "ip-192-168-12-34.ap-northeast-2.compute.internal"
 BUSYBOX = "public.ecr.aws/docker/library/busybox:1.37"
+DEVICE_PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.17.4"
 CONTAINERD_ID = re.compile(r"^containerd://[0-9a-f]{64}$")
 
 
-def node_spec(ip: str = IP, name: str = NAME) -> NodeSpec:
+def node_spec() -> NodeSpec:
     return NodeSpec(
-        name,
-        ip,
+        NAME,
+        IP,
         POD_CIDR,
         "g5.xlarge",
         "aws:///ap-northeast-2a/i-0f1e2d3c4b5a69788",
@@ -80,6 +82,21 @@ def pod(name: str, command: list[str] | None = None, **spec: object) -> dict:
     }
 
 
+def device_plugin_pod() -> dict:
+    made = pod("nvidia-device-plugin", image=DEVICE_PLUGIN_IMAGE)
+    made["spec"]["volumes"] = [{"name": "plugins", "hostPath": {"path": DEVICE_PLUGINS}}]
+    made["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": "plugins", "mountPath": DEVICE_PLUGINS}
+    ]
+    return made
+
+
+def gpu_pod(name: str) -> dict:
+    made = pod(name, ["sleep", "infinity"], image="nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04")
+    made["spec"]["containers"][0]["resources"] = {"limits": {GPU_RESOURCE: "1"}}
+    return made
+
+
 PODS_MADE = [
     pod("sleeper", ["sleep", "infinity"]),
     pod("web"),  # the image's own entrypoint: runs until stopped
@@ -93,6 +110,7 @@ PODS_MADE = [
         initContainers=[{"name": "setup", "image": BUSYBOX, "command": ["sh", "-c", "exit 2"]}],
     ),
     pod("done", ["sh", "-c", "echo finished"], restartPolicy="Never"),
+    device_plugin_pod(),
 ]
 
 
@@ -157,9 +175,9 @@ def joined(still_plane: StillPlane, tmp_path_factory: pytest.TempPathFactory) ->
         yield Joined(node, still_plane, dict(not_ready), before_tunables, before_addresses)
     finally:
         node.stop()
-        for name in [p["metadata"]["name"] for p in PODS_MADE]:
+        for left in api.list(PODS, "default")[0]:
             try:
-                api.delete(PODS, name, "default", grace_seconds=0)
+                api.delete(PODS, left["metadata"]["name"], "default", grace_seconds=0)
             except NotFound:
                 pass
         for rtype, name, namespace in ((NODES, NAME, None), (LEASES, NAME, "kube-node-lease")):
@@ -233,19 +251,24 @@ def test_an_image_no_registry_serves_is_pull_access_denied(joined: Joined) -> No
 
 def test_a_failing_command_crash_loops_with_a_growing_back_off(joined: Joined) -> None:
     """Each run's start, as the pod's status records it (this run's and the last one's): the
-    kubelet waits 10 s before the second run, 20 s before the third."""
+    kubelet restarts the container at once the first time, then after 10 s, then 20 s (each
+    with up to half again of jitter, and the run's own time)."""
     starts: set[datetime] = set()
 
-    def three_runs() -> bool:
+    def backed_off() -> list[float]:
+        ordered = sorted(starts)
+        return [(b - a).total_seconds() for a, b in pairwise(ordered) if (b - a).seconds >= 9]
+
+    def backed_off_twice() -> bool:
         for container in joined.pod("crasher")["status"].get("containerStatuses") or []:
             for state in (container.get("state") or {}, container.get("lastState") or {}):
                 if "terminated" in state:
                     starts.add(datetime.fromisoformat(state["terminated"]["startedAt"]))
-        return len(starts) >= 3
+        return len(backed_off()) >= 2
 
-    wait_for(f"crasher runs three times (seen: {sorted(starts)})", three_runs)
-    first, second, third = sorted(starts)[:3]
-    assert 9 <= (second - first).total_seconds() < (third - second).total_seconds()
+    wait_for(f"crasher backs off twice (runs: {sorted(starts)})", backed_off_twice, 120)
+    first, second = backed_off()[:2]
+    assert 9 <= first < second, backed_off()
     status = joined.pod("crasher")["status"]["containerStatuses"][0]
     assert status["lastState"]["terminated"]["exitCode"] == 1
     assert status["lastState"]["terminated"]["reason"] == "Error"
@@ -297,6 +320,26 @@ def test_kubectl_exec_runs_in_the_container_and_returns_its_exit_code(
     assert result.returncode == 3, result.stderr
 
 
+def test_the_kubelets_resource_metrics_count_the_containers_processes(
+    joined: Joined, tmp_path: Path
+) -> None:
+    """What metrics-server scrapes: the kubelet's /metrics/resource, from the runtime's CRI
+    stats (each container's process's own CPU time and resident memory)."""
+    running(joined, "sleeper")
+    path = f"/api/v1/nodes/{NAME}/proxy/metrics/resource"
+    scraped = joined.still.kubectl(tmp_path, "get", "--raw", path)
+    assert scraped.returncode == 0, scraped.stderr
+    memory = re.search(
+        r'^container_memory_working_set_bytes\{container="main",namespace="default",'
+        r'pod="sleeper"\} (\S+) ',
+        scraped.stdout,
+        re.M,
+    )
+    assert memory is not None, scraped.stdout
+    assert float(memory.group(1)) > 1_000_000  # a Python process's resident pages
+    assert "resource_scrape_error 0" in scraped.stdout
+
+
 def test_kubectl_cp_copies_a_file_out_of_a_pod(joined: Joined, tmp_path: Path) -> None:
     running(joined, "sleeper")
     target = tmp_path / "hostname"
@@ -320,18 +363,57 @@ def test_the_host_keeps_its_kernel_settings_and_its_addresses(joined: Joined) ->
     assert host_addresses() == joined.host_addresses
 
 
+def gpus(joined: Joined) -> tuple[str | None, str | None]:
+    """The node's (capacity, allocatable) of the GPU resource."""
+    status = joined.still.api.get(NODES, NAME)["status"]
+    return status["capacity"].get(GPU_RESOURCE), status["allocatable"].get(GPU_RESOURCE)
+
+
+def test_the_gpu_reaches_the_kubelet_through_the_device_plugin_api(joined: Joined) -> None:
+    """The device plugin's pod registers the GPU; when it goes, the kubelet's device manager
+    makes allocatable 0 at once and keeps capacity for its grace period."""
+    wait_for("the kubelet advertises the GPU", lambda: gpus(joined) == ("1", "1"), 60)
+    api = joined.still.api
+    api.create(PODS, gpu_pod("trainer"), "default")
+    running(joined, "trainer")
+    api.delete(PODS, "nvidia-device-plugin", "default")
+    wait_for("allocatable drops to 0", lambda: gpus(joined) == ("1", "0"), 30)
+    api.create(PODS, gpu_pod("trainer-2"), "default")
+
+    def rejected() -> dict | None:
+        status = joined.pod("trainer-2").get("status") or {}
+        return status if status.get("phase") == "Failed" else None
+
+    status = wait_for("the kubelet rejects a second GPU pod", rejected, 30)
+    assert status["reason"] == "UnexpectedAdmissionError", status  # type: ignore[index]
+    assert status["message"] == (  # type: ignore[index]
+        "Pod was rejected: Allocate failed due to no healthy devices present; cannot allocate "
+        "unhealthy devices nvidia.com/gpu, which is unexpected"
+    )
+    assert gpus(joined) == ("1", "0")
+    assert joined.pod("trainer")["status"]["phase"] == "Running"
+
+
 def test_a_failing_init_container_shows_init_crash_loop_back_off(
     joined: Joined, tmp_path: Path
 ) -> None:
+    """The kubelet writes that state at a sync inside the back-off; on its own it syncs a
+    backing-off pod minutes apart, so a change to the pod (a label, as `kubectl label` makes)
+    brings one now."""
+    touches = iter(range(1000))
+
     def shown() -> bool:
+        joined.still.api.patch(
+            PODS, "init-fails", {"metadata": {"labels": {"touched": str(next(touches))}}}, "default"
+        )
+        time.sleep(1)
         listed = joined.still.kubectl(tmp_path, "get", "pod", "init-fails", "--no-headers")
         return "Init:CrashLoopBackOff" in listed.stdout
 
-    # The kubelet writes that state only at a sync inside the back-off, which its housekeeping
-    # brings (minutes apart): this test comes late, so the other tests' time counts.
-    wait_for("kubectl get pod init-fails says Init:CrashLoopBackOff", shown, timeout=240)
+    wait_for("kubectl get pod init-fails says Init:CrashLoopBackOff", shown)
     init = joined.pod("init-fails")["status"]["initContainerStatuses"][0]
     assert init["lastState"]["terminated"]["exitCode"] == 2
+    assert init["restartCount"] >= 1
 
 
 def test_a_node_dies_with_the_process_that_started_it(

@@ -1,7 +1,7 @@
 """`python -m labs.sim.controlplane`: build (or find) the control plane's programs (the kubelet
-among them), the node endpoint, the nodes' container runtime, metrics-server, promtool,
-Prometheus, kube-state-metrics, helm and the NVIDIA GPU Operator (its program, chart and operand
-manifests) ahead of use.
+among them), the node endpoint, the nodes' container runtime and device plugin, metrics-server,
+promtool, Prometheus, kube-state-metrics, helm and the NVIDIA GPU Operator (its program, chart
+and operand manifests) ahead of use.
 
 The README's set-up runs it so the first build's quarter of an hour show as progress there, not as
 a silent wait inside the first rehearsal or test.
@@ -19,6 +19,7 @@ from labs.sim.controlplane.build import (
     PROMTOOL_PROGRAM,
     ControlPlaneUnavailable,
     binaries,
+    device_plugin_binary,
     node_endpoint_binary,
     node_runtime_binary,
     pinned_binary,
@@ -35,6 +36,7 @@ def main() -> int:
         print(f"control plane programs: {binaries(say)}", flush=True)
         print(f"node endpoint: {node_endpoint_binary(say)}", flush=True)
         print(f"nodes' container runtime: {node_runtime_binary(say)}", flush=True)
+        print(f"GPU device plugin: {device_plugin_binary(say)}", flush=True)
         for program in (
             METRICS_SERVER_PROGRAM,
             PROMTOOL_PROGRAM,

@@ -8,10 +8,10 @@ all four); otherwise the first use builds them from their Go modules into a per-
 outside the repository, printing what it builds and for how long, and later uses reuse them.
 
 The same module also builds the project's own programs: the node endpoint (`cmd/node-endpoint`,
-the kubelet API every simulated node points at) and the nodes' container runtime
-(`cmd/node-runtime`, behind each real kubelet). They are our code, so their cache entries are
-named by a hash of the module's Go sources, go.mod and go.sum: an edit builds them afresh, and
-prebuilt directories never supply them.
+the kubelet API every simulated node points at), the nodes' container runtime
+(`cmd/node-runtime`, behind each real kubelet) and the GPU device plugin (`cmd/device-plugin`).
+They are our code, so their cache entries are named by a hash of the module's Go sources,
+go.mod and go.sum: an edit builds them afresh, and prebuilt directories never supply them.
 
 metrics-server (the stack's metrics-server addon) comes from its own module,
 `go/metrics-server` (its k8s.io pins are its own release's, not the control plane's); the
@@ -57,6 +57,8 @@ NODE_ENDPOINT = "node-endpoint"
 NODE_ENDPOINT_PACKAGE = "./cmd/node-endpoint"
 NODE_RUNTIME = "node-runtime"
 NODE_RUNTIME_PACKAGE = "./cmd/node-runtime"
+DEVICE_PLUGIN = "device-plugin"
+DEVICE_PLUGIN_PACKAGE = "./cmd/device-plugin"
 METRICS_SERVER = "metrics-server"
 PROMTOOL = "promtool"
 PROMETHEUS = "prometheus"
@@ -283,6 +285,11 @@ def node_endpoint_binary(say: Say = print) -> Path:
 def node_runtime_binary(say: Say = print) -> Path:
     """The nodes' container runtime (`cmd/node-runtime`), built like the node endpoint."""
     return own_binary(NODE_RUNTIME, NODE_RUNTIME_PACKAGE, "nodes' container runtime", say)
+
+
+def device_plugin_binary(say: Say = print) -> Path:
+    """The GPU nodes' device plugin (`cmd/device-plugin`), built like the node endpoint."""
+    return own_binary(DEVICE_PLUGIN, DEVICE_PLUGIN_PACKAGE, "GPU device plugin", say)
 
 
 def own_binary(name: str, package: str, about: str, say: Say) -> Path:

@@ -42,6 +42,8 @@ CATALOGUE = (
     Image("docker.io/pytorch/pytorch:2.11.0-cuda13.0-cudnn9-runtime", 3_300 * MB),
     Image("docker.io/pytorch/pytorch:1.12.1-cuda11.3-cudnn8-devel", 6_100 * MB),
     Image("docker.io/tensorflow/tensorflow:2.9.1-gpu", 2_600 * MB),
+    # the device plugin of the GPU Operator v25.3.4 chart (`devicePlugin.version`)
+    Image("nvcr.io/nvidia/k8s-device-plugin:v0.17.4", 130 * MB),
 )
 
 

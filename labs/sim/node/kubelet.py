@@ -36,6 +36,8 @@ from labs.sim.controlplane.run import Served, spawn
 from labs.sim.node.hardware import AMI_OS_RELEASE, INSTANCE_SHAPES
 
 KUBELET_PORT = 10250
+# Where a kubelet's device manager and the device plugins meet (a fixed path of the kubelet).
+DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
 CLUSTER_DNS = "10.100.0.10"
 # The kernel settings the kubelet sets to these values when it starts (its container manager's
 # `setupKernelTunables`): on the node they are the node's own files, already so.
@@ -100,7 +102,7 @@ class KubeletNode:
         """The unix socket on the host that reaches this node's kubelet port."""
         return self.home / "kubelet.door"
 
-    def start(self, say: Any = print) -> None:
+    def start(self, say: build.Say = print) -> None:
         """Write the node's files and start it; the kubelet registers the Node on its own."""
         require_namespaces()
         runtime = build.node_runtime_binary(say)
@@ -142,6 +144,7 @@ class KubeletNode:
             f"--api-forward=127.0.0.1:{api_port}=127.0.0.1:{api_port}",
             f"--kubelet-door={self.door}",
             f"--kubelet-port={KUBELET_PORT}",
+            f"--host-path-map={DEVICE_PLUGINS}={self.home / 'device-plugins'}",
             *(f"--program={word}" for word in self.container_command),
         ]
         if self.ports_dir is not None:
@@ -179,8 +182,8 @@ class KubeletNode:
             ),
             # a tmpfs hides the host's /var/lib from this kubelet only
             "mount -t tmpfs -o mode=0755 tmpfs /var/lib",
-            "mkdir -p /var/lib/kubelet/device-plugins",
-            f"mount --bind {shlex.quote(str(plugins))} /var/lib/kubelet/device-plugins",
+            f"mkdir -p {DEVICE_PLUGINS}",
+            f"mount --bind {shlex.quote(str(plugins))} {DEVICE_PLUGINS}",
             'exec "$@"',
         ]
         labels = ",".join(f"{key}={value}" for key, value in sorted(self.spec.labels.items()))

@@ -179,7 +179,7 @@ class Process:
         else:
             tools = frozenset() if "distroless" in image else BASE_TOOLS
             tools |= {"nvidia-smi"} if self.has_driver else frozenset()
-            tools |= IMAGE_TOOLS.get(_repository(image), frozenset())
+            tools |= IMAGE_TOOLS.get(repository(image), frozenset())
         return posixpath.basename(name) in tools
 
     @property
@@ -226,7 +226,7 @@ def run_container(store: KubeApi, pod: dict, container: dict, node: dict) -> tup
     return term.text, code
 
 
-def _repository(image: str) -> str:
+def repository(image: str) -> str:
     """An image's repository name without registry, path or tag: `k8s-device-plugin`."""
     return image.rsplit("/", 1)[-1].split("@", 1)[0].split(":", 1)[0]
 

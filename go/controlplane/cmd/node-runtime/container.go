@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,11 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
+type mount struct {
+	ContainerPath string `json:"container_path"`
+	HostPath      string `json:"host_path"`
+}
+
 // container is one container's record and, once started, its process: the --program playing
 // its command.
 type container struct {
@@ -26,10 +32,12 @@ type container struct {
 	sandboxID string
 	pod       *runtimeapi.PodSandboxMetadata
 	config    *runtimeapi.ContainerConfig
-	imageRef  string
+	image     string // name and tag, as containerd reports it
+	imageRef  string // repository@digest
 	logPath   string
 	dir       string
 	program   []string
+	mounts    []mount
 	createdAt int64
 	done      chan struct{} // closed once the process ended (or never started and was stopped)
 
@@ -56,9 +64,12 @@ func (c *container) programArgs(verb string, extra []string, command []string) [
 // environment is what the container's process sees: the container's own variables (the pod's
 // env, the device plugin's) and where its image and files are.
 func (c *container) environment() []string {
-	env := []string{"PATH=" + os.Getenv("PATH"), "CONTAINER_IMAGE=" + c.config.GetImage().GetImage(), "CONTAINER_DIR=" + c.dir}
+	env := []string{"PATH=" + os.Getenv("PATH"), "CONTAINER_IMAGE=" + c.image, "CONTAINER_DIR=" + c.dir}
 	if home := os.Getenv("HOME"); home != "" {
 		env = append(env, "HOME="+home)
+	}
+	if mounts, err := json.Marshal(c.mounts); err == nil {
+		env = append(env, "CONTAINER_MOUNTS="+string(mounts))
 	}
 	for _, kv := range c.config.GetEnvs() {
 		env = append(env, kv.GetKey()+"="+kv.GetValue())
@@ -182,7 +193,7 @@ func (c *container) summary() *runtimeapi.Container {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return &runtimeapi.Container{
-		Id: c.id, PodSandboxId: c.sandboxID, Metadata: c.config.GetMetadata(), Image: c.config.GetImage(),
+		Id: c.id, PodSandboxId: c.sandboxID, Metadata: c.config.GetMetadata(), Image: &runtimeapi.ImageSpec{Image: c.image},
 		ImageRef: c.imageRef, State: c.state, CreatedAt: c.createdAt,
 		Labels: c.config.GetLabels(), Annotations: c.config.GetAnnotations(), ImageId: c.imageRef,
 	}
@@ -195,7 +206,7 @@ func (c *container) status() *runtimeapi.ContainerStatus {
 		Id: c.id, Metadata: c.config.GetMetadata(), State: c.state,
 		CreatedAt: c.createdAt, StartedAt: c.startedAt, FinishedAt: c.finishedAt,
 		ExitCode: c.exitCode, Reason: c.reason,
-		Image: c.config.GetImage(), ImageRef: c.imageRef, ImageId: c.imageRef,
+		Image: &runtimeapi.ImageSpec{Image: c.image}, ImageRef: c.imageRef, ImageId: c.imageRef,
 		Labels: c.config.GetLabels(), Annotations: c.config.GetAnnotations(),
 		Mounts: c.config.GetMounts(), LogPath: c.logPath,
 		User: &runtimeapi.ContainerUser{Linux: &runtimeapi.LinuxContainerUser{}},

@@ -34,6 +34,8 @@ type runtimeOptions struct {
 	handlers     []string
 	stateDir     string
 	networkReady string
+	hostPaths    map[string]string
+	images       *imageService
 	streams      streaming.Server
 }
 
@@ -239,15 +241,25 @@ func (r *criRuntime) CreateContainer(_ context.Context, req *runtimeapi.CreateCo
 		return nil, err
 	}
 	config := req.GetConfig()
+	asked := config.GetImage().GetUserSpecifiedImage()
+	if asked == "" {
+		asked = config.GetImage().GetImage()
+	}
+	image, here := r.opts.images.onNode(asked)
+	if !here {
+		return nil, status.Errorf(codes.NotFound, "failed to get image %q: image %q: not found", asked, asked)
+	}
 	c := &container{
 		id:        newID(),
 		sandboxID: s.id,
 		pod:       s.config.GetMetadata(),
 		config:    config,
-		imageRef:  config.GetImage().GetImage(),
+		image:     image.Ref,
+		imageRef:  repository(image.Ref) + "@" + image.ID,
 		logPath:   filepath.Join(s.config.GetLogDirectory(), config.GetLogPath()),
 		dir:       filepath.Join(r.opts.stateDir, "containers"),
 		program:   r.opts.program,
+		mounts:    hostMounts(config.GetMounts(), r.opts.hostPaths),
 		state:     runtimeapi.ContainerState_CONTAINER_CREATED,
 		createdAt: time.Now().UnixNano(),
 		done:      make(chan struct{}),
@@ -497,4 +509,19 @@ func writeEtc(etc string, config *runtimeapi.PodSandboxConfig) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(etc, "resolv.conf"), []byte(resolv.String()), 0o644)
+}
+
+// hostMounts are the container's mounts with the node's paths where this host keeps them.
+func hostMounts(mounts []*runtimeapi.Mount, hostPaths map[string]string) []mount {
+	var mapped []mount
+	for _, m := range mounts {
+		host := m.GetHostPath()
+		for node, here := range hostPaths {
+			if rest, found := strings.CutPrefix(host, node); found && (rest == "" || strings.HasPrefix(rest, "/")) {
+				host = here + rest
+			}
+		}
+		mapped = append(mapped, mount{ContainerPath: m.GetContainerPath(), HostPath: host})
+	}
+	return mapped
 }

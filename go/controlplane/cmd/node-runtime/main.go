@@ -15,7 +15,10 @@
 //
 // Containers run the host program --program (repeat the flag, one argument each) as
 // `<program...> run <namespace> <pod> <container> <container-id> -- <command...>`, its stdout and
-// stderr written to the container's log in the CRI format, its exit code the container's.
+// stderr written to the container's log in the CRI format, its exit code the container's. Its
+// environment has the container's variables, CONTAINER_IMAGE, CONTAINER_DIR (the container's
+// own files) and CONTAINER_MOUNTS (JSON: each mount's container_path and host_path, the node's
+// paths that --host-path-map names given as this host's).
 // exec, attach and port-forward go through the kubelet's streaming library, exec running
 // `<program...> exec <namespace> <pod> <container> <container-id> [--tty] -- <command...>`.
 //
@@ -48,7 +51,7 @@ func (a *argList) String() string     { return strings.Join(*a, " ") }
 func (a *argList) Set(v string) error { *a = append(*a, v); return nil }
 
 func main() {
-	var program argList
+	var program, hostPaths argList
 	criSocket := flag.String("cri-socket", "", "unix socket serving the CRI (the kubelet's containerRuntimeEndpoint)")
 	nodeIP := flag.String("node-ip", "", "the node's address, on eth0 inside its network namespace")
 	podCIDR := flag.String("pod-cidr", "", "the addresses pods get (never two alike); host-network pods get the node's")
@@ -61,6 +64,7 @@ func main() {
 	kubeletPort := flag.Int("kubelet-port", 10250, "the kubelet's port, the door's far end")
 	portsDir := flag.String("ports-dir", "", "directory of <namespace>_<pod>/<port> files holding the host:port a port-forward reaches")
 	flag.Var(&program, "program", "the host program containers run (repeat, one argument each)")
+	flag.Var(&hostPaths, "host-path-map", "NODE=HOST: the node's path NODE is HOST on this host (repeat)")
 	flag.Parse()
 	kubelet := flag.Args()
 	if *criSocket == "" || *nodeIP == "" || *podCIDR == "" || *images == "" || *stateDir == "" || len(program) == 0 {
@@ -83,6 +87,11 @@ func main() {
 	if err != nil {
 		log.Fatalf("the streaming server: %v", err)
 	}
+	imageDir := filepath.Join(*stateDir, "images")
+	if err := os.MkdirAll(imageDir, 0o755); err != nil {
+		log.Fatal(err)
+	}
+	imageStore := newImages(catalogue, imageDir)
 	cri := newRuntime(runtimeOptions{
 		program:      program,
 		nodeIP:       *nodeIP,
@@ -90,14 +99,12 @@ func main() {
 		handlers:     strings.Split(*handlers, ","),
 		stateDir:     *stateDir,
 		networkReady: *networkReady,
+		hostPaths:    pathMap(hostPaths),
+		images:       imageStore,
 		streams:      streams,
 	})
 	streams.bind(cri, *portsDir)
-	imageDir := filepath.Join(*stateDir, "images")
-	if err := os.MkdirAll(imageDir, 0o755); err != nil {
-		log.Fatal(err)
-	}
-	served, err := serveCRI(*criSocket, cri, newImages(catalogue, imageDir))
+	served, err := serveCRI(*criSocket, cri, imageStore)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -126,6 +133,18 @@ func main() {
 	code := node.runKubelet(kubelet)
 	cri.stopAll()
 	os.Exit(code)
+}
+
+func pathMap(pairs []string) map[string]string {
+	mapped := map[string]string{}
+	for _, pair := range pairs {
+		node, host, found := strings.Cut(pair, "=")
+		if !found {
+			log.Fatalf("--host-path-map %q: want NODE=HOST", pair)
+		}
+		mapped[filepath.Clean(node)] = filepath.Clean(host)
+	}
+	return mapped
 }
 
 // dieWithParent: the node goes when the lab's backend goes, even under kill -9.
