@@ -12,8 +12,10 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -24,6 +26,7 @@ from pathlib import Path
 import pytest
 from controlplane_support import processes
 from still_support import StillPlane
+from tool_support import require_tool
 
 from labs.kube.resources import EVENTS, LEASES, NODES, PODS, NotFound
 from labs.sim.controlplane.build import NODE_RUNTIME
@@ -61,6 +64,7 @@ def real_node(still: StillPlane, home: Path, spec: NodeSpec) -> KubeletNode:
         plane.api_url,
         container_process.command(plane.api_url, plane.home / "pki"),
         write_catalogue(home / "images.json"),
+        ports_dir=home / "ports",
         routes_dir=plane.home.parent / ROUTES_DIR,
         network_ready_file=home / "cni-ready",
     )
@@ -68,6 +72,8 @@ def real_node(still: StillPlane, home: Path, spec: NodeSpec) -> KubeletNode:
 
 def pod(name: str, command: list[str] | None = None, **spec: object) -> dict:
     container: dict = {"name": "main", "image": spec.pop("image", BUSYBOX)}
+    if command == ["sh"]:
+        container["stdin"] = True  # a shell waiting for `kubectl attach -i`
     if command:
         container["command"] = command
     return {
@@ -110,6 +116,7 @@ PODS_MADE = [
         initContainers=[{"name": "setup", "image": BUSYBOX, "command": ["sh", "-c", "exit 2"]}],
     ),
     pod("done", ["sh", "-c", "echo finished"], restartPolicy="Never"),
+    pod("talker", ["sh"], restartPolicy="Never"),
     device_plugin_pod(),
 ]
 
@@ -346,6 +353,69 @@ def test_kubectl_cp_copies_a_file_out_of_a_pod(joined: Joined, tmp_path: Path) -
     result = joined.still.kubectl(tmp_path, "cp", "default/sleeper:/etc/hostname", str(target))
     assert result.returncode == 0, result.stderr
     assert target.read_text() == "sleeper\n"
+
+
+def test_kubectl_attach_reaches_the_containers_own_process(joined: Joined, tmp_path: Path) -> None:
+    running(joined, "talker")
+    attached = joined.still.kubectl(
+        tmp_path, "attach", "-i", "talker", stdin="echo attached\nexit 4\n"
+    )
+    assert "attached" in attached.stdout, attached.stderr
+
+    def ended() -> dict | None:
+        status = joined.pod("talker")["status"]
+        return status if status.get("phase") == "Failed" else None
+
+    status = wait_for("talker's shell ends", ended)
+    assert status["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 4  # type: ignore[index]
+
+
+def test_kubectl_port_forward_reaches_what_is_behind_the_pods_port(
+    joined: Joined, tmp_path: Path
+) -> None:
+    """The world puts a server behind the pod's port (`<ports>/<namespace>_<pod>/<port>`)."""
+    running(joined, "sleeper")
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        assert joined.node.ports_dir is not None
+        behind = joined.node.ports_dir / "default_sleeper" / "8080"
+        behind.parent.mkdir(parents=True, exist_ok=True)
+        behind.write_text(f"127.0.0.1:{server.getsockname()[1]}")
+        threading.Thread(target=_answer_once, args=(server,), daemon=True).start()
+        local = _free_port()
+        kubectl = [require_tool("kubectl"), "--kubeconfig", str(joined.still.kubeconfig)]
+        forward = subprocess.Popen(
+            [
+                *kubectl,
+                "--cache-dir",
+                str(tmp_path),
+                "port-forward",
+                "pod/sleeper",
+                f"{local}:8080",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert forward.stdout is not None
+            assert "Forwarding from" in forward.stdout.readline()
+            with socket.create_connection(("127.0.0.1", local), timeout=10) as client:
+                assert client.recv(100) == b"hello from behind the pod\n"
+        finally:
+            forward.terminate()
+            forward.wait()
+
+
+def _answer_once(server: socket.socket) -> None:
+    conn, _ = server.accept()
+    with conn:
+        conn.sendall(b"hello from behind the pod\n")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def test_deleting_a_pod_stops_its_container_and_removes_it(joined: Joined, tmp_path: Path) -> None:

@@ -280,11 +280,6 @@ func (r *criRuntime) container(id string) (*container, error) {
 	if c, ok := r.containers[id]; ok {
 		return c, nil
 	}
-	for full, c := range r.containers { // crictl-style prefixes
-		if len(id) >= 12 && len(full) > len(id) && full[:len(id)] == id {
-			return c, nil
-		}
-	}
 	return nil, notFound("container", id)
 }
 
