@@ -126,12 +126,6 @@ class KubeletNode:
     def pid(self) -> int | None:
         return self._served.pid
 
-    def exit_code(self) -> int | None:
-        return self._served.exit_code()
-
-    def described(self) -> dict[str, dict[str, Any]]:
-        return self._served.described()
-
     def _runtime_args(self) -> list[str]:
         api_port = self.api_url.rsplit(":", 1)[1]
         args = [
