@@ -40,6 +40,10 @@ IP, POD_CIDR = "192.168.12.34", "192.168.12.0/24"
 NAME = "ip-192-168-12-34.ap-northeast-2.compute.internal"
 BUSYBOX = "public.ecr.aws/docker/library/busybox:1.37"
 DEVICE_PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.17.4"
+# hostPath volumes the kubelet would create: one anywhere on the host, one where the GPU
+# Operator's validator keeps its files (/run: the node's own).
+OUTSIDE = f"/opt/eks-gpu-lab-test-{os.getpid()}"
+VALIDATIONS = "/run/nvidia/validations"
 CONTAINERD_ID = re.compile(r"^containerd://[0-9a-f]{64}$")
 
 
@@ -97,6 +101,15 @@ def device_plugin_pod() -> dict:
     return made
 
 
+def host_path_pod(name: str, path: str) -> dict:
+    made = pod(name, ["sleep", "infinity"])
+    made["spec"]["volumes"] = [
+        {"name": "host", "hostPath": {"path": path, "type": "DirectoryOrCreate"}}
+    ]
+    made["spec"]["containers"][0]["volumeMounts"] = [{"name": "host", "mountPath": "/host"}]
+    return made
+
+
 def gpu_pod(name: str) -> dict:
     made = pod(name, ["sleep", "infinity"], image="nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04")
     made["spec"]["containers"][0]["resources"] = {"limits": {GPU_RESOURCE: "1"}}
@@ -117,6 +130,8 @@ PODS_MADE = [
     ),
     pod("done", ["sh", "-c", "echo finished"], restartPolicy="Never"),
     pod("talker", ["sh"], restartPolicy="Never"),
+    host_path_pod("outside", OUTSIDE),
+    host_path_pod("validations", VALIDATIONS),
     device_plugin_pod(),
 ]
 
@@ -131,6 +146,7 @@ class Joined:
     not_ready: dict
     host_tunables: dict[str, str]
     host_addresses: str
+    host_had_validations: bool
 
     def pod(self, name: str) -> dict:
         return self.still.api.get(PODS, name, "default")
@@ -162,6 +178,7 @@ def host_addresses() -> str:
 @pytest.fixture(scope="module")
 def joined(still_plane: StillPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Joined]:
     before_tunables, before_addresses = host_tunables(), host_addresses()
+    had_validations = Path(VALIDATIONS).exists()
     node = real_node(still_plane, tmp_path_factory.mktemp("node"), node_spec())
     api = still_plane.api
     node.start()
@@ -179,7 +196,9 @@ def joined(still_plane: StillPlane, tmp_path_factory: pytest.TempPathFactory) ->
         wait_for("the node turns Ready", lambda: registered().get("status") == "True")
         for made in PODS_MADE:
             api.create(PODS, made, "default")
-        yield Joined(node, still_plane, dict(not_ready), before_tunables, before_addresses)
+        yield Joined(
+            node, still_plane, dict(not_ready), before_tunables, before_addresses, had_validations
+        )
     finally:
         node.stop()
         for left in api.list(PODS, "default")[0]:
@@ -462,6 +481,23 @@ def test_the_gpu_reaches_the_kubelet_through_the_device_plugin_api(joined: Joine
     )
     assert gpus(joined) == ("1", "0")
     assert joined.pod("trainer")["status"]["phase"] == "Running"
+
+
+def test_a_host_path_volume_never_creates_anything_on_the_host(joined: Joined) -> None:
+    """The host's root is read-only to the kubelet: a pod whose hostPath it would create waits
+    with the kubelet's FailedMount; /run is the node's own, so the operator's paths work."""
+    running(joined, "validations")
+    assert joined.host_had_validations or not Path(VALIDATIONS).exists()
+
+    def refused() -> list[str]:
+        return [m for m in events_of(joined, "outside") if "read-only file system" in m]
+
+    wait_for("the kubelet refuses to create the host path", refused, 30)
+    assert (
+        f'MountVolume.SetUp failed for volume "host" : mkdir {OUTSIDE}: read-only file system'
+    ) in refused()
+    assert not Path(OUTSIDE).exists()
+    assert joined.pod("outside")["status"]["phase"] == "Pending"
 
 
 def test_a_failing_init_container_shows_init_crash_loop_back_off(

@@ -7,7 +7,9 @@ and starts the kubelet inside that namespace, in a mount namespace of the kubele
 the machine is the instance type and the AMI (`/proc/meminfo`, `/sys/devices/system/cpu` and
 `/etc/os-release` are made-up files bound over the host's), the kernel settings the kubelet tunes
 are files of the node's (the host's stay as they are), and `/var/lib/kubelet/device-plugins` (a
-fixed path) is the node's directory, where a device plugin on the host registers with it.
+fixed path) is the node's directory, where a device plugin on the host registers with it. The
+host's root is read-only there, so a hostPath volume the kubelet would create fails instead of
+landing on the host; `/run` and `/var/lib` are the node's own.
 
 The kubelet reaches the API server through a port the runtime forwards out of the namespace; the
 API server reaches the kubelet through the runtime's door socket, which the node endpoint's
@@ -167,8 +169,15 @@ class KubeletNode:
             (machine / "product_uuid", "/sys/class/dmi/id/product_uuid"),
             *((machine / "sys" / name, f"/proc/sys/{name}") for name in KERNEL_TUNABLES),
         ]
+        home = shlex.quote(str(self.home))
         script = [
             "set -e",
+            # The host's files stay the host's: its root read-only to this kubelet (a hostPath
+            # volume it would create lands nowhere), the node's own directory writable, and a
+            # /run of the node's own (where the GPU Operator's volumes live).
+            f"mount --bind {home} {home}",
+            "mount -o remount,bind,ro /",
+            *(["mount -t tmpfs -o mode=0755 tmpfs /run"] if not self._under("/run") else []),
             *(
                 f"if [ -e {shlex.quote(b)} ]; then mount --bind {shlex.quote(str(a))} "
                 f"{shlex.quote(b)}; fi"
@@ -192,6 +201,9 @@ class KubeletNode:
             "--v=1",
         ]
         return ["sh", "-c", "\n".join(script), "node", str(kubelet), *flags]
+
+    def _under(self, directory: str) -> bool:
+        return self.home.resolve().is_relative_to(directory)
 
     def _configuration(self, files: dict[str, Path]) -> dict[str, Any]:
         """The KubeletConfiguration: EKS's reservations (what the instance type's allocatable
