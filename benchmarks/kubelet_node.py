@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.controlplane import cpu_seconds, resident_mib  # noqa: E402
 from labs.kube.api import KubeApi  # noqa: E402
+from labs.kube.gpu import is_ready  # noqa: E402
 from labs.kube.resources import NODES, NotFound  # noqa: E402
 from labs.sim.controlplane.run import ControlPlane  # noqa: E402
 from labs.sim.node import container_process  # noqa: E402
@@ -33,10 +34,9 @@ def children(pid: int) -> list[int]:
 
 def ready(api: KubeApi, name: str) -> bool:
     try:
-        conditions = api.get(NODES, name)["status"].get("conditions") or []
+        return is_ready(api.get(NODES, name))
     except NotFound:
         return False
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
 def main() -> None:

@@ -28,6 +28,7 @@ from controlplane_support import processes
 from still_support import StillPlane
 from tool_support import require_tool
 
+from labs.kube.gpu import gpu_quantity
 from labs.kube.resources import EVENTS, LEASES, NODES, PODS, NotFound
 from labs.sim.controlplane.build import NODE_RUNTIME
 from labs.sim.node import container_process
@@ -454,8 +455,8 @@ def test_the_host_keeps_its_kernel_settings_and_its_addresses(joined: Joined) ->
 
 def gpus(joined: Joined) -> tuple[str | None, str | None]:
     """The node's (capacity, allocatable) of the GPU resource."""
-    status = joined.still.api.get(NODES, NAME)["status"]
-    return status["capacity"].get(GPU_RESOURCE), status["allocatable"].get(GPU_RESOURCE)
+    node = joined.still.api.get(NODES, NAME)
+    return gpu_quantity(node, "capacity"), gpu_quantity(node)
 
 
 def test_the_gpu_reaches_the_kubelet_through_the_device_plugin_api(joined: Joined) -> None:

@@ -67,8 +67,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _runs_ours(image: str | None) -> bool:
-    """Whether the image's own entrypoint is a program of the project's (the GPU device plugin)."""
-    from labs.sim.node.programs import repository
+    """Whether the image's own entrypoint is a program of the project's (the GPU device plugin).
+    Only the light image module is imported: a container that only waits keeps no client."""
+    from labs.sim.node.images import repository
 
     return image is not None and repository(image) == DEVICE_PLUGIN_IMAGE
 

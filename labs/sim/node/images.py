@@ -47,6 +47,11 @@ CATALOGUE = (
 )
 
 
+def repository(image: str) -> str:
+    """An image's repository name without registry, path or tag: `k8s-device-plugin`."""
+    return image.rsplit("/", 1)[-1].split("@", 1)[0].split(":", 1)[0]
+
+
 def write_catalogue(path: Path, images: tuple[Image, ...] = CATALOGUE) -> Path:
     """The catalogue as the runtime reads it (`--images`)."""
     entries = [

@@ -47,6 +47,7 @@ from labs.sim.node.hardware import (
     TOOLKIT_VERSION,
     gpu_uuid,
 )
+from labs.sim.node.images import repository
 from labs.sim.node.nvidia_runtime import container_env, injected_gpus
 from labs.sim.node.validator import Run, nvidia_validator
 
@@ -224,11 +225,6 @@ def run_container(store: KubeApi, pod: dict, container: dict, node: dict) -> tup
         return "", 0  # the image's own entrypoint: nothing the rehearsal plays
     code = exec_argv(argv, Process(store, pod, container, node), term)
     return term.text, code
-
-
-def repository(image: str) -> str:
-    """An image's repository name without registry, path or tag: `k8s-device-plugin`."""
-    return image.rsplit("/", 1)[-1].split("@", 1)[0].split(":", 1)[0]
 
 
 def plays(container: dict) -> bool:
