@@ -15,7 +15,7 @@ from pathlib import Path
 
 from labs.sim.process import ENDPOINTS, recorded_endpoints
 from labs.sim.timings import DEFAULT_SPEED
-from labs.sim.world import start_world
+from labs.sim.world import KUBELETS, MODELLED_KUBELETS, start_world
 from labs.state import atomic_write_json
 
 
@@ -27,6 +27,13 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--speed", type=float, default=DEFAULT_SPEED)
     serve.add_argument("--cluster-name", default="myeks")
     serve.add_argument("--region", default="ap-northeast-2")
+    serve.add_argument(
+        "--kubelets",
+        choices=KUBELETS,
+        default=MODELLED_KUBELETS,
+        help="who runs the nodes: the world's model, or the real kubelet behind the lab's "
+        "container runtime (needs root on Linux; runs the nodes and plain workloads so far)",
+    )
     args = parser.parse_args(argv)
     if not args.speed > 0:
         parser.error(f"--speed must be positive (1 = real time), got {args.speed}")
@@ -34,7 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    world = start_world(args.state_dir, args.speed, args.cluster_name, args.region)
+    world = start_world(
+        args.state_dir, args.speed, args.cluster_name, args.region, kubelets=args.kubelets
+    )
     print(f"rehearsal world up: {world.endpoints['kube_url']}", flush=True)
     try:
         stop.wait()

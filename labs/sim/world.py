@@ -20,6 +20,7 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,20 +50,23 @@ from labs.sim.controllers.heartbeats import NodeLeases
 from labs.sim.controllers.kubelet import Kubelet
 from labs.sim.controllers.monitoring import MonitoringRelease
 from labs.sim.controllers.network import AllReduce, Network, SecurityGroups, TcpCheck
-from labs.sim.controllers.node_lifecycle import NodeLifecycle
+from labs.sim.controllers.node_lifecycle import Machines, NodeLifecycle, RegisteredNodes
 from labs.sim.controllers.pod_endpoint import PodNetwork
 from labs.sim.controllers.resource_metrics import ResourceMetrics
 from labs.sim.controllers.schedules import EventBridgeScheduler
+from labs.sim.controlplane.build import metrics_server_version
 from labs.sim.controlplane.gpu_operator import cluster_policy_crd, release
 from labs.sim.controlplane.kube_seed import seed_cluster, seed_metrics_server
 from labs.sim.controlplane.kubeconfig import kubeconfig_document, write_kubeconfig
 from labs.sim.controlplane.metrics_server import MetricsServer
 from labs.sim.controlplane.node_endpoint import NodeEndpoint
 from labs.sim.controlplane.run import ControlPlane
-from labs.sim.node import gpu_faults, node_os
+from labs.sim.node import container_process, gpu_faults, node_os
 from labs.sim.node.container_logs import ContainerLogs
+from labs.sim.node.images import MB, Image, metrics_server_image, write_catalogue
+from labs.sim.node.kubelet import KubeletNodes
 from labs.sim.process import ENDPOINTS
-from labs.sim.timings import DEFAULT_SPEED, WorldClock, scaled
+from labs.sim.timings import DEFAULT_SPEED, Timings, WorldClock, scaled
 from labs.state import atomic_write_json, atomic_write_text
 
 KUBECONFIG_FILE = "kubeconfig"
@@ -76,6 +80,11 @@ ROUTES_DIR = "routes"
 MONITORING_DIR = "monitoring"
 # Where the GPU Operator's process keeps its root (its manifests, token and os-release).
 OPERATOR_DIR = "gpu-operator"
+# Each node's kubelet and runtime, and the catalogue of images their registries serve.
+NODES_DIR = "nodes"
+# Who runs the nodes: the world's model of the kubelet, or the real kubelet.
+MODELLED_KUBELETS, REAL_KUBELETS = "modelled", "real"
+KUBELETS = (MODELLED_KUBELETS, REAL_KUBELETS)
 _one_world = threading.Lock()
 
 
@@ -90,6 +99,7 @@ class World:
     store: KubeApi | None = None
     _informed: InformedKubeApi | None = None
     _node_endpoint: NodeEndpoint | None = None
+    _machines: Machines | None = None
     _metrics_server: MetricsServer | None = None
     _controllers: list[Controller] = field(default_factory=list)
     _stopped: bool = False
@@ -110,6 +120,8 @@ class World:
             steps.callback(_one_world.release)
             steps.callback(self._aws.stop)
             steps.callback(self.control_plane.stop)
+            if self._machines is not None:
+                steps.callback(self._machines.stop)
             if self._node_endpoint is not None:
                 steps.callback(self._node_endpoint.stop)
             if self._metrics_server is not None:
@@ -141,8 +153,10 @@ def start_world(
     speed: float = DEFAULT_SPEED,
     cluster_name: str = "myeks",
     region: str = "ap-northeast-2",
+    kubelets: str = MODELLED_KUBELETS,
 ) -> World:
-    """Start and seed a world; its files go to `state_dir` (created if missing)."""
+    """Start and seed a world; its files go to `state_dir` (created if missing). `kubelets`:
+    who runs the nodes (`KUBELETS`)."""
     if not _one_world.acquire(blocking=False):
         raise RuntimeError(
             "a rehearsal world is already running in this process (moto state is global): "
@@ -195,30 +209,14 @@ def start_world(
         seed_cluster(store, cluster_policy_crd(release()))
         world._metrics_server = _metrics_server(plane, world._node_endpoint, store, state_dir)
         informed = world._informed = InformedKubeApi(store)
-        nodes = NodeLifecycle(informed, timings, clients, cluster_name, region, updates)
+        machines, node_controllers = _node_layer(
+            kubelets, world, informed, timings, clients, cluster_name, logs, ports, state_dir
+        )
+        world._machines = machines
+        nodes = NodeLifecycle(informed, timings, clients, cluster_name, region, updates, machines)
         nodes.converge_instantly()
-        network = Network(informed, SecurityGroups(clients, cluster_name))
         schedules = EventBridgeScheduler(informed, timings, clients, clock)
-        pod_network = PodNetwork(ports, state_dir / ROUTES_DIR)
-        world._controllers = [
-            nodes,
-            NodeLeases(informed, timings),
-            Kubelet(informed, timings, logs, programs=[TcpCheck(network), AllReduce(network)]),
-            DevicePlugin(informed, timings, logs),
-            GpuOperatorPod(informed, timings, plane, logs, pod_network, state_dir / OPERATOR_DIR),
-            FeatureDiscovery(informed, timings),
-            dcgm_exporter(informed, timings, pod_network),
-            MonitoringRelease(
-                informed,
-                timings,
-                plane,
-                pod_network,
-                world._node_endpoint.proxy_url,
-                state_dir / MONITORING_DIR,
-            ),  # fmt: skip
-            ResourceMetrics(informed, timings, state_dir / METRICS_DIR),
-            schedules,
-        ]
+        world._controllers = [nodes, *node_controllers, schedules]
         aws.on_write("/clusters", nodes.wake)
         aws.on_write("/", nodes.wake)  # EC2 (query API): an instance terminated by hand
         aws.controls[gpu_faults.GPU_FAULTS_PATH] = gpu_faults.control(store)
@@ -242,6 +240,56 @@ def start_world(
         world.stop()
         raise
     return world
+
+
+def _node_layer(
+    kubelets: str,
+    world: World,
+    store: InformedKubeApi,
+    timings: Timings,
+    clients: Callable[[str], Any],
+    cluster_name: str,
+    logs: ContainerLogs,
+    ports: Path,
+    state_dir: Path,
+) -> tuple[Machines, list[Controller]]:
+    """What runs the nodes and their pods, and the controllers that play what runs on them.
+
+    Real kubelets (`labs.sim.node.kubelet`) run every pod themselves; the world's players of the
+    GPU Operator's operands and of the monitoring release have not moved onto them yet, so such
+    a world runs the nodes and plain workloads. The model registers each Node and plays its
+    kubelet, device plugin, operands and resource metrics."""
+    plane, endpoint = world.control_plane, world._node_endpoint
+    assert plane.ca is not None and endpoint is not None, "the plane and its endpoint start first"
+    if kubelets == REAL_KUBELETS:
+        metrics_server = Image(metrics_server_image(metrics_server_version()), 20 * MB)
+        nodes = KubeletNodes(
+            state_dir / NODES_DIR,
+            plane.ca,
+            plane.api_url,
+            container_process.command(plane.api_url, plane.home / "pki"),
+            write_catalogue(state_dir / NODES_DIR / "images.json", (metrics_server,)),
+            ports,
+            state_dir / ROUTES_DIR,
+        )
+        nodes.prepare()
+        return nodes, []
+    if kubelets != MODELLED_KUBELETS:
+        raise ValueError(f"kubelets: {kubelets!r} is not one of {', '.join(KUBELETS)}")
+    network = Network(store, SecurityGroups(clients, cluster_name))
+    pod_network = PodNetwork(ports, state_dir / ROUTES_DIR)
+    return RegisteredNodes(store), [
+        NodeLeases(store, timings),
+        Kubelet(store, timings, logs, programs=[TcpCheck(network), AllReduce(network)]),
+        DevicePlugin(store, timings, logs),
+        GpuOperatorPod(store, timings, plane, logs, pod_network, state_dir / OPERATOR_DIR),
+        FeatureDiscovery(store, timings),
+        dcgm_exporter(store, timings, pod_network),
+        MonitoringRelease(
+            store, timings, plane, pod_network, endpoint.proxy_url, state_dir / MONITORING_DIR
+        ),
+        ResourceMetrics(store, timings, state_dir / METRICS_DIR),
+    ]
 
 
 def node_network() -> Path:

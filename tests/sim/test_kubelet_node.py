@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import pairwise
@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from controlplane_support import processes
+from sim_support import wait_for
 from still_support import StillPlane
 from tool_support import require_tool
 
@@ -33,8 +34,14 @@ from labs.kube.resources import EVENTS, LEASES, NODES, PODS, NotFound
 from labs.sim.controlplane.build import NODE_RUNTIME
 from labs.sim.node import container_process
 from labs.sim.node.hardware import GPU_RESOURCE, INSTANCE_SHAPES
-from labs.sim.node.images import write_catalogue
-from labs.sim.node.kubelet import DEVICE_PLUGINS, KERNEL_TUNABLES, KubeletNode, NodeSpec
+from labs.sim.node.images import VPC_CNI_IMAGE, write_catalogue
+from labs.sim.node.kubelet import (
+    CNI_CONF_DIR,
+    DEVICE_PLUGINS,
+    KERNEL_TUNABLES,
+    KubeletNode,
+    NodeSpec,
+)
 from labs.sim.world import ROUTES_DIR
 
 IP, POD_CIDR = "192.168.12.34", "192.168.12.0/24"
@@ -71,7 +78,6 @@ def real_node(still: StillPlane, home: Path, spec: NodeSpec) -> KubeletNode:
         write_catalogue(home / "images.json"),
         ports_dir=home / "ports",
         routes_dir=plane.home.parent / ROUTES_DIR,
-        network_ready_file=home / "cni-ready",
     )
 
 
@@ -98,6 +104,17 @@ def device_plugin_pod() -> dict:
     made["spec"]["volumes"] = [{"name": "plugins", "hostPath": {"path": DEVICE_PLUGINS}}]
     made["spec"]["containers"][0]["volumeMounts"] = [
         {"name": "plugins", "mountPath": DEVICE_PLUGINS}
+    ]
+    return made
+
+
+def aws_node_pod() -> dict:
+    """aws-node as the add-on runs it: on the node's network, the node's CNI directory
+    mounted where it writes the network configuration."""
+    made = pod("aws-node", image=VPC_CNI_IMAGE, hostNetwork=True)
+    made["spec"]["volumes"] = [{"name": "cni-net-dir", "hostPath": {"path": CNI_CONF_DIR}}]
+    made["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": "cni-net-dir", "mountPath": container_process.VPC_CNI_CONF_MOUNT}
     ]
     return made
 
@@ -158,16 +175,6 @@ def ready_condition(node: dict) -> dict:
     return next((c for c in conditions if c["type"] == "Ready"), {})
 
 
-def wait_for(what: str, check: Callable[[], object], timeout: float = 90.0) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = check()
-        if found:
-            return found
-        time.sleep(0.5)
-    raise AssertionError(f"{what}: not within {timeout:.0f} s")
-
-
 def host_tunables() -> dict[str, str]:
     return {name: Path("/proc/sys", name).read_text() for name in KERNEL_TUNABLES}
 
@@ -191,10 +198,9 @@ def joined(still_plane: StillPlane, tmp_path_factory: pytest.TempPathFactory) ->
             except NotFound:
                 return {}
 
-        not_ready = wait_for("the node registers", registered)
-        assert node.network_ready_file is not None
-        node.network_ready_file.touch()
-        wait_for("the node turns Ready", lambda: registered().get("status") == "True")
+        not_ready = wait_for(what="the node registers", check=registered)
+        api.create(PODS, aws_node_pod(), "default")  # its network comes up
+        wait_for(what="the node turns Ready", check=lambda: registered().get("status") == "True")
         for made in PODS_MADE:
             api.create(PODS, made, "default")
         yield Joined(
@@ -214,10 +220,15 @@ def joined(still_plane: StillPlane, tmp_path_factory: pytest.TempPathFactory) ->
                 pass
 
 
-def test_a_node_joins_not_ready_until_its_pod_network_is_up(joined: Joined) -> None:
+def test_a_node_joins_not_ready_until_aws_node_brings_its_network_up(
+    joined: Joined, tmp_path: Path
+) -> None:
     assert joined.not_ready["status"] == "False"
     assert "cni plugin not initialized" in joined.not_ready["message"]
     assert ready_condition(joined.still.api.get(NODES, NAME))["reason"] == "KubeletReady"
+    logs = joined.still.kubectl(tmp_path, "logs", "aws-node").stdout
+    assert logs.endswith('msg="Successfully copied CNI plugin binary and config file."\n'), logs
+    assert (joined.node.cni_conf_dir / "10-aws.conflist").is_file()
 
 
 def test_kubectl_shows_the_real_kubelet_on_the_instance_types_machine(
@@ -250,7 +261,7 @@ def waiting_reasons(joined: Joined, name: str, until: set[str], timeout: float =
                 seen.add(waiting["reason"])
         return until <= seen
 
-    wait_for(f"{name} waits with {sorted(until)} (seen: {seen})", all_seen, timeout)
+    wait_for(all_seen, timeout, what=f"{name} waits with {sorted(until)}")
     return seen
 
 
@@ -293,7 +304,7 @@ def test_a_failing_command_crash_loops_with_a_growing_back_off(joined: Joined) -
                     starts.add(datetime.fromisoformat(state["terminated"]["startedAt"]))
         return len(backed_off()) >= 2
 
-    wait_for(f"crasher backs off twice (runs: {sorted(starts)})", backed_off_twice, 120)
+    wait_for(backed_off_twice, 120, what=f"crasher backs off twice (runs: {sorted(starts)})")
     first, second = backed_off()[:2]
     assert 9 <= first < second, backed_off()
     status = joined.pod("crasher")["status"]["containerStatuses"][0]
@@ -310,7 +321,7 @@ def running(joined: Joined, name: str) -> dict:
         found = joined.pod(name)
         return found if found["status"].get("phase") == "Running" else None
 
-    return wait_for(f"{name} runs", up)  # type: ignore[return-value]
+    return wait_for(up, what=f"{name} runs")
 
 
 def test_containers_have_containerd_ids_and_pods_addresses_of_their_own(joined: Joined) -> None:
@@ -332,7 +343,7 @@ def test_a_container_that_ends_completes_with_its_output_in_the_log(
         status = joined.pod("done")["status"]
         return status if status.get("phase") == "Succeeded" else None
 
-    status = wait_for("done succeeds", completed)
+    status = wait_for(what="done succeeds", check=completed)
     assert status["containerStatuses"][0]["state"]["terminated"]["reason"] == "Completed"  # type: ignore[index]
     logs = joined.still.kubectl(tmp_path, "logs", "done")
     assert logs.stdout == "finished\n", logs.stderr
@@ -386,7 +397,7 @@ def test_kubectl_attach_reaches_the_containers_own_process(joined: Joined, tmp_p
         status = joined.pod("talker")["status"]
         return status if status.get("phase") == "Failed" else None
 
-    status = wait_for("talker's shell ends", ended)
+    status = wait_for(what="talker's shell ends", check=ended)
     assert status["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 4  # type: ignore[index]
 
 
@@ -462,19 +473,21 @@ def gpus(joined: Joined) -> tuple[str | None, str | None]:
 def test_the_gpu_reaches_the_kubelet_through_the_device_plugin_api(joined: Joined) -> None:
     """The device plugin's pod registers the GPU; when it goes, the kubelet's device manager
     makes allocatable 0 at once and keeps capacity for its grace period."""
-    wait_for("the kubelet advertises the GPU", lambda: gpus(joined) == ("1", "1"), 60)
+    wait_for(
+        what="the kubelet advertises the GPU", check=lambda: gpus(joined) == ("1", "1"), timeout=60
+    )
     api = joined.still.api
     api.create(PODS, gpu_pod("trainer"), "default")
     running(joined, "trainer")
     api.delete(PODS, "nvidia-device-plugin", "default")
-    wait_for("allocatable drops to 0", lambda: gpus(joined) == ("1", "0"), 30)
+    wait_for(what="allocatable drops to 0", check=lambda: gpus(joined) == ("1", "0"), timeout=30)
     api.create(PODS, gpu_pod("trainer-2"), "default")
 
     def rejected() -> dict | None:
         status = joined.pod("trainer-2").get("status") or {}
         return status if status.get("phase") == "Failed" else None
 
-    status = wait_for("the kubelet rejects a second GPU pod", rejected, 30)
+    status = wait_for(what="the kubelet rejects a second GPU pod", check=rejected, timeout=30)
     assert status["reason"] == "UnexpectedAdmissionError", status  # type: ignore[index]
     assert status["message"] == (  # type: ignore[index]
         "Pod was rejected: Allocate failed due to no healthy devices present; cannot allocate "
@@ -493,7 +506,7 @@ def test_a_host_path_volume_never_creates_anything_on_the_host(joined: Joined) -
     def refused() -> list[str]:
         return [m for m in events_of(joined, "outside") if "read-only file system" in m]
 
-    wait_for("the kubelet refuses to create the host path", refused, 30)
+    wait_for(what="the kubelet refuses to create the host path", check=refused, timeout=30)
     assert (
         f'MountVolume.SetUp failed for volume "host" : mkdir {OUTSIDE}: read-only file system'
     ) in refused()
@@ -517,7 +530,7 @@ def test_a_failing_init_container_shows_init_crash_loop_back_off(
         listed = joined.still.kubectl(tmp_path, "get", "pod", "init-fails", "--no-headers")
         return "Init:CrashLoopBackOff" in listed.stdout
 
-    wait_for("kubectl get pod init-fails says Init:CrashLoopBackOff", shown)
+    wait_for(what="kubectl get pod init-fails says Init:CrashLoopBackOff", check=shown)
     init = joined.pod("init-fails")["status"]["initContainerStatuses"][0]
     assert init["lastState"]["terminated"]["exitCode"] == 2
     assert init["restartCount"] >= 1
@@ -547,10 +560,10 @@ def test_a_node_dies_with_the_process_that_started_it(
             "sh",
         )
 
-    wait_for("the node's kubelet runs", lambda: len(processes(ours)) >= 2, 30)
+    wait_for(what="the node's kubelet runs", check=lambda: len(processes(ours)) >= 2, timeout=30)
     os.kill(starter.pid, signal.SIGKILL)
     starter.wait()
-    wait_for(f"the node's processes end: {processes(ours)}", lambda: not processes(ours), 30)
+    wait_for(lambda: not processes(ours), 30, what="the node's processes end")
 
 
 # Starts a node the way a world does, then waits to be killed.

@@ -5,24 +5,26 @@ a boot or drain falls due, and on the controllers' slow resync; it never polls. 
 desiredSize is held to [minSize, maxSize], as EKS enforces it (moto accepts desiredSize >
 maxSize). Instances of a node group that is gone (deleted, or its cluster deleted) are
 drained and terminated, as EKS does when it deletes a node group.
-Scale-up launches an instance in the group's subnet at once and the Node joins, Ready,
-after the boot delay (~5.5 min real). Scale-down cordons the node, and after the terminate
-delay removes its pods and the Node and terminates the instance. An instance terminated from
+Scale-up launches an instance in the group's subnet at once; after the boot delay (~5.5 min
+real) its node comes up as `Machines` runs it: registered Ready by the world's model, or a real
+kubelet that registers it NotReady and turns Ready once aws-node has brought its network up.
+Scale-down cordons the node, and after the terminate delay stops it, removes its pods and the
+Node and terminates the instance. An instance terminated from
 outside (`aws ec2 terminate-instances`) loses its Node and pods as the cloud node lifecycle
 controller removes them, and the group launches a replacement. GPU nodes carry the
 group's labels and taints plus NFD's `pci-10de.present` label, as they would once NFD has
 looked at them. Once a group's nodes match its size, its EKS updates are Successful.
 Each instance is listed in its group's Auto Scaling group as Pending while it boots,
 InService once its Node joins and Terminating while it drains, as `aws autoscaling` shows.
-A joining node gets its kubelet's `NodeReady` Event (referring to the node by name, as
-kubelet does); kube-controller-manager records `RegisteredNode` and `RemovingNode` itself.
+A node the model registers gets its kubelet's `NodeReady` Event (referring to the node by name,
+as kubelet does); kube-controller-manager records `RegisteredNode` and `RemovingNode` itself.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from labs.kube.informers import InformedKubeApi
 from labs.kube.resources import NODES, PODS, KubeApiError, NotFound, now_rfc3339
@@ -65,8 +67,10 @@ class NodeLifecycle(Controller):
         cluster: str,
         region: str,
         updates: UpdateLedger,
+        machines: Machines | None = None,
     ) -> None:
         super().__init__(store, timings)
+        self._machines = machines or RegisteredNodes(store)
         self._updates = updates
         self._ec2 = clients("ec2")
         self._eks = clients("eks")
@@ -76,7 +80,6 @@ class NodeLifecycle(Controller):
         self._draining: dict[str, tuple[float, str]] = {}
         # Nodes of terminated instances the API server did not let us remove yet
         self._leftover: set[str] = set()
-        self._kubelet = EventRecorder(store, "kubelet")
 
     def reconcile(self) -> float | None:
         return self._pass(instantly=False)
@@ -229,7 +232,8 @@ class NodeLifecycle(Controller):
         drained = [i for i, (at, _) in self._draining.items() if at <= now]
         for instance_id in booted:
             _, instance, group = self._booting.pop(instance_id)
-            self._joined(self._register(build_node(instance, group, self._region)))
+            subnet = self._ec2.describe_subnets(SubnetIds=[instance["SubnetId"]])["Subnets"][0]
+            self._machines.boot(build_node(instance, group, self._region), subnet["CidrBlock"])
             self._list(instance_id, "InService")
         for instance_id in drained:
             _, name = self._draining.pop(instance_id)
@@ -250,18 +254,6 @@ class NodeLifecycle(Controller):
         """The instance's state in its group's Auto Scaling group, as `aws autoscaling` shows it."""
         list_instance(ACCOUNT_ID, self._region, instance_id, state, group_name)
 
-    def _register(self, node: dict) -> dict:
-        """Create the Node with its status, as the kubelet registers one (its capacity and
-        allocatable set first): a Node without them fails every DaemonSet pod the controller
-        makes for it at once with `Insufficient cpu, Too many pods`."""
-        return self.store.create(NODES, node)
-
-    def _joined(self, node: dict) -> None:
-        name = node["metadata"]["name"]
-        by_name = {**node, "metadata": {**node["metadata"], "uid": name}}
-        self._kubelet.record(by_name, "NodeReady", f"Node {name} status is now: NodeReady",
-                             host=name)  # fmt: skip
-
     def _remove_leftovers(self) -> None:
         """Remove the Nodes of terminated instances; one the API server refuses now stays listed
         for the next pass (a stopped API server must not keep instances billing)."""
@@ -277,6 +269,7 @@ class NodeLifecycle(Controller):
         deletes the Node and the pod garbage collector its orphans): deleted the other way
         round, the DaemonSet controller re-creates each operand pod on the still-listed node,
         and the operands count an unavailable pod until the node is gone."""
+        self._machines.halt(name)
         pods, _ = self.store.list(PODS, field_selector=f"spec.nodeName={name}")
         try:
             self.store.delete(NODES, name)
@@ -293,11 +286,55 @@ class NodeLifecycle(Controller):
         return node_name_for_ip(instance["PrivateIpAddress"], self._region)
 
     def _node_exists(self, instance: dict) -> bool:
+        return self._machines.running(self._node_name(instance))
+
+
+class Machines(Protocol):
+    """What runs a booted instance's Node: the world's model of its kubelet (`RegisteredNodes`)
+    or the real kubelet (`labs.sim.node.kubelet.KubeletNodes`)."""
+
+    def boot(self, node: dict, subnet: str) -> None:
+        """Bring up the instance's node, `node` as the node group registers it, its pods'
+        addresses in `subnet`."""
+
+    def running(self, name: str) -> bool: ...
+
+    def halt(self, name: str) -> None:
+        """The instance is gone: its node stops (its Node and pods are removed after)."""
+
+    def stop(self) -> None:
+        """The world stops: every node stops with it."""
+
+
+class RegisteredNodes:
+    """The world's model: the Node created with its status as the kubelet registers one, and
+    the kubelet's `NodeReady` Event (the world's kubelet controller runs its pods)."""
+
+    def __init__(self, store: InformedKubeApi) -> None:
+        self._store = store
+        self._kubelet = EventRecorder(store, "kubelet")
+
+    def boot(self, node: dict, subnet: str) -> None:
+        # capacity and allocatable set at once: a Node without them fails every DaemonSet pod
+        # the controller makes for it with `Insufficient cpu, Too many pods`
+        created = self._store.create(NODES, node)
+        name = created["metadata"]["name"]
+        by_name = {**created, "metadata": {**created["metadata"], "uid": name}}
+        self._kubelet.record(by_name, "NodeReady", f"Node {name} status is now: NodeReady",
+                             host=name)  # fmt: skip
+
+    def running(self, name: str) -> bool:
         try:
-            self.store.get(NODES, self._node_name(instance))
+            self._store.get(NODES, name)
         except NotFound:
             return False
         return True
+
+    def halt(self, name: str) -> None:
+        """Nothing runs for a modelled node but its Node."""
+
+    def stop(self) -> None:
+        """The Nodes go with the control plane."""
 
 
 def _bounded_desired(scaling: dict) -> int:

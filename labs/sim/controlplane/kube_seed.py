@@ -24,9 +24,16 @@ from labs.kube.resources import (
     ResourceType,
 )
 from labs.sim.controlplane.build import metrics_server_version
+from labs.sim.node.container_process import VPC_CNI_CONF_MOUNT
+from labs.sim.node.images import (
+    COREDNS_IMAGE,
+    KUBE_PROXY_IMAGE,
+    VPC_CNI_IMAGE,
+    metrics_server_image,
+)
+from labs.sim.node.kubelet import CNI_CONF_DIR
 
 DATA = Path(__file__).resolve().parents[1] / "data"
-ADDON_REGISTRY = "602401143452.dkr.ecr.ap-northeast-2.amazonaws.com/eks"
 
 
 def seed_cluster(store: KubeApi, cluster_policy_crd: dict) -> None:
@@ -42,7 +49,7 @@ def seed_cluster(store: KubeApi, cluster_policy_crd: dict) -> None:
                 "template": _template(
                     {"k8s-app": "kube-dns"},
                     "coredns",
-                    f"{ADDON_REGISTRY}/coredns:v1.12.4-eksbuild.1",
+                    COREDNS_IMAGE,
                     {"cpu": "100m", "memory": "70Mi"},
                     [{"key": "CriticalAddonsOnly", "operator": "Exists"}],
                 ),
@@ -51,18 +58,24 @@ def seed_cluster(store: KubeApi, cluster_policy_crd: dict) -> None:
         "kube-system",
     )
     for name, image, requests in (
-        ("aws-node", f"{ADDON_REGISTRY}/amazon-k8s-cni:v1.20.4-eksbuild.1", {"cpu": "25m"}),
-        ("kube-proxy", f"{ADDON_REGISTRY}/kube-proxy:v1.35.0-eksbuild.2", {"cpu": "100m"}),
+        ("aws-node", VPC_CNI_IMAGE, {"cpu": "25m"}),
+        ("kube-proxy", KUBE_PROXY_IMAGE, {"cpu": "100m"}),
     ):
         labels = {"k8s-app": name}
+        template = _template(labels, name, image, requests, [{"operator": "Exists"}])
+        template["spec"]["hostNetwork"] = True  # both run in the node's own network
+        if name == "aws-node":  # where it writes the node's pod network configuration
+            template["spec"]["volumes"] = [
+                {"name": "cni-net-dir", "hostPath": {"path": CNI_CONF_DIR}}
+            ]
+            template["spec"]["containers"][0]["volumeMounts"] = [
+                {"name": "cni-net-dir", "mountPath": VPC_CNI_CONF_MOUNT}
+            ]
         store.create(
             DAEMON_SETS,
             {
                 "metadata": {"name": name, "labels": labels},
-                "spec": {
-                    "selector": {"matchLabels": labels},
-                    "template": _template(labels, name, image, requests, [{"operator": "Exists"}]),
-                },
+                "spec": {"selector": {"matchLabels": labels}, "template": template},
             },
             "kube-system",
         )
@@ -75,7 +88,7 @@ def seed_metrics_server(store: KubeApi, route: Callable[[dict], None]) -> None:
     world."""
     for obj in yaml.safe_load((DATA / "metrics-server.yaml").read_text()):
         if obj["kind"] == "Deployment":
-            image = f"{ADDON_REGISTRY}/metrics-server:{metrics_server_version()}-eksbuild.1"
+            image = metrics_server_image(metrics_server_version())
             obj["spec"]["template"]["spec"]["containers"][0]["image"] = image
         created = store.call("POST", collection(obj), obj)
         if obj["kind"] == "Service":

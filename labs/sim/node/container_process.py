@@ -9,10 +9,12 @@ container's:
 
 The world's programs (`labs.sim.node.programs`) play the command, reading the pod and its node
 through the API server. They answer at once; what a real process spends waiting is spent here:
-a container without a command runs its image's own entrypoint (a server: it runs until it is
-stopped), and `sleep` sleeps. The device plugin's image runs the project's device plugin
-(`go/controlplane/cmd/device-plugin`) for real. `CONTAINER_DIR` (set by the runtime) holds the
-container's files, `CONTAINER_MOUNTS` where its mounts are on this host.
+a container without a command (its image's own entrypoint, perhaps with args) runs until it is
+stopped, and `sleep` sleeps. Two images' entrypoints are played for what they do to their node:
+the device plugin's runs the project's device plugin (`go/controlplane/cmd/device-plugin`) for
+real, and aws-node's writes the node's CNI configuration (its network turns ready).
+`CONTAINER_DIR` (set by the runtime) holds the container's files, `CONTAINER_MOUNTS` where its
+mounts are on this host.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,6 +35,29 @@ if TYPE_CHECKING:
 
 NOT_RUNNABLE = 126
 DEVICE_PLUGIN_IMAGE = "k8s-device-plugin"
+VPC_CNI_IMAGE = "amazon-k8s-cni"
+# Where aws-node's container has the node's /etc/cni/net.d (the add-on's `cni-net-dir` volume).
+VPC_CNI_CONF_MOUNT = "/host/etc/cni/net.d"
+# The VPC CNI's network configuration: its template (misc/10-aws.conflist) with the add-on's
+# defaults (veth prefix "eni", MTU 9001) filled in, as its entrypoint writes it.
+VPC_CNI_CONFLIST = {
+    "cniVersion": "0.3.1",
+    "name": "aws-cni",
+    "plugins": [
+        {"name": "aws-cni", "type": "aws-cni", "vethPrefix": "eni", "mtu": "9001"},
+        {"type": "portmap", "capabilities": {"portMappings": True}, "snat": True},
+    ],
+}
+# What aws-node prints on its way up (VPC CNI v1.18 to v1.20, as `kubectl logs` shows it): the
+# IPAM daemon answers after about two seconds, then the configuration is written.
+VPC_CNI_STEPS = (
+    (0.0, None, "Installed /host/opt/cni/bin/aws-cni"),
+    (0.0, None, "Installed /host/opt/cni/bin/egress-cni"),
+    (0.0, "info", "Starting IPAM daemon... "),
+    (0.0, "info", "Checking for IPAM connectivity... "),
+    (2.0, "info", "Copying config file... "),
+)
+VPC_CNI_DONE = "Successfully copied CNI plugin binary and config file."
 
 
 def command(api_url: str, pki_dir: Path) -> list[str]:
@@ -57,8 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tty", action="store_true")
     parser.add_argument("command", nargs="*")
     args = parser.parse_args(argv)
-    if args.verb == "run" and not args.command and _runs_ours(os.environ.get("CONTAINER_IMAGE")):
-        return _entrypoint(args)
+    entrypoint = _played_entrypoint(os.environ.get("CONTAINER_IMAGE"))
+    if args.verb == "run" and not args.command and entrypoint is not None:
+        return entrypoint(args)
     if args.verb == "run":
         waited = _waits(args.command)
         if waited is not None:
@@ -66,25 +93,57 @@ def main(argv: list[str] | None = None) -> int:
     return _play(args)
 
 
-def _runs_ours(image: str | None) -> bool:
-    """Whether the image's own entrypoint is a program of the project's (the GPU device plugin).
-    Only the light image module is imported: a container that only waits keeps no client."""
+def _played_entrypoint(image: str | None) -> Callable[[argparse.Namespace], int] | None:
+    """The image's own entrypoint where it does something to its node, else None. Only the
+    light image module is imported: a container that only waits keeps no client."""
     from labs.sim.node.images import repository
 
-    return image is not None and repository(image) == DEVICE_PLUGIN_IMAGE
+    entrypoints = {DEVICE_PLUGIN_IMAGE: _device_plugin, VPC_CNI_IMAGE: _vpc_cni}
+    return None if image is None else entrypoints.get(repository(image))
 
 
-def _entrypoint(args: argparse.Namespace) -> int:
-    """Become the image's entrypoint: the device plugin, serving the node's GPU to its kubelet
-    through the kubelet's device-plugins directory as this container mounts it."""
+def _mounted(container_path: str) -> Path | None:
+    """Where this container's mount at `container_path` is on this host."""
+    mounts = json.loads(os.environ.get("CONTAINER_MOUNTS") or "[]")
+    return next(
+        (Path(m["host_path"]) for m in mounts if m["container_path"] == container_path), None
+    )
+
+
+def _vpc_cni(args: argparse.Namespace) -> int:
+    """aws-node: the IPAM daemon comes up, the network configuration goes into the node's
+    /etc/cni/net.d (containerd then reports the network ready), and the daemon runs on."""
+    conf_dir = _mounted(VPC_CNI_CONF_MOUNT)
+    if conf_dir is None:
+        print(f"no {VPC_CNI_CONF_MOUNT} mounted: nowhere to write the CNI config", file=sys.stderr)
+        return 1
+    for delay, level, message in VPC_CNI_STEPS:
+        time.sleep(delay)
+        _log_vpc_cni(level, message)
+    conflist = conf_dir / "10-aws.conflist"
+    partial = conflist.with_suffix(".partial")  # containerd reads only whole files
+    partial.write_text(json.dumps(VPC_CNI_CONFLIST, indent=2))
+    partial.rename(conflist)
+    _log_vpc_cni("info", VPC_CNI_DONE)
+    return _wait(math.inf)
+
+
+def _log_vpc_cni(level: str | None, message: str) -> None:
+    if level is None:
+        print(message, flush=True)
+        return
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    print(f'time="{stamp}" level={level} msg="{message}"', flush=True)
+
+
+def _device_plugin(args: argparse.Namespace) -> int:
+    """The device plugin, serving the node's GPU to its kubelet through the kubelet's
+    device-plugins directory as this container mounts it."""
     from labs.sim.controlplane.build import device_plugin_binary
     from labs.sim.node.hardware import gpu_uuid
     from labs.sim.node.kubelet import DEVICE_PLUGINS
 
-    mounts = json.loads(os.environ.get("CONTAINER_MOUNTS") or "[]")
-    plugin_dir = next(
-        (m["host_path"] for m in mounts if m["container_path"] == DEVICE_PLUGINS), None
-    )
+    plugin_dir = _mounted(DEVICE_PLUGINS)
     if plugin_dir is None:
         print(f"no {DEVICE_PLUGINS} mounted: nothing to register with", file=sys.stderr)
         return 1
@@ -97,7 +156,7 @@ def _entrypoint(args: argparse.Namespace) -> int:
 def _waits(command: list[str]) -> float | None:
     """How long a container's process only waits (infinity for the image's own entrypoint), or
     None when the world plays its command."""
-    if not command:
+    if not command or command[0].startswith("-"):  # the entrypoint, perhaps with its args
         return math.inf
     if os.path.basename(command[0]) == "sleep" and len(command) == 2:
         word = command[1]

@@ -31,7 +31,22 @@ class Image:
         return "sha256:" + hashlib.sha256(self.ref.encode()).hexdigest()
 
 
+# EKS add-ons' images, from the region's ECR (the cluster's add-on versions).
+ADDON_REGISTRY = "602401143452.dkr.ecr.ap-northeast-2.amazonaws.com/eks"
+VPC_CNI_IMAGE = f"{ADDON_REGISTRY}/amazon-k8s-cni:v1.20.4-eksbuild.1"
+KUBE_PROXY_IMAGE = f"{ADDON_REGISTRY}/kube-proxy:v1.35.0-eksbuild.2"
+COREDNS_IMAGE = f"{ADDON_REGISTRY}/coredns:v1.12.4-eksbuild.1"
+
+
+def metrics_server_image(version: str) -> str:
+    """The metrics-server add-on's image for the release the rehearsal builds."""
+    return f"{ADDON_REGISTRY}/metrics-server:{version}-eksbuild.1"
+
+
 CATALOGUE = (
+    Image(VPC_CNI_IMAGE, 45 * MB),
+    Image(KUBE_PROXY_IMAGE, 35 * MB),
+    Image(COREDNS_IMAGE, 25 * MB),
     Image("public.ecr.aws/docker/library/busybox:1.37", 2 * MB),
     Image("docker.io/library/busybox:1.36", 2 * MB),
     Image("docker.io/library/busybox:1.37", 2 * MB),
@@ -52,11 +67,11 @@ def repository(image: str) -> str:
     return image.rsplit("/", 1)[-1].split("@", 1)[0].split(":", 1)[0]
 
 
-def write_catalogue(path: Path, images: tuple[Image, ...] = CATALOGUE) -> Path:
-    """The catalogue as the runtime reads it (`--images`)."""
+def write_catalogue(path: Path, extra: tuple[Image, ...] = ()) -> Path:
+    """The catalogue, plus `extra` images, as the runtime reads it (`--images`)."""
     entries = [
         {**asdict(image), "id": image.id, "pull_seconds": image.size / PULL_BYTES_PER_SECOND}
-        for image in images
+        for image in CATALOGUE + extra
     ]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(entries, indent=1))

@@ -19,6 +19,7 @@ CONNECT proxy routes the node's address to. Everything dies with the process tha
 from __future__ import annotations
 
 import base64
+import ipaddress
 import os
 import shlex
 import shutil
@@ -26,6 +27,7 @@ import sys
 import uuid
 from dataclasses import dataclass, field
 from decimal import Decimal
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +37,19 @@ from kubernetes.utils import parse_quantity
 from labs.errors import LabError
 from labs.sim.controlplane import build, pki
 from labs.sim.controlplane.run import Served, spawn
-from labs.sim.node.hardware import AMI_OS_RELEASE, INSTANCE_SHAPES
+from labs.sim.node.hardware import (
+    AMI_OS_RELEASE,
+    DEFAULT_RUNTIME_ANNOTATION,
+    INSTANCE_SHAPES,
+    INSTANCE_TYPE_LABEL,
+)
 
 KUBELET_PORT = 10250
+SOCKET_PATH_MAX = 107
 # Where a kubelet's device manager and the device plugins meet (a fixed path of the kubelet).
 DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
+# Where the pod network's configuration goes (containerd's CNI directory).
+CNI_CONF_DIR = "/etc/cni/net.d"
 CLUSTER_DNS = "10.100.0.10"
 # The kernel settings the kubelet sets to these values when it starts (its container manager's
 # `setupKernelTunables`): on the node they are the node's own files, already so.
@@ -71,6 +81,26 @@ class NodeSpec:
     taints: tuple[dict[str, str], ...] = ()
     runtime_handlers: tuple[str, ...] = ("runc",)
 
+    @classmethod
+    def of(cls, node: dict, pod_cidr: str) -> NodeSpec:
+        """The spec of a Node object as the node group would register it (its name, address,
+        labels, taints, providerID and the AMI's default runtime)."""
+        metadata, spec = node["metadata"], node.get("spec") or {}
+        address = next(
+            a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP"
+        )
+        default = (metadata.get("annotations") or {}).get(DEFAULT_RUNTIME_ANNOTATION, "runc")
+        return cls(
+            name=metadata["name"],
+            ip=address,
+            pod_cidr=pod_cidr,
+            instance_type=metadata["labels"][INSTANCE_TYPE_LABEL],
+            provider_id=spec.get("providerID", ""),
+            labels=dict(metadata["labels"]),
+            taints=tuple(spec.get("taints") or ()),
+            runtime_handlers=tuple(dict.fromkeys(("runc", default))),
+        )
+
 
 @dataclass
 class KubeletNode:
@@ -87,9 +117,6 @@ class KubeletNode:
     ports_dir: Path | None = None
     # Where the node endpoint's CONNECT proxy looks up where an address's kubelet port goes.
     routes_dir: Path | None = None
-    # The pod network is up once this file exists (None: at once); until then the node is
-    # NotReady with the kubelet's own "cni plugin not initialized".
-    network_ready_file: Path | None = None
     _served: Served = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -100,6 +127,13 @@ class KubeletNode:
         return self._served.log
 
     @property
+    def cni_conf_dir(self) -> Path:
+        """The node's /etc/cni/net.d: until a network configuration is written here (by
+        aws-node, as on EKS) the node is NotReady with the kubelet's "cni plugin not
+        initialized"."""
+        return self.home / "cni-net.d"
+
+    @property
     def door(self) -> Path:
         """The unix socket on the host that reaches this node's kubelet port."""
         return self.home / "kubelet.door"
@@ -107,10 +141,12 @@ class KubeletNode:
     def start(self, say: build.Say = print) -> None:
         """Write the node's files and start it; the kubelet registers the Node on its own."""
         require_namespaces()
+        self._require_short_home()
         runtime = build.node_runtime_binary(say)
         kubelet = build.binaries(say) / "kubelet"
         self.home.mkdir(parents=True, exist_ok=True)
         self.log.parent.mkdir(parents=True, exist_ok=True)
+        self.cni_conf_dir.mkdir(exist_ok=True)
         command = [str(runtime), *self._runtime_args(), "--", *self._kubelet_command(kubelet)]
         self._served.process = spawn(command, self.log)
         if self.routes_dir is not None:
@@ -123,6 +159,16 @@ class KubeletNode:
         if self.routes_dir is not None:
             (self.routes_dir / f"{self.spec.ip}_{KUBELET_PORT}").unlink(missing_ok=True)
         self._served.stop()
+
+    def _require_short_home(self) -> None:
+        """The node's sockets live under its home, and a unix socket's path has at most 107
+        bytes: the deepest is the kubelet's pod-resources socket."""
+        deepest = self.home.resolve() / "root" / "pod-resources" / "kubelet.sock"
+        if len(os.fsencode(deepest)) > SOCKET_PATH_MAX:
+            raise NodeUnavailable(
+                f"the node's files under {self.home} are too deep for its unix sockets "
+                f"({deepest} is over {SOCKET_PATH_MAX} bytes): use a shorter state directory"
+            )
 
     @property
     def pid(self) -> int | None:
@@ -141,12 +187,12 @@ class KubeletNode:
             f"--kubelet-door={self.door}",
             f"--kubelet-port={KUBELET_PORT}",
             f"--host-path-map={DEVICE_PLUGINS}={self.home / 'device-plugins'}",
+            f"--host-path-map={CNI_CONF_DIR}={self.cni_conf_dir}",
+            f"--cni-conf-dir={self.cni_conf_dir}",
             *(f"--program={word}" for word in self.container_command),
         ]
         if self.ports_dir is not None:
             args.append(f"--ports-dir={self.ports_dir}")
-        if self.network_ready_file is not None:
-            args.append(f"--network-ready-file={self.network_ready_file}")
         return args
 
     def _kubelet_command(self, kubelet: Path) -> list[str]:
@@ -287,6 +333,78 @@ class KubeletNode:
             tunable.parent.mkdir(parents=True, exist_ok=True)
             tunable.write_text(value + "\n")
         return machine
+
+
+class KubeletNodes:
+    """The rehearsal's nodes when each runs the real kubelet: one `KubeletNode` per booted
+    instance, under `home/<address>`, its pods' addresses a block of its subnet's of its own."""
+
+    def __init__(
+        self,
+        home: Path,
+        ca: pki.Authority,
+        api_url: str,
+        container_command: list[str],
+        images: Path,
+        ports_dir: Path,
+        routes_dir: Path,
+    ) -> None:
+        self._home = home
+        self._node = partial(
+            KubeletNode,
+            ca=ca,
+            api_url=api_url,
+            container_command=container_command,
+            images=images,
+            ports_dir=ports_dir,
+            routes_dir=routes_dir,
+        )
+        self._running: dict[str, KubeletNode] = {}
+
+    def prepare(self, say: build.Say = print) -> None:
+        """Check this machine can run nodes and build their programs (cached), so the first
+        node boots without a build in the way."""
+        require_namespaces()
+        build.node_runtime_binary(say)
+        build.device_plugin_binary(say)
+        build.binaries(say)
+
+    def boot(self, node: dict, subnet: str) -> None:
+        """Start the node's kubelet; it registers the Node itself, NotReady until aws-node
+        writes its network configuration."""
+        taken = {n.spec.pod_cidr for n in self._running.values()}
+        spec = NodeSpec.of(node, _free_block(subnet, taken))
+        started = self._node(self._home / spec.ip, spec)
+        started.start(say=lambda line: None)
+        self._running[spec.name] = started
+
+    def running(self, name: str) -> bool:
+        return name in self._running
+
+    def halt(self, name: str) -> None:
+        """Stop the node's kubelet and runtime (its containers' processes end with them)."""
+        node = self._running.pop(name, None)
+        if node is not None:
+            node.stop()
+
+    def stop(self) -> None:
+        for name in list(self._running):
+            self.halt(name)
+
+
+# Each node's pods get a /26 of its subnet (64 addresses, more than its max pods), taken from the
+# top: EC2 hands instances addresses from the bottom.
+POD_BLOCK_PREFIX = 26
+
+
+def _free_block(subnet: str, taken: set[str]) -> str:
+    blocks = list(ipaddress.ip_network(subnet).subnets(new_prefix=POD_BLOCK_PREFIX))
+    for block in reversed(blocks[1:]):
+        if str(block) not in taken:
+            return str(block)
+    raise NodeUnavailable(
+        f"subnet {subnet} has no free /{POD_BLOCK_PREFIX} for another node's pods"
+    )
 
 
 def require_namespaces() -> None:

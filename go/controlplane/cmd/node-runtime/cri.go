@@ -28,15 +28,15 @@ const (
 )
 
 type runtimeOptions struct {
-	program      []string
-	nodeIP       string
-	pods         *addresses
-	handlers     []string
-	stateDir     string
-	networkReady string
-	hostPaths    map[string]string
-	images       *imageService
-	streams      streaming.Server
+	program    []string
+	nodeIP     string
+	pods       *addresses
+	handlers   []string
+	stateDir   string
+	cniConfDir string
+	hostPaths  map[string]string
+	images     *imageService
+	streams    streaming.Server
 }
 
 type sandbox struct {
@@ -77,8 +77,8 @@ func (r *criRuntime) Version(context.Context, *runtimeapi.VersionRequest) (*runt
 
 func (r *criRuntime) Status(context.Context, *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
 	network := &runtimeapi.RuntimeCondition{Type: runtimeapi.NetworkReady, Status: true}
-	if r.opts.networkReady != "" {
-		if _, err := os.Stat(r.opts.networkReady); err != nil {
+	if r.opts.cniConfDir != "" {
+		if !hasCNIConfig(r.opts.cniConfDir) {
 			network.Status = false
 			network.Reason = "NetworkPluginNotReady"
 			network.Message = "Network plugin returns error: cni plugin not initialized"
@@ -92,6 +92,22 @@ func (r *criRuntime) Status(context.Context, *runtimeapi.StatusRequest) (*runtim
 		Status:          &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{{Type: runtimeapi.RuntimeReady, Status: true}, network}},
 		RuntimeHandlers: handlers,
 	}, nil
+}
+
+// hasCNIConfig: whether dir holds a network configuration, the files containerd's CNI loader
+// reads (.conf, .conflist, .json); until then containerd reports the network not ready.
+func hasCNIConfig(dir string) bool {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, entry := range entries {
+		switch filepath.Ext(entry.Name()) {
+		case ".conf", ".conflist", ".json":
+			return true
+		}
+	}
+	return false
 }
 
 func (r *criRuntime) RuntimeConfig(context.Context, *runtimeapi.RuntimeConfigRequest) (*runtimeapi.RuntimeConfigResponse, error) {

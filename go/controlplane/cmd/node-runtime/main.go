@@ -58,7 +58,7 @@ func main() {
 	images := flag.String("images", "", "JSON catalogue of the images a registry serves and those already on the node")
 	handlers := flag.String("runtime-handlers", "runc", "comma-separated runtime handlers the node's containerd has (RuntimeClass handlers)")
 	stateDir := flag.String("state-dir", "", "where the runtime keeps each container's files")
-	networkReady := flag.String("network-ready-file", "", "the pod network counts as ready once this file exists (empty: at once)")
+	cniConfDir := flag.String("cni-conf-dir", "", "the node's /etc/cni/net.d: the pod network is ready once a CNI config is in it (empty: at once)")
 	apiForward := flag.String("api-forward", "", "LOCAL=REMOTE: LOCAL inside the node forwards to REMOTE on the host")
 	kubeletDoor := flag.String("kubelet-door", "", "unix socket on the host forwarding to the kubelet's port on the node's address")
 	kubeletPort := flag.Int("kubelet-port", 10250, "the kubelet's port, the door's far end")
@@ -93,15 +93,15 @@ func main() {
 	}
 	imageStore := newImages(catalogue, imageDir)
 	cri := newRuntime(runtimeOptions{
-		program:      program,
-		nodeIP:       *nodeIP,
-		pods:         pods,
-		handlers:     strings.Split(*handlers, ","),
-		stateDir:     *stateDir,
-		networkReady: *networkReady,
-		hostPaths:    pathMap(hostPaths),
-		images:       imageStore,
-		streams:      streams,
+		program:    program,
+		nodeIP:     *nodeIP,
+		pods:       pods,
+		handlers:   strings.Split(*handlers, ","),
+		stateDir:   *stateDir,
+		cniConfDir: *cniConfDir,
+		hostPaths:  pathMap(hostPaths),
+		images:     imageStore,
+		streams:    streams,
 	})
 	streams.bind(cri, *portsDir)
 	served, err := serveCRI(*criSocket, cri, imageStore)

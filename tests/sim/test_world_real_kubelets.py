@@ -1,0 +1,179 @@
+"""A rehearsal world whose nodes run the real kubelet (`start_world(kubelets="real")`): the node
+groups' instances become real nodes, aws-node brings each node's network up, and scaling the GPU
+node group starts and stops a kubelet, as `kubectl` and the aws CLI's calls show.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from controlplane_support import kubectl_on, processes
+from scenario_support import own_world
+from sim_support import wait_for
+
+from labs.sim.aws.seed import GPU_LABELS, gpu_node_group_name, moto_clients
+from labs.sim.controlplane.build import NODE_RUNTIME
+from labs.sim.node.hardware import INSTANCE_SHAPES
+from labs.sim.world import REAL_KUBELETS, World
+
+CLUSTER = "myeks"
+CNI_READY = "Successfully copied CNI plugin binary and config file."
+
+
+@dataclass
+class RealWorld:
+    world: World
+    cache: Path
+
+    def kubectl(self, *args: str) -> str:
+        done = kubectl_on(self.world.kubeconfig_path, self.cache, *args)
+        assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
+        return done.stdout
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.kubectl(*args, "-o", "json"))
+
+    def nodes(self) -> list[dict]:
+        return self.json("get", "nodes")["items"]
+
+    def aws(self, service: str) -> Any:
+        return moto_clients(self.world.endpoints)(service)
+
+    def instances(self) -> dict[str, dict]:
+        """The cluster's running EC2 instances by private IP."""
+        reservations = self.aws("ec2").describe_instances(
+            Filters=[
+                {"Name": "tag:eks:cluster-name", "Values": [CLUSTER]},
+                {"Name": "instance-state-name", "Values": ["pending", "running"]},
+            ]
+        )["Reservations"]
+        return {i["PrivateIpAddress"]: i for r in reservations for i in r["Instances"]}
+
+    def scale_gpus(self, size: int) -> None:
+        self.aws("eks").update_nodegroup_config(
+            clusterName=CLUSTER,
+            nodegroupName=gpu_node_group_name(CLUSTER),
+            scalingConfig={"minSize": 0, "maxSize": 2, "desiredSize": size},
+        )
+
+
+def ready(node: dict) -> bool:
+    conditions = node["status"].get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def internal_ip(node: dict) -> str:
+    return next(a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP")
+
+
+def runtimes_for(ip: str) -> list[str]:
+    """The node runtime processes serving the node at `ip`."""
+    return processes(lambda argv: NODE_RUNTIME in argv[0] and f"--node-ip={ip}" in argv)
+
+
+def world_runtimes(world: World) -> list[str]:
+    """The node runtime processes of this world's nodes (their state is under its directory)."""
+    home = str(world.kubeconfig_path.parent)
+    return processes(
+        lambda argv: argv[0].endswith(f"/{NODE_RUNTIME}") and any(home in a for a in argv)
+    )
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealWorld]:
+    home = tmp_path_factory.mktemp("real")
+    world = own_world(home / "w", speed=600, kubelets=REAL_KUBELETS)
+    try:
+        made = RealWorld(world, home / "kube-cache")
+        wait_for(
+            what="the system nodes turn Ready",
+            check=lambda: len(nodes := made.nodes()) == 2 and all(ready(n) for n in nodes),
+        )
+        yield made
+    finally:
+        world.stop()
+
+
+def test_every_instance_is_a_node_running_the_real_kubelet(real: RealWorld) -> None:
+    """`kubectl get nodes -o wide`: the kubelet's own version and the instances' addresses;
+    each Node's providerID names its EC2 instance."""
+    wide = real.kubectl("get", "nodes", "-o", "wide")
+    instances = real.instances()
+    assert len(wide.splitlines()) == 1 + len(instances) == 3, wide
+    for line in wide.splitlines()[1:]:
+        assert " Ready " in line and "v1.35.4" in line and "containerd://2.2.4" in line, line
+        assert any(f" {ip} " in line for ip in instances), line
+    for node in real.nodes():
+        instance = instances[internal_ip(node)]
+        assert node["spec"]["providerID"].endswith(f"/{instance['InstanceId']}")
+        capacity = INSTANCE_SHAPES[instance["InstanceType"]]
+        assert node["status"]["capacity"]["cpu"] == capacity.cpu
+        assert node["status"]["allocatable"]["memory"] == capacity.allocatable_memory
+        assert len(runtimes_for(internal_ip(node))) == 1
+
+
+def test_aws_node_brings_each_node_network_up(real: RealWorld) -> None:
+    """The node is NotReady until aws-node writes its CNI configuration; its log says so."""
+    logs = real.kubectl("logs", "-n", "kube-system", "ds/aws-node")
+    assert CNI_READY in logs
+    assert 'level=info msg="Checking for IPAM connectivity... "' in logs
+
+
+def test_host_network_pods_have_the_node_ip_and_no_two_pods_share_one(real: RealWorld) -> None:
+    pods = real.json("get", "pods", "-n", "kube-system")["items"]
+    wait_for(
+        what="kube-system's pods run",
+        check=lambda: all(
+            p["status"].get("phase") == "Running"
+            for p in real.json("get", "pods", "-n", "kube-system")["items"]
+        ),
+    )
+    pods = real.json("get", "pods", "-n", "kube-system")["items"]
+    host_network = [p for p in pods if p["spec"].get("hostNetwork")]
+    assert {p["metadata"]["labels"]["k8s-app"] for p in host_network} == {"aws-node", "kube-proxy"}
+    for pod in host_network:
+        assert pod["status"]["podIP"] == pod["status"]["hostIP"]
+    others = [p["status"]["podIP"] for p in pods if not p["spec"].get("hostNetwork")]
+    node_ips = {internal_ip(n) for n in real.nodes()}
+    assert len(others) == len(set(others)) >= 2 and not set(others) & node_ips, others
+    for pod in pods:
+        subnet = ipaddress.ip_network(f"{pod['status']['hostIP']}/22", strict=False)
+        assert ipaddress.ip_address(pod["status"]["podIP"]) in subnet
+
+
+def test_gpu_node_group_scale_starts_and_stops_a_kubelet(real: RealWorld) -> None:
+    """Desired 1: a g5.xlarge joins with the group's labels and taint (4 CPU, its memory);
+    desired 0: its Node goes, its kubelet and runtime stop, its instance terminates."""
+    real.scale_gpus(1)
+    gpu = wait_for(
+        what="the GPU node turns Ready",
+        check=lambda: [n for n in real.nodes() if n["metadata"]["labels"].get("tier") and ready(n)],
+    )[0]
+    labels = gpu["metadata"]["labels"]
+    assert GPU_LABELS.items() <= labels.items()
+    assert labels["node.kubernetes.io/instance-type"] == "g5.xlarge"
+    assert {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"} in [
+        {k: t[k] for k in ("key", "value", "effect")} for t in gpu["spec"]["taints"]
+    ]
+    assert gpu["status"]["capacity"]["cpu"] == "4"
+    assert gpu["status"]["capacity"]["memory"] == INSTANCE_SHAPES["g5.xlarge"].memory
+    ip = internal_ip(gpu)
+    assert len(runtimes_for(ip)) == 1
+    real.scale_gpus(0)
+    wait_for(what="the GPU node leaves", check=lambda: len(real.nodes()) == 2)
+    wait_for(what="its runtime stops", check=lambda: not runtimes_for(ip), timeout=30)
+    assert ip not in real.instances()
+
+
+def test_a_stopped_world_leaves_no_node_running(real: RealWorld) -> None:
+    assert len(world_runtimes(real.world)) == 2
+    real.world.stop()
+    wait_for(
+        what="every node runtime ends", check=lambda: not world_runtimes(real.world), timeout=20
+    )
