@@ -170,6 +170,21 @@ class Joined:
         return self.still.api.get(PODS, name, "default")
 
 
+def container_process_env(joined: Joined, pod: str) -> dict[str, str]:
+    """The environment the runtime gave the process of `pod`'s container on this node."""
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            if b"labs.sim.node.container_process" not in argv or pod.encode() not in argv:
+                continue
+            raw = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        pairs = (item.decode().partition("=") for item in raw if b"=" in item)
+        return {key: value for key, _, value in pairs}
+    raise AssertionError(f"no container process runs for pod {pod}")
+
+
 def ready_condition(node: dict) -> dict:
     conditions = (node.get("status") or {}).get("conditions") or []
     return next((c for c in conditions if c["type"] == "Ready"), {})
@@ -499,9 +514,16 @@ def test_the_gpu_reaches_the_kubelet_through_the_device_plugin_api(joined: Joine
 
 def test_a_host_path_volume_never_creates_anything_on_the_host(joined: Joined) -> None:
     """The host's root is read-only to the kubelet: a pod whose hostPath it would create waits
-    with the kubelet's FailedMount; /run is the node's own, so the operator's paths work."""
+    with the kubelet's FailedMount; /run is the node's own, so the operator's paths work, and
+    are the node's directory for every pod that mounts them."""
     running(joined, "validations")
     assert joined.host_had_validations or not Path(VALIDATIONS).exists()
+    on_node = joined.node.node_dir("/run") / VALIDATIONS.removeprefix("/run/")
+    assert on_node.is_dir()  # made by the kubelet (DirectoryOrCreate) in the node's /run
+    mounts = json.loads(
+        container_process_env(joined, "validations").get("CONTAINER_MOUNTS") or "[]"
+    )
+    assert {"container_path": "/host", "host_path": str(on_node)} in mounts
 
     def refused() -> list[str]:
         return [m for m in events_of(joined, "outside") if "read-only file system" in m]

@@ -6,10 +6,12 @@ address on an interface of its own; the host's interfaces are never touched), se
 and starts the kubelet inside that namespace, in a mount namespace of the kubelet's own. There
 the machine is the instance type and the AMI (`/proc/meminfo`, `/sys/devices/system/cpu` and
 `/etc/os-release` are made-up files bound over the host's), the kernel settings the kubelet tunes
-are files of the node's (the host's stay as they are), and `/var/lib/kubelet/device-plugins` (a
-fixed path) is the node's directory, where a device plugin on the host registers with it. The
-host's root is read-only there, so a hostPath volume the kubelet would create fails instead of
-landing on the host; `/run` and `/var/lib` are the node's own.
+are files of the node's (the host's stay as they are), and `/run` and `/var/lib` are directories
+of the node's (`NODE_DIRS`), which the runtime gives its containers' hostPath volumes too: so
+the kubelet's `/var/lib/kubelet/device-plugins` is where a device plugin in a pod registers, and
+the GPU Operator's `/run/nvidia/validations` is one place for all its pods on the node. The
+host's root is read-only there, so a hostPath volume the kubelet would create elsewhere fails
+instead of landing on the host.
 
 The kubelet reaches the API server through a port the runtime forwards out of the namespace; the
 API server reaches the kubelet through the runtime's door socket, which the node endpoint's
@@ -50,6 +52,10 @@ SOCKET_PATH_MAX = 107
 DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
 # Where the pod network's configuration goes (containerd's CNI directory).
 CNI_CONF_DIR = "/etc/cni/net.d"
+# The node's own directories, under its home: what a hostPath volume there reaches, for the
+# kubelet (bound over the host's in its mount namespace) and its containers alike.
+NODE_DIRS = {"/run": "run", "/var/lib": "var-lib", CNI_CONF_DIR: "cni-net.d"}
+KUBELET_NODE_DIRS = ("/run", "/var/lib")
 CLUSTER_DNS = "10.100.0.10"
 # The kernel settings the kubelet sets to these values when it starts (its container manager's
 # `setupKernelTunables`): on the node they are the node's own files, already so.
@@ -126,12 +132,16 @@ class KubeletNode:
     def log(self) -> Path:
         return self._served.log
 
+    def node_dir(self, path: str) -> Path:
+        """Where the node's directory `path` (one of `NODE_DIRS`) is on this host."""
+        return self.home / NODE_DIRS[path]
+
     @property
     def cni_conf_dir(self) -> Path:
         """The node's /etc/cni/net.d: until a network configuration is written here (by
         aws-node, as on EKS) the node is NotReady with the kubelet's "cni plugin not
         initialized"."""
-        return self.home / "cni-net.d"
+        return self.node_dir(CNI_CONF_DIR)
 
     @property
     def door(self) -> Path:
@@ -141,12 +151,13 @@ class KubeletNode:
     def start(self, say: build.Say = print) -> None:
         """Write the node's files and start it; the kubelet registers the Node on its own."""
         require_namespaces()
-        self._require_short_home()
+        self._require_usable_home()
         runtime = build.node_runtime_binary(say)
         kubelet = build.binaries(say) / "kubelet"
         self.home.mkdir(parents=True, exist_ok=True)
         self.log.parent.mkdir(parents=True, exist_ok=True)
-        self.cni_conf_dir.mkdir(exist_ok=True)
+        for path in NODE_DIRS:
+            self.node_dir(path).mkdir(exist_ok=True)
         command = [str(runtime), *self._runtime_args(), "--", *self._kubelet_command(kubelet)]
         self._served.process = spawn(command, self.log)
         if self.routes_dir is not None:
@@ -160,9 +171,17 @@ class KubeletNode:
             (self.routes_dir / f"{self.spec.ip}_{KUBELET_PORT}").unlink(missing_ok=True)
         self._served.stop()
 
-    def _require_short_home(self) -> None:
+    def _require_usable_home(self) -> None:
         """The node's sockets live under its home, and a unix socket's path has at most 107
-        bytes: the deepest is the kubelet's pod-resources socket."""
+        bytes (the deepest is the kubelet's pod-resources socket); a home under one of the
+        node's own directories would vanish under it."""
+        resolved = self.home.resolve()
+        for path in KUBELET_NODE_DIRS:
+            if resolved.is_relative_to(path):
+                raise NodeUnavailable(
+                    f"the node's files under {self.home} are inside {path}, which the node "
+                    "has its own of: use a state directory elsewhere"
+                )
         deepest = self.home.resolve() / "root" / "pod-resources" / "kubelet.sock"
         if len(os.fsencode(deepest)) > SOCKET_PATH_MAX:
             raise NodeUnavailable(
@@ -186,8 +205,7 @@ class KubeletNode:
             f"--api-forward=127.0.0.1:{api_port}=127.0.0.1:{api_port}",
             f"--kubelet-door={self.door}",
             f"--kubelet-port={KUBELET_PORT}",
-            f"--host-path-map={DEVICE_PLUGINS}={self.home / 'device-plugins'}",
-            f"--host-path-map={CNI_CONF_DIR}={self.cni_conf_dir}",
+            *(f"--host-path-map={path}={self.node_dir(path)}" for path in NODE_DIRS),
             f"--cni-conf-dir={self.cni_conf_dir}",
             *(f"--program={word}" for word in self.container_command),
         ]
@@ -203,8 +221,6 @@ class KubeletNode:
         kubeconfig.write_text(yaml.safe_dump(_kubeconfig(self.api_url, self.ca, files)))
         config = self.home / "kubelet.yaml"
         config.write_text(yaml.safe_dump(self._configuration(files)))
-        plugins = self.home / "device-plugins"
-        plugins.mkdir(exist_ok=True)
         binds = [
             (machine / "meminfo", "/proc/meminfo"),
             (machine / "cpu", "/sys/devices/system/cpu"),
@@ -214,25 +230,22 @@ class KubeletNode:
             (machine / "boot_id", "/proc/sys/kernel/random/boot_id"),
             (machine / "product_uuid", "/sys/class/dmi/id/product_uuid"),
             *((machine / "sys" / name, f"/proc/sys/{name}") for name in KERNEL_TUNABLES),
+            # the node's own directories, where its hostPath volumes live
+            *((self.node_dir(path), path) for path in NODE_DIRS if path in KUBELET_NODE_DIRS),
         ]
         home = shlex.quote(str(self.home))
         script = [
             "set -e",
             # The host's files stay the host's: its root read-only to this kubelet (a hostPath
-            # volume it would create lands nowhere), the node's own directory writable, and a
-            # /run of the node's own (where the GPU Operator's volumes live).
+            # volume it would create lands nowhere), the node's own directory writable, and the
+            # node's /run and /var/lib its own (where the GPU Operator's volumes live).
             f"mount --bind {home} {home}",
             "mount -o remount,bind,ro /",
-            *(["mount -t tmpfs -o mode=0755 tmpfs /run"] if not self._under("/run") else []),
             *(
                 f"if [ -e {shlex.quote(b)} ]; then mount --bind {shlex.quote(str(a))} "
                 f"{shlex.quote(b)}; fi"
                 for a, b in binds
             ),
-            # a tmpfs hides the host's /var/lib from this kubelet only
-            "mount -t tmpfs -o mode=0755 tmpfs /var/lib",
-            f"mkdir -p {DEVICE_PLUGINS}",
-            f"mount --bind {shlex.quote(str(plugins))} {DEVICE_PLUGINS}",
             'exec "$@"',
         ]
         labels = ",".join(f"{key}={value}" for key, value in sorted(self.spec.labels.items()))
@@ -247,9 +260,6 @@ class KubeletNode:
             "--v=1",
         ]
         return ["sh", "-c", "\n".join(script), "node", str(kubelet), *flags]
-
-    def _under(self, directory: str) -> bool:
-        return self.home.resolve().is_relative_to(directory)
 
     def _configuration(self, files: dict[str, Path]) -> dict[str, Any]:
         """The KubeletConfiguration: EKS's reservations (what the instance type's allocatable
