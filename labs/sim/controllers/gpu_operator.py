@@ -85,7 +85,9 @@ class GpuOperatorPod(Controller):
             self._release = release(lambda line: log.info("%s", line))
         account = pod["spec"].get("serviceAccountName") or "default"
         token = self.store.service_account_token(pod["metadata"]["namespace"], account)
-        process = OperatorProcess(self._home, self._plane, self._output(pod))
+        process = OperatorProcess(
+            self._home, self._plane.api_url, self._plane.ca_pem, self._output(pod)
+        )
         process.start(self._release, pod, token)
         entries = pod_entries(pod, METRICS_PORT, self._network)
         announce(entries, process.metrics_address)

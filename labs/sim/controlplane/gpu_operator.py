@@ -25,7 +25,6 @@ import yaml
 
 from labs.sim.controlplane import build
 from labs.sim.controlplane.run import (
-    ControlPlane,
     ControlPlaneError,
     die_with_parent,
     free_port,
@@ -113,7 +112,8 @@ class OperatorProcess:
     `output(line)`; the metrics it serves at `metrics_address`."""
 
     home: Path
-    plane: ControlPlane
+    api_url: str
+    ca_pem: str
     output: Callable[[str], None]
     metrics_port: int = field(default_factory=free_port)
     _process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
@@ -136,7 +136,7 @@ class OperatorProcess:
         ]
         env = {
             "KUBERNETES_SERVICE_HOST": LOOPBACK,
-            "KUBERNETES_SERVICE_PORT": self.plane.api_url.rsplit(":", 1)[1],
+            "KUBERNETES_SERVICE_PORT": self.api_url.rsplit(":", 1)[1],
             **container_env(container, pod),
         }
         # Bind the manifests and the binary into the lab's root, then run inside it: nothing
@@ -171,7 +171,7 @@ class OperatorProcess:
         account = root / SERVICE_ACCOUNT_DIR
         account.mkdir(parents=True)
         (account / "token").write_text(token)
-        (account / "ca.crt").write_text(self.plane.ca_pem)
+        (account / "ca.crt").write_text(self.ca_pem)
         (account / "namespace").write_text(namespace)
         (root / "host-etc").mkdir()
         (root / "host-etc" / "os-release").write_text(AMI_OS_RELEASE)
@@ -186,6 +186,14 @@ class OperatorProcess:
     def exit_code(self) -> int | None:
         """None while it runs."""
         return None if self._process is None else self._process.poll()
+
+    def wait(self) -> int:
+        """Its exit code, once it has ended and its output is all read."""
+        process, reader = self._process, self._reader  # `stop` may clear them meanwhile
+        assert process is not None and reader is not None, "started first"
+        code = process.wait()
+        reader.join()
+        return code
 
     def stop(self) -> None:
         """SIGTERM, as the kubelet stops a container; killed if it lingers."""

@@ -26,7 +26,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 NOT_RUNNABLE = 126
 DEVICE_PLUGIN_IMAGE = "k8s-device-plugin"
+OPERATOR_IMAGE = "gpu-operator"
 VPC_CNI_IMAGE = "amazon-k8s-cni"
 # Where aws-node's container has the node's /etc/cni/net.d (the add-on's `cni-net-dir` volume).
 VPC_CNI_CONF_MOUNT = "/host/etc/cni/net.d"
@@ -58,6 +59,10 @@ VPC_CNI_STEPS = (
     (2.0, "info", "Copying config file... "),
 )
 VPC_CNI_DONE = "Successfully copied CNI plugin binary and config file."
+# Where the GPU Operator's validator leaves its status files, and how often the device plugin's
+# entrypoint looks for the driver's.
+VALIDATIONS = "/run/nvidia/validations"
+DRIVER_READY_POLL = 5.0
 
 
 def command(api_url: str, pki_dir: Path) -> list[str]:
@@ -83,8 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tty", action="store_true")
     parser.add_argument("command", nargs="*")
     args = parser.parse_args(argv)
-    entrypoint = _played_entrypoint(os.environ.get("CONTAINER_IMAGE"))
-    if args.verb == "run" and not args.command and entrypoint is not None:
+    entrypoint = _played_entrypoint(os.environ.get("CONTAINER_IMAGE"), args.command)
+    if args.verb == "run" and entrypoint is not None:
         return entrypoint(args)
     if args.verb == "run":
         waited = _waits(args.command)
@@ -93,21 +98,37 @@ def main(argv: list[str] | None = None) -> int:
     return _play(args)
 
 
-def _played_entrypoint(image: str | None) -> Callable[[argparse.Namespace], int] | None:
-    """The image's own entrypoint where it does something to its node, else None. Only the
-    light image module is imported: a container that only waits keeps no client."""
+def _played_entrypoint(
+    image: str | None, command: list[str]
+) -> Callable[[argparse.Namespace], int] | None:
+    """The image's own program where it is played as a process of its own (`ENTRYPOINTS`),
+    else None. Only the light image module is imported: a container that only waits keeps no
+    client."""
     from labs.sim.node.images import repository
 
-    entrypoints = {DEVICE_PLUGIN_IMAGE: _device_plugin, VPC_CNI_IMAGE: _vpc_cni}
-    return None if image is None else entrypoints.get(repository(image))
+    return None if image is None else ENTRYPOINTS.get((repository(image), _program(command)))
+
+
+def _program(command: list[str]) -> str:
+    """The program a container starts: "" for its image's entrypoint (no command, or only its
+    arguments), the script of `sh -c SCRIPT`, else the command's own name."""
+    if not command or command[0].startswith("-"):
+        return ""
+    if os.path.basename(command[0]) in ("sh", "bash") and command[1:2] == ["-c"]:
+        return os.path.basename(" ".join(command[2:]).strip())
+    return os.path.basename(command[0])
+
+
+def _mounts() -> dict[str, str]:
+    """This container's mounts: container path -> where it is on this host."""
+    mounts = json.loads(os.environ.get("CONTAINER_MOUNTS") or "[]")
+    return {m["container_path"]: m["host_path"] for m in mounts}
 
 
 def _mounted(container_path: str) -> Path | None:
     """Where this container's mount at `container_path` is on this host."""
-    mounts = json.loads(os.environ.get("CONTAINER_MOUNTS") or "[]")
-    return next(
-        (Path(m["host_path"]) for m in mounts if m["container_path"] == container_path), None
-    )
+    host = _mounts().get(container_path)
+    return None if host is None else Path(host)
 
 
 def _vpc_cni(args: argparse.Namespace) -> int:
@@ -134,6 +155,43 @@ def _log_vpc_cni(level: str | None, message: str) -> None:
         return
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     print(f'time="{stamp}" level={level} msg="{message}"', flush=True)
+
+
+def _device_plugin_entrypoint(args: argparse.Namespace) -> int:
+    """The GPU Operator's entrypoint.sh for the plugin (its ConfigMap
+    nvidia-device-plugin-entrypoint): wait for the validator's driver-ready, show and source
+    it, then start the plugin."""
+    validations = _mounted(VALIDATIONS)
+    if validations is None:
+        print(f"no {VALIDATIONS} mounted: the driver's validation cannot be seen", file=sys.stderr)
+        return 1
+    ready = validations / "driver-ready"
+    while not ready.exists():
+        print("waiting for the driver validations to be ready...", flush=True)
+        time.sleep(DRIVER_READY_POLL)
+    print(ready.read_text(), end="", flush=True)
+    print("Starting nvidia-device-plugin", flush=True)
+    return _device_plugin(args)
+
+
+def _gpu_operator(args: argparse.Namespace) -> int:
+    """NVIDIA's operator itself (the release the rehearsal builds), run as the pod's
+    ServiceAccount; SIGTERM stops it as the kubelet stops a container."""
+    from labs.sim.controlplane.gpu_operator import OperatorProcess, release
+
+    store, pod, _ = _objects(args)
+    account = pod["spec"].get("serviceAccountName") or "default"
+    token = store.service_account_token(pod["metadata"]["namespace"], account)
+    operator = release(lambda line: print(line, file=sys.stderr))
+    process = OperatorProcess(
+        Path(os.environ["CONTAINER_DIR"]),
+        args.api_url,
+        (args.pki / "ca.crt").read_text(),
+        lambda line: print(line, file=sys.stderr, flush=True),  # zap writes to stderr
+    )
+    signal.signal(signal.SIGTERM, lambda *_: process.stop())
+    process.start(operator, pod, token)
+    return process.wait()
 
 
 def _device_plugin(args: argparse.Namespace) -> int:
@@ -197,16 +255,50 @@ def _objects(args: argparse.Namespace) -> tuple[KubeApi, dict, dict]:
 
 
 def _play(args: argparse.Namespace) -> int:
+    """The container's command as the world's programs play it, in real time: a program that
+    runs for a while (the validator) sleeps for real, a daemon (config-manager's sidecar) keeps
+    running, and a script the world does not play is the image's own process (an init
+    container's ends at once, a container's runs until stopped), as the model takes them."""
     from labs.sim.node.exec_streams import StdioTerminal
-    from labs.sim.node.programs import Process, exec_argv
+    from labs.sim.node.programs import Process, daemon_program, exec_argv, long_program, plays
 
     store, pod, node = _objects(args)
-    containers = [*(pod["spec"].get("initContainers") or []), *pod["spec"]["containers"]]
-    container = next(c for c in containers if c["name"] == args.container)
+    inits = pod["spec"].get("initContainers") or []
+    container = next(c for c in [*inits, *pod["spec"]["containers"]] if c["name"] == args.container)
     rootfs = Path(os.environ["CONTAINER_DIR"], "rootfs") if "CONTAINER_DIR" in os.environ else None
-    process = Process(store, pod, container, node, rootfs=rootfs)
-    return exec_argv(args.command, process, StdioTerminal(args.tty))
+    mounts = {container_path: Path(host) for container_path, host in _mounts().items()}
+    process = Process(store, pod, container, node, rootfs=rootfs, mounts=mounts, real_time=True)
+    term = StdioTerminal(args.tty)
+    if args.verb == "exec":
+        return exec_argv(args.command, process, term)
+    steps = long_program(process, term)
+    if steps is not None:
+        return _run_for_real(steps)
+    daemon = daemon_program(args.command)
+    if daemon is not None and process.installed(args.command[0]):
+        code = daemon(args.command[1:], process, term)
+        return _wait(math.inf) if code is None else code
+    if not plays(container):
+        return 0 if container in inits else _wait(math.inf)
+    return exec_argv(args.command, process, term)
 
+
+def _run_for_real(steps: Generator[float, None, int]) -> int:
+    """Step a program that yields the seconds it sleeps, sleeping them; its exit code."""
+    try:
+        while True:
+            time.sleep(next(steps))
+    except StopIteration as end:
+        return int(end.value or 0)
+
+
+# (image repository, program) -> the process that plays it (`_program`: "" is the image's own).
+ENTRYPOINTS: dict[tuple[str, str], Callable[[argparse.Namespace], int]] = {
+    (VPC_CNI_IMAGE, ""): _vpc_cni,
+    (DEVICE_PLUGIN_IMAGE, ""): _device_plugin,
+    (DEVICE_PLUGIN_IMAGE, "entrypoint.sh"): _device_plugin_entrypoint,
+    (OPERATOR_IMAGE, "gpu-operator"): _gpu_operator,
+}
 
 if __name__ == "__main__":
     sys.exit(main())

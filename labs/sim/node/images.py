@@ -2,9 +2,9 @@
 
 The nodes' container runtime pulls only these; any other name fails as containerd fails for it
 (a repository nobody serves: "pull access denied", a tag its repository lacks: "not found"), so
-a mistyped image goes ErrImagePull and ImagePullBackOff as on EKS. Sizes are the images'
-compressed linux/amd64 sizes, rounded; an image ID is the rehearsal's own (a digest of its
-name), not the registry's, which nothing here can ask.
+a mistyped image goes ErrImagePull and ImagePullBackOff as on EKS. Sizes are about the images'
+compressed linux/amd64 sizes (they set how long a pull takes); an image ID is the rehearsal's
+own (a digest of its name), not the registry's, which nothing here can ask.
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ class Image:
     size: int
     # Already on the node when it boots (the AMI's), so never pulled.
     present: bool = False
+    # The image's USER, a uid (None: root), which the kubelet checks `runAsNonRoot` against.
+    uid: int | None = None
 
     @property
     def id(self) -> str:
@@ -57,8 +59,15 @@ CATALOGUE = (
     Image("docker.io/pytorch/pytorch:2.11.0-cuda13.0-cudnn9-runtime", 3_300 * MB),
     Image("docker.io/pytorch/pytorch:1.12.1-cuda11.3-cudnn8-devel", 6_100 * MB),
     Image("docker.io/tensorflow/tensorflow:2.9.1-gpu", 2_600 * MB),
-    # the device plugin of the GPU Operator v25.3.4 chart (`devicePlugin.version`)
+    # the GPU Operator v25.3.4 chart: the operator, and the operands its values.yaml names
+    # for what the lab enables (the device plugin, also GFD's image; the validator; DCGM
+    # exporter; NFD; the operator's init container's CUDA image)
+    Image("nvcr.io/nvidia/gpu-operator:v25.3.4", 80 * MB),
     Image("nvcr.io/nvidia/k8s-device-plugin:v0.17.4", 130 * MB),
+    Image("nvcr.io/nvidia/cloud-native/gpu-operator-validator:v25.3.4", 180 * MB),
+    Image("nvcr.io/nvidia/k8s/dcgm-exporter:4.3.1-4.4.0-ubuntu22.04", 450 * MB),
+    Image("registry.k8s.io/nfd/node-feature-discovery:v0.17.3", 60 * MB, uid=65534),  # its USER
+    Image("nvcr.io/nvidia/cuda:13.0.1-base-ubi9", 90 * MB),
 )
 
 

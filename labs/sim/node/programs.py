@@ -24,9 +24,10 @@ import fnmatch
 import posixpath
 import re
 import shlex
+import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -116,7 +117,9 @@ class Captured:
 @dataclass
 class Process:
     """A process in a container: its pod and node, the root `chroot` gave it, its cwd, and the
-    directory holding the container's own files (`labs.sim.node.container_files`), if kept."""
+    directory holding the container's own files (`labs.sim.node.container_files`), if kept.
+    On a real kubelet's node it also has its mounts (container path -> where that is on this
+    machine) and runs in real time: `sleep` sleeps."""
 
     store: KubeApi
     pod: dict
@@ -125,6 +128,23 @@ class Process:
     root: str = "/"
     cwd: str = "/"
     rootfs: Path | None = None
+    mounts: dict[str, Path] = field(default_factory=dict)
+    real_time: bool = False
+
+    def write_mounted(self, path: str, text: str) -> None:
+        """Write the file at container path `path` where its mount keeps it (a node's hostPath
+        directory); nothing where no mount holds it (the model keeps no node files)."""
+        point = max(
+            (p for p in self.mounts if path == p or path.startswith(p.rstrip("/") + "/")),
+            key=len,
+            default=None,
+        )
+        if point is None:
+            return
+        target = self.mounts[point] / path[len(point) :].lstrip("/")
+        partial = target.with_name(f".{target.name}.partial")  # readers see whole files only
+        partial.write_text(text)
+        partial.rename(target)
 
     def container_path(self, path: str) -> str:
         """`path` as the container sees it (the chroot applied)."""
@@ -266,11 +286,21 @@ class LongRun:
 def start_init(store: KubeApi, pod: dict, container: dict, node: dict) -> LongRun | None:
     """The init container's long-running program started (its `sh -c` script's first word in
     `LONG_PROGRAMS`), None for any other."""
-    program = LONG_PROGRAMS.get(_program_name(container))
-    if program is None:
-        return None
     term = Captured()
-    return LongRun(program(Process(store, pod, container, node), term), term)
+    steps = long_program(Process(store, pod, container, node), term)
+    return None if steps is None else LongRun(steps, term)
+
+
+def long_program(process: Process, term: Terminal) -> Run | None:
+    """The container's program that runs for a while (`LONG_PROGRAMS`), started; None when its
+    program is another."""
+    program = LONG_PROGRAMS.get(_program_name(process.container))
+    return None if program is None else program(process, term)
+
+
+def daemon_program(argv: list[str]) -> Callable[[list[str], Process, Terminal], int | None] | None:
+    """The long-running program a container's command starts (`DAEMONS`), or None."""
+    return DAEMONS.get(posixpath.basename(argv[0])) if argv else None
 
 
 def run_init(store: KubeApi, pod: dict, container: dict, node: dict) -> tuple[str, int]:
@@ -287,13 +317,14 @@ def run_daemon(
     """A long-running container's start (restartPolicy Always): what it printed and its exit
     code (None: it keeps running); None when the world does not play it (`DAEMONS`)."""
     argv = container_command(container)
-    if not argv or posixpath.basename(argv[0]) not in DAEMONS:
+    program = daemon_program(argv)
+    if program is None:
         return None
     process = Process(store, pod, container, node)
     if not process.installed(argv[0]):
         return run_container(store, pod, container, node)  # containerd's own refusal
     term = Captured()
-    code = DAEMONS[posixpath.basename(argv[0])](argv[1:], process, term)
+    code = program(argv[1:], process, term)
     return term.text, code
 
 
@@ -796,6 +827,23 @@ def _choose_config(
     return "", "no config was set, no default was provided, and all fallbacks failed"
 
 
+def sleep(args: list[str], process: Process, term: Terminal) -> int:
+    """`sleep N` or `sleep infinity`: at once in the model, for real in a real container (until
+    the time is up or the runtime stops it)."""
+    if not process.real_time:
+        return 0
+    if args == ["infinity"]:
+        signal.pause()  # SIGTERM's default action ends the process, as it ends a real one
+        return 0
+    try:
+        seconds = sum(float(word.rstrip("s")) for word in args)
+    except ValueError:
+        term.err(f"sleep: invalid time interval '{' '.join(args)}'\n")
+        return 1
+    time.sleep(seconds)
+    return 0
+
+
 def _exit_with(code: int) -> Program:
     return lambda args, process, term: code
 
@@ -814,7 +862,7 @@ PROGRAMS: dict[str, Program] = {
     "hostname": hostname,
     "true": _exit_with(0),
     "false": _exit_with(1),
-    "sleep": _exit_with(0),
+    "sleep": sleep,
     "tar": tar,
     "test": test,
     "config-manager": config_manager,

@@ -39,7 +39,15 @@ WORKLOAD_LABEL = "nvidia-device-plugin-validator"  # main.go:202 pluginValidator
 VALIDATOR_DAEMONSET = "nvidia-operator-validator"  # main.go:1129
 POD_WAIT_RETRIES, POD_WAIT_SECONDS = 60, 5.0  # main.go:174, :176
 RESOURCE_RETRIES, RESOURCE_SECONDS = 30, 5.0  # main.go:178, :180
-TRUE = ("1", "t", "T", "TRUE", "true", "True")  # Go's strconv.ParseBool, as urfave/cli reads it
+TRUE = ("1", "t", "T", "TRUE", "true", "True")
+# Where the status files go (the --output-dir flag's default), and what they hold: the driver's
+# says where the driver is (Driver.createStatusFile; the AMI's own driver, at the host's root,
+# mounted at /host), the others are empty (createStatusFile).
+OUTPUT_DIR = "/run/nvidia/validations"
+STATUS_FILES = {
+    "driver": "IS_HOST_DRIVER=true\nNVIDIA_DRIVER_ROOT=/\nDRIVER_ROOT_CTR_PATH=/host\n"
+    "NVIDIA_DEV_ROOT=/\nDEV_ROOT_CTR_PATH=/host\n",
+}  # Go's strconv.ParseBool, as urfave/cli reads it
 
 
 def logrus(term: Terminal, level: str, message: str) -> None:
@@ -50,21 +58,26 @@ def logrus(term: Terminal, level: str, message: str) -> None:
 
 def nvidia_validator(process: Process, term: Terminal) -> Run:
     """main(): the version line (:355), then the component; an error is logged as
-    `Error: <error>` (:361-365) and the exit code is 1."""
+    `Error: <error>` (:361-365) and the exit code is 1. A component that passes leaves its
+    status file, which the operands' init containers wait for."""
     env = process.container_env()
     logrus(term, "info", f"version: {VERSION}")
-    validation = COMPONENTS.get(env.get("COMPONENT", ""))
-    if validation is None:
-        return 0
-    wrap, steps = validation
-    try:
-        error = yield from steps(process, term, env)
-    except KubeApiError as failed:  # an API call the validator makes failed: it returns the error
-        error = str(failed)
-    if not error:
-        return 0
-    logrus(term, "info", f"Error: {wrap}: {error}")
-    return 1
+    component = env.get("COMPONENT", "")
+    validation = COMPONENTS.get(component)
+    error = ""
+    if validation is not None:
+        wrap, steps = validation
+        try:
+            error = yield from steps(process, term, env)
+        except KubeApiError as failed:  # an API call the validator makes failed: it returns it
+            error = str(failed)
+    if error:
+        logrus(term, "info", f"Error: {wrap}: {error}")
+        return 1
+    if component:
+        status = STATUS_FILES.get(component, "")
+        process.write_mounted(f"{OUTPUT_DIR}/{component}-ready", status)
+    return 0
 
 
 def driver(process: Process, term: Terminal, env: dict[str, str]) -> Validation:

@@ -24,6 +24,8 @@ type catalogueImage struct {
 	Size        uint64  `json:"size"`
 	PullSeconds float64 `json:"pull_seconds"`
 	Present     bool    `json:"present"`
+	// the image's USER as a numeric uid (the kubelet checks runAsNonRoot against it); nil: root
+	UID *int64 `json:"uid"`
 }
 
 func loadCatalogue(path string) ([]catalogueImage, error) {
@@ -113,13 +115,17 @@ func (s *imageService) onNode(ref string) (catalogueImage, bool) {
 }
 
 func toCRI(image catalogueImage) *runtimeapi.Image {
-	return &runtimeapi.Image{
+	described := &runtimeapi.Image{
 		Id:          image.ID,
 		RepoTags:    []string{image.Ref},
 		RepoDigests: []string{repository(image.Ref) + "@" + image.ID},
 		Size:        image.Size,
 		Spec:        &runtimeapi.ImageSpec{Image: image.ID},
 	}
+	if image.UID != nil {
+		described.Uid = &runtimeapi.Int64Value{Value: *image.UID}
+	}
+	return described
 }
 
 func (s *imageService) ListImages(_ context.Context, req *runtimeapi.ListImagesRequest) (*runtimeapi.ListImagesResponse, error) {
