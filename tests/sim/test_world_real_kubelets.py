@@ -1,6 +1,7 @@
 """A rehearsal world whose nodes run the real kubelet (`start_world(kubelets="real")`): the node
-groups' instances become real nodes, aws-node brings each node's network up, and scaling the GPU
-node group starts and stops a kubelet, as `kubectl` and the aws CLI's calls show.
+groups' instances become real nodes, aws-node brings each node's network up, scaling the GPU node
+group starts and stops a kubelet, and the real GPU Operator runs as a pod whose operands bring
+the GPU to the kubelet, as `kubectl` and the aws CLI's calls show.
 """
 
 from __future__ import annotations
@@ -13,13 +14,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from controlplane_support import kubectl_on, processes
 from scenario_support import own_world
 from sim_support import wait_for
 
+from labs.kube.gpu import DEVICE_PLUGIN_DAEMONSET, OPERATOR_POD_SELECTOR
+from labs.settings import OPERATOR_NAMESPACE
 from labs.sim.aws.seed import GPU_LABELS, gpu_node_group_name, moto_clients
 from labs.sim.controlplane.build import NODE_RUNTIME
-from labs.sim.node.hardware import INSTANCE_SHAPES
+from labs.sim.controlplane.gpu_operator import release
+from labs.sim.gpu_operator_release import VALUES_FILE, Helm
+from labs.sim.node.hardware import GPU_RESOURCE, INSTANCE_SHAPES
 from labs.sim.world import REAL_KUBELETS, World
 
 CLUSTER = "myeks"
@@ -35,6 +41,12 @@ class RealWorld:
         done = kubectl_on(self.world.kubeconfig_path, self.cache, *args)
         assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
         return done.stdout
+
+    def logs(self, *args: str) -> str:
+        """`kubectl logs` in the operator's namespace; "" while there is nothing to show."""
+        done = kubectl_on(self.world.kubeconfig_path, self.cache, "logs", "-n", OPERATOR_NAMESPACE,
+                          *args)  # fmt: skip
+        return done.stdout if done.returncode == 0 else ""
 
     def json(self, *args: str) -> Any:
         return json.loads(self.kubectl(*args, "-o", "json"))
@@ -72,16 +84,16 @@ def internal_ip(node: dict) -> str:
     return next(a["address"] for a in node["status"]["addresses"] if a["type"] == "InternalIP")
 
 
-def runtimes_for(ip: str) -> list[str]:
-    """The node runtime processes serving the node at `ip`."""
-    return processes(lambda argv: NODE_RUNTIME in argv[0] and f"--node-ip={ip}" in argv)
-
-
-def world_runtimes(world: World) -> list[str]:
-    """The node runtime processes of this world's nodes (their state is under its directory)."""
+def world_runtimes(world: World, ip: str = "") -> list[str]:
+    """The node runtime processes of this world's nodes (their state is under its directory),
+    or of its node at `ip`."""
     home = str(world.kubeconfig_path.parent)
     return processes(
-        lambda argv: argv[0].endswith(f"/{NODE_RUNTIME}") and any(home in a for a in argv)
+        lambda argv: (
+            argv[0].endswith(f"/{NODE_RUNTIME}")
+            and any(home in a for a in argv)
+            and (not ip or f"--node-ip={ip}" in argv)
+        )
     )
 
 
@@ -115,7 +127,7 @@ def test_every_instance_is_a_node_running_the_real_kubelet(real: RealWorld) -> N
         capacity = INSTANCE_SHAPES[instance["InstanceType"]]
         assert node["status"]["capacity"]["cpu"] == capacity.cpu
         assert node["status"]["allocatable"]["memory"] == capacity.allocatable_memory
-        assert len(runtimes_for(internal_ip(node))) == 1
+        assert len(world_runtimes(real.world, internal_ip(node))) == 1
 
 
 def test_aws_node_brings_each_node_network_up(real: RealWorld) -> None:
@@ -164,15 +176,108 @@ def test_gpu_node_group_scale_starts_and_stops_a_kubelet(real: RealWorld) -> Non
     assert gpu["status"]["capacity"]["cpu"] == "4"
     assert gpu["status"]["capacity"]["memory"] == INSTANCE_SHAPES["g5.xlarge"].memory
     ip = internal_ip(gpu)
-    assert len(runtimes_for(ip)) == 1
+    assert len(world_runtimes(real.world, ip)) == 1
     real.scale_gpus(0)
     wait_for(what="the GPU node leaves", check=lambda: len(real.nodes()) == 2)
-    wait_for(what="its runtime stops", check=lambda: not runtimes_for(ip), timeout=30)
+    wait_for(what="its runtime stops", check=lambda: not world_runtimes(real.world, ip), timeout=30)
     assert ip not in real.instances()
 
 
+@pytest.fixture(scope="module")
+def operator(real: RealWorld) -> RealWorld:
+    """The GPU node up and the GPU Operator installed with the stack's values, by hand as the
+    README says (`helm upgrade --install ... --no-hooks`), and its operands Ready."""
+    real.scale_gpus(1)
+    kubeconfig = yaml.safe_load(real.world.kubeconfig_path.read_text())
+    Helm(kubeconfig).run(
+        "upgrade", "--install", "gpu-operator", str(release().chart),
+        "--namespace", OPERATOR_NAMESPACE, "--create-namespace",
+        "--values", str(VALUES_FILE), "--no-hooks",
+    )  # fmt: skip
+    wait_for(what="the ClusterPolicy is ready", check=lambda: policy(real) == "ready", timeout=240)
+    return real
+
+
+def policy(real: RealWorld) -> str:
+    found = real.json("get", "clusterpolicies")["items"]
+    return found[0].get("status", {}).get("state", "") if found else ""
+
+
+def gpu_node(real: RealWorld) -> dict:
+    return next(n for n in real.nodes() if n["metadata"]["labels"].get("tier") == "gpu")
+
+
+def gpus(node: dict) -> tuple[str, str]:
+    status = node["status"]
+    return (
+        status["capacity"].get(GPU_RESOURCE, "none"),
+        status["allocatable"].get(GPU_RESOURCE, "none"),
+    )
+
+
+def test_the_gpu_operator_is_a_real_pod_running_nvidias_operator(operator: RealWorld) -> None:
+    def container() -> dict:
+        pods = operator.json("get", "pods", "-n", OPERATOR_NAMESPACE, "-l", OPERATOR_POD_SELECTOR)
+        (pod,) = pods["items"]
+        (status,) = pod["status"].get("containerStatuses") or [{}]
+        return status if status.get("ready") else {}
+
+    # Ready once the kubelet's readiness probe reaches its health port on the pod's address
+    status = wait_for(what="the operator's pod is Ready", check=container)
+    assert status["containerID"].startswith("containerd://") and status["restartCount"] == 0
+    logs = operator.kubectl("logs", "-n", OPERATOR_NAMESPACE, "deploy/gpu-operator")
+    assert '"msg":"version: v25.3.4' in logs
+
+
+def test_the_gpu_reaches_the_kubelet_after_the_validator_clears_the_driver(
+    operator: RealWorld,
+) -> None:
+    """The validator's driver-validation leaves driver-ready on the node; the operator's
+    device-plugin entrypoint waits for it, then the plugin registers with the kubelet, and the
+    validator's workload pod gets the GPU."""
+    wait_for(what="the GPU advertised", check=lambda: gpus(gpu_node(operator)) == ("1", "1"))
+    plugin = operator.kubectl(
+        "logs", "-n", OPERATOR_NAMESPACE, f"ds/{DEVICE_PLUGIN_DAEMONSET}", "-c",
+        "nvidia-device-plugin",
+    )  # fmt: skip
+    assert "IS_HOST_DRIVER=true\nNVIDIA_DRIVER_ROOT=/\n" in plugin
+    assert "Starting nvidia-device-plugin" in plugin
+    wait_for(
+        what="the validator's workload pod succeeds",
+        check=lambda: (
+            "have run successfully"
+            in operator.logs("ds/nvidia-operator-validator", "-c", "plugin-validation")
+        ),
+    )
+    main = wait_for(
+        what="the validator's own container runs",
+        check=lambda: operator.logs("ds/nvidia-operator-validator"),
+    )
+    assert main == "all validations are successful\n"
+
+
+def test_device_plugin_off_leaves_capacity_for_the_kubelets_grace_period(
+    operator: RealWorld,
+) -> None:
+    """device-plugin-off: the operator removes the plugin's DaemonSet; the kubelet's device
+    manager drops allocatable to 0 at once and keeps capacity (its 5-minute grace period)."""
+    patch = '{"spec": {"devicePlugin": {"enabled": false}}}'
+    operator.kubectl("patch", "clusterpolicy", "cluster-policy", "--type=merge", "-p", patch)
+    try:
+        wait_for(
+            what="allocatable drops to 0", check=lambda: gpus(gpu_node(operator)) == ("1", "0")
+        )
+        plugins = operator.json("get", "pods", "-n", OPERATOR_NAMESPACE, "-l",
+                                "app=nvidia-device-plugin-daemonset")  # fmt: skip
+        assert plugins["items"] == []
+    finally:
+        on = '{"spec": {"devicePlugin": {"enabled": true}}}'
+        operator.kubectl("patch", "clusterpolicy", "cluster-policy", "--type=merge", "-p", on)
+    wait_for(what="the GPU comes back", check=lambda: gpus(gpu_node(operator)) == ("1", "1"))
+
+
 def test_a_stopped_world_leaves_no_node_running(real: RealWorld) -> None:
-    assert len(world_runtimes(real.world)) == 2
+    assert len(world_runtimes(real.world)) >= 2
     real.world.stop()
     wait_for(
         what="every node runtime ends", check=lambda: not world_runtimes(real.world), timeout=20

@@ -115,24 +115,28 @@ class OperatorProcess:
     api_url: str
     ca_pem: str
     output: Callable[[str], None]
+    # Where its servers listen: loopback ports of its own beside the world, or, as a real
+    # container's process, its pod's address and the ports its spec declares.
+    address: str = LOOPBACK
     metrics_port: int = field(default_factory=free_port)
+    probe_port: int = field(default_factory=free_port)
     _process: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _reader: threading.Thread | None = field(default=None, init=False, repr=False)
 
     @property
     def metrics_address(self) -> str:
-        return f"{LOOPBACK}:{self.metrics_port}"
+        return f"{self.address}:{self.metrics_port}"
 
     def start(self, operator: OperatorRelease, pod: dict, token: str) -> None:
         """Run the pod's first container as its spec says (command, args, env), as the pod's
-        ServiceAccount, with the probes and metrics on loopback ports of its own."""
+        ServiceAccount, with the probes and metrics where `address` and the ports say."""
         namespace = pod["metadata"]["namespace"]
         container = pod["spec"]["containers"][0]
         root = self._root(operator, namespace, token)
         args = [
             *(container.get("args") or []),
             f"--metrics-bind-address={self.metrics_address}",
-            f"--health-probe-bind-address={LOOPBACK}:{free_port()}",
+            f"--health-probe-bind-address={self.address}:{self.probe_port}",
         ]
         env = {
             "KUBERNETES_SERVICE_HOST": LOOPBACK,

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 NOT_RUNNABLE = 126
 DEVICE_PLUGIN_IMAGE = "k8s-device-plugin"
 OPERATOR_IMAGE = "gpu-operator"
+OPERATOR_METRICS_PORT = 8080  # the operator's own default (its --metrics-bind-address)
 VPC_CNI_IMAGE = "amazon-k8s-cni"
 # Where aws-node's container has the node's /etc/cni/net.d (the add-on's `cni-net-dir` volume).
 VPC_CNI_CONF_MOUNT = "/host/etc/cni/net.d"
@@ -183,11 +184,16 @@ def _gpu_operator(args: argparse.Namespace) -> int:
     account = pod["spec"].get("serviceAccountName") or "default"
     token = store.service_account_token(pod["metadata"]["namespace"], account)
     operator = release(lambda line: print(line, file=sys.stderr))
+    container = pod["spec"]["containers"][0]
+    ports = {p.get("name"): p["containerPort"] for p in container.get("ports") or []}
     process = OperatorProcess(
         Path(os.environ["CONTAINER_DIR"]),
         args.api_url,
         (args.pki / "ca.crt").read_text(),
         lambda line: print(line, file=sys.stderr, flush=True),  # zap writes to stderr
+        address=os.environ["CONTAINER_POD_IP"],
+        metrics_port=ports.get("metrics", OPERATOR_METRICS_PORT),
+        probe_port=container["livenessProbe"]["httpGet"]["port"],
     )
     signal.signal(signal.SIGTERM, lambda *_: process.stop())
     process.start(operator, pod, token)

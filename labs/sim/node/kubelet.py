@@ -373,11 +373,14 @@ class KubeletNodes:
 
     def prepare(self, say: build.Say = print) -> None:
         """Check this machine can run nodes and build their programs (cached), so the first
-        node boots without a build in the way."""
+        node boots without a build in the way, and no container has to build one."""
+        from labs.sim.controlplane.gpu_operator import release
+
         require_namespaces()
         build.node_runtime_binary(say)
         build.device_plugin_binary(say)
         build.binaries(say)
+        release(say)  # the operator's pod runs it; a node's network reaches no module proxy
 
     def boot(self, node: dict, subnet: str) -> None:
         """Start the node's kubelet; it registers the Node itself, NotReady until aws-node

@@ -248,10 +248,10 @@ def run_container(store: KubeApi, pod: dict, container: dict, node: dict) -> tup
 
 
 def plays(container: dict) -> bool:
-    """Whether the world plays what this container starts: a program of `PROGRAMS`, run
-    directly or as the first word of its `sh -c` script. The rest (a shell loop) is the
-    image's own process, which the rehearsal does not model."""
-    return _program_name(container) in PROGRAMS
+    """Whether the world plays what this container starts: a program of `PROGRAMS` or a
+    builtin of the world's shell, run directly or as the first word of its `sh -c` script. The
+    rest (a shell loop) is the image's own process, which the rehearsal does not model."""
+    return _program_name(container) in (*PROGRAMS, *SHELL_BUILTINS)
 
 
 def _program_name(container: dict) -> str:
@@ -377,6 +377,10 @@ def _expand(word: str, last_code: int, process: Process) -> str:
     """`$?`, `$NAME` and `${NAME}` (quoting is not told apart)."""
     values = {"?": str(last_code), **process.container_env()}
     return _VARIABLE.sub(lambda m: values.get(m.group(1) or m.group(2), ""), word)
+
+
+# What the world's shell runs itself (`_simple_command`).
+SHELL_BUILTINS = ("cd", "exit")
 
 
 def _simple_command(words: list[str], process: Process, term: Terminal) -> int:

@@ -81,7 +81,12 @@ func main() {
 	for _, id := range strings.Split(*devices, ",") {
 		p.devices = append(p.devices, &pluginapi.Device{ID: id, Health: pluginapi.Healthy})
 	}
-	socket := filepath.Join(*dir, *socketName)
+	// Work in the directory and name the sockets relative to it: a unix socket's path may not
+	// exceed 107 bytes, and where the node's directory lies on this host can be deeper.
+	if err := os.Chdir(*dir); err != nil {
+		log.Fatalf("the kubelet's device-plugins directory: %v", err)
+	}
+	socket := *socketName
 	_ = os.Remove(socket)
 	listener, err := net.Listen("unix", socket)
 	if err != nil {
@@ -90,7 +95,7 @@ func main() {
 	server := grpc.NewServer()
 	pluginapi.RegisterDevicePluginServer(server, p)
 	go func() { _ = server.Serve(listener) }()
-	kubelet := filepath.Join(*dir, filepath.Base(pluginapi.KubeletSocket))
+	kubelet := filepath.Base(pluginapi.KubeletSocket)
 	registered := registerWhenNew(kubelet, *socketName, time.Time{})
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
@@ -115,7 +120,7 @@ func registerWhenNew(kubelet, endpoint string, last time.Time) time.Time {
 	if err != nil || !info.ModTime().After(last) {
 		return last
 	}
-	conn, err := grpc.NewClient("unix://"+kubelet, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("unix:"+kubelet, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		log.Printf("connecting to the kubelet at %s: %v", kubelet, err)
 		return last

@@ -30,6 +30,8 @@ type mount struct {
 type container struct {
 	id        string
 	sandboxID string
+	podIP     string // the sandbox's address (the node's for a host-network pod)
+	network   podNetwork
 	pod       *runtimeapi.PodSandboxMetadata
 	config    *runtimeapi.ContainerConfig
 	image     string // name and tag, as containerd reports it
@@ -62,9 +64,10 @@ func (c *container) programArgs(verb string, extra []string, command []string) [
 }
 
 // environment is what the container's process sees: the container's own variables (the pod's
-// env, the device plugin's) and where its image and files are.
+// env, the device plugin's), where its image and files are, and its pod's address (where a
+// server in it listens).
 func (c *container) environment() []string {
-	env := []string{"PATH=" + os.Getenv("PATH"), "CONTAINER_IMAGE=" + c.image, "CONTAINER_DIR=" + c.dir}
+	env := []string{"PATH=" + os.Getenv("PATH"), "CONTAINER_IMAGE=" + c.image, "CONTAINER_DIR=" + c.dir, "CONTAINER_POD_IP=" + c.podIP}
 	if home := os.Getenv("HOME"); home != "" {
 		env = append(env, "HOME="+home)
 	}
@@ -118,7 +121,7 @@ func (c *container) start() error {
 			return failed(err)
 		}
 	}
-	if err := cmd.Start(); err != nil {
+	if err := c.network.start(cmd); err != nil {
 		output.Close()
 		return failed(fmt.Errorf("failed to create containerd task: failed to start %s: %w", c.program[0], err))
 	}
@@ -260,7 +263,9 @@ func (c *container) execSync(ctx context.Context, command []string) (stdout, std
 	cmd.Dir = c.dir
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
-	err = cmd.Run()
+	if err = c.network.start(cmd); err == nil {
+		err = cmd.Wait()
+	}
 	var exited *exec.ExitError
 	if errors.As(err, &exited) {
 		return out.Bytes(), errOut.Bytes(), exitCode(exited.ProcessState), nil

@@ -5,7 +5,9 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"log"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -31,12 +33,21 @@ type runtimeOptions struct {
 	program    []string
 	nodeIP     string
 	pods       *addresses
+	network    podNetwork
 	handlers   []string
 	stateDir   string
 	cniConfDir string
 	hostPaths  map[string]string
 	images     *imageService
 	streams    streaming.Server
+}
+
+// podNetwork gives pods their addresses on the node and starts their processes there
+// (nodeNetwork).
+type podNetwork interface {
+	addPod(address string) error
+	removePod(address string) error
+	start(cmd *exec.Cmd) error
 }
 
 type sandbox struct {
@@ -127,15 +138,19 @@ func (r *criRuntime) RunPodSandbox(_ context.Context, req *runtimeapi.RunPodSand
 	}
 	config := req.GetConfig()
 	ip := r.opts.nodeIP
+	if dir := config.GetLogDirectory(); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+	}
 	if config.GetLinux().GetSecurityContext().GetNamespaceOptions().GetNetwork() != runtimeapi.NamespaceMode_NODE {
 		var err error
 		if ip, err = r.opts.pods.take(); err != nil {
 			return nil, status.Error(codes.ResourceExhausted, err.Error())
 		}
-	}
-	if dir := config.GetLogDirectory(); dir != "" {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, status.Error(codes.Internal, err.Error())
+		if err := r.opts.network.addPod(ip); err != nil {
+			r.opts.pods.give(ip)
+			return nil, status.Errorf(codes.Unknown, "failed to setup network for sandbox: %v", err)
 		}
 	}
 	s := &sandbox{id: newID(), config: config, handler: handler, ip: ip, state: runtimeapi.PodSandboxState_SANDBOX_READY, createdAt: time.Now().UnixNano()}
@@ -173,6 +188,9 @@ func (r *criRuntime) StopPodSandbox(_ context.Context, req *runtimeapi.StopPodSa
 		c.stop(0)
 	}
 	if release {
+		if err := r.opts.network.removePod(s.ip); err != nil {
+			log.Printf("sandbox %s: %v", s.id, err)
+		}
 		r.opts.pods.give(s.ip)
 	}
 	return &runtimeapi.StopPodSandboxResponse{}, nil
@@ -268,6 +286,8 @@ func (r *criRuntime) CreateContainer(_ context.Context, req *runtimeapi.CreateCo
 	c := &container{
 		id:        newID(),
 		sandboxID: s.id,
+		podIP:     s.ip,
+		network:   r.opts.network,
 		pod:       s.config.GetMetadata(),
 		config:    config,
 		image:     image.Ref,

@@ -96,6 +96,7 @@ func main() {
 		program:    program,
 		nodeIP:     *nodeIP,
 		pods:       pods,
+		network:    node,
 		handlers:   strings.Split(*handlers, ","),
 		stateDir:   *stateDir,
 		cniConfDir: *cniConfDir,
@@ -210,14 +211,40 @@ func newNodeNetwork(nodeIP string) (*nodeNetwork, error) {
 		{"link", "set", "vpc", "up"},
 		{"link", "set", "eth0", "up"},
 	} {
-		var out []byte
-		var err error
-		n.do(func() { out, err = exec.Command("ip", args...).CombinedOutput() })
-		if err != nil {
-			return nil, fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		if err := n.ip(args...); err != nil {
+			return nil, err
 		}
 	}
 	return n, nil
+}
+
+// ip runs the ip tool inside the node's namespace.
+func (n *nodeNetwork) ip(args ...string) error {
+	var out []byte
+	var err error
+	n.do(func() { out, err = exec.Command("ip", args...).CombinedOutput() })
+	if err != nil {
+		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// addPod puts a pod's address on the node's interface, as the VPC CNI gives a pod a secondary
+// address of the node's ENI: the kubelet's probes and the node's processes reach it there.
+func (n *nodeNetwork) addPod(address string) error {
+	return n.ip("addr", "add", address+"/32", "dev", "eth0")
+}
+
+// start starts cmd inside the node's network namespace: a container's process sees the node's
+// and the pods' addresses, and reaches the API server through the forwarded port.
+func (n *nodeNetwork) start(cmd *exec.Cmd) (err error) {
+	n.do(func() { err = cmd.Start() })
+	return err
+}
+
+// removePod takes a stopped pod's address off the node's interface.
+func (n *nodeNetwork) removePod(address string) error {
+	return n.ip("addr", "del", address+"/32", "dev", "eth0")
 }
 
 // do runs fn on the thread inside the node's namespace and waits for it.

@@ -80,7 +80,9 @@ func (s *streamRuntime) Exec(ctx context.Context, containerID string, command []
 	if tty || errOut == nil {
 		cmd.Stderr = out
 	}
-	err = cmd.Run()
+	if err = c.network.start(cmd); err == nil {
+		err = cmd.Wait()
+	}
 	var exited *exec.ExitError
 	if errors.As(err, &exited) {
 		if code := exitCode(exited.ProcessState); code != 0 {
