@@ -116,7 +116,7 @@ class OperatorProcess:
     ca_pem: str
     output: Callable[[str], None]
     # Where its servers listen: loopback ports of its own beside the world, or, as a real
-    # container's process, its pod's address and the ports its spec declares.
+    # container's process, every address of its pod's namespace ("") and its spec's ports.
     address: str = LOOPBACK
     metrics_port: int = field(default_factory=free_port)
     probe_port: int = field(default_factory=free_port)

@@ -191,7 +191,7 @@ def _gpu_operator(args: argparse.Namespace) -> int:
         args.api_url,
         (args.pki / "ca.crt").read_text(),
         lambda line: print(line, file=sys.stderr, flush=True),  # zap writes to stderr
-        address=os.environ["CONTAINER_POD_IP"],
+        address="",  # every address: the pod's network namespace is its own
         metrics_port=ports.get("metrics", OPERATOR_METRICS_PORT),
         probe_port=container["livenessProbe"]["httpGet"]["port"],
     )

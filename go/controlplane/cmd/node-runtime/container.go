@@ -30,8 +30,7 @@ type mount struct {
 type container struct {
 	id        string
 	sandboxID string
-	podIP     string // the sandbox's address (the node's for a host-network pod)
-	network   podNetwork
+	network   starter
 	pod       *runtimeapi.PodSandboxMetadata
 	config    *runtimeapi.ContainerConfig
 	image     string // name and tag, as containerd reports it
@@ -64,10 +63,9 @@ func (c *container) programArgs(verb string, extra []string, command []string) [
 }
 
 // environment is what the container's process sees: the container's own variables (the pod's
-// env, the device plugin's), where its image and files are, and its pod's address (where a
-// server in it listens).
+// env, the device plugin's) and where its image and files are.
 func (c *container) environment() []string {
-	env := []string{"PATH=" + os.Getenv("PATH"), "CONTAINER_IMAGE=" + c.image, "CONTAINER_DIR=" + c.dir, "CONTAINER_POD_IP=" + c.podIP}
+	env := []string{"PATH=" + os.Getenv("PATH"), "CONTAINER_IMAGE=" + c.image, "CONTAINER_DIR=" + c.dir}
 	if home := os.Getenv("HOME"); home != "" {
 		env = append(env, "HOME="+home)
 	}

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"log"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,7 +32,7 @@ type runtimeOptions struct {
 	program    []string
 	nodeIP     string
 	pods       *addresses
-	network    podNetwork
+	network    *nodeNetwork
 	handlers   []string
 	stateDir   string
 	cniConfDir string
@@ -42,11 +41,8 @@ type runtimeOptions struct {
 	streams    streaming.Server
 }
 
-// podNetwork gives pods their addresses on the node and starts their processes there
-// (nodeNetwork).
-type podNetwork interface {
-	addPod(address string) error
-	removePod(address string) error
+// starter starts a process in a network namespace: the pod's own, or the node's.
+type starter interface {
 	start(cmd *exec.Cmd) error
 }
 
@@ -55,8 +51,17 @@ type sandbox struct {
 	config    *runtimeapi.PodSandboxConfig
 	handler   string
 	ip        string
+	network   *podNetwork // nil for a pod on the node's network
 	state     runtimeapi.PodSandboxState
 	createdAt int64
+}
+
+// processes is where the sandbox's containers run: its own namespace, or the node's.
+func (s *sandbox) processes(node *nodeNetwork) starter {
+	if s.network != nil {
+		return s.network
+	}
+	return node
 }
 
 type criRuntime struct {
@@ -138,6 +143,7 @@ func (r *criRuntime) RunPodSandbox(_ context.Context, req *runtimeapi.RunPodSand
 	}
 	config := req.GetConfig()
 	ip := r.opts.nodeIP
+	var network *podNetwork
 	if dir := config.GetLogDirectory(); dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, status.Error(codes.Internal, err.Error())
@@ -148,12 +154,12 @@ func (r *criRuntime) RunPodSandbox(_ context.Context, req *runtimeapi.RunPodSand
 		if ip, err = r.opts.pods.take(); err != nil {
 			return nil, status.Error(codes.ResourceExhausted, err.Error())
 		}
-		if err := r.opts.network.addPod(ip); err != nil {
+		if network, err = r.opts.network.addPod(ip); err != nil {
 			r.opts.pods.give(ip)
 			return nil, status.Errorf(codes.Unknown, "failed to setup network for sandbox: %v", err)
 		}
 	}
-	s := &sandbox{id: newID(), config: config, handler: handler, ip: ip, state: runtimeapi.PodSandboxState_SANDBOX_READY, createdAt: time.Now().UnixNano()}
+	s := &sandbox{id: newID(), config: config, handler: handler, ip: ip, network: network, state: runtimeapi.PodSandboxState_SANDBOX_READY, createdAt: time.Now().UnixNano()}
 	r.mu.Lock()
 	r.sandboxes[s.id] = s
 	r.mu.Unlock()
@@ -179,7 +185,7 @@ func (r *criRuntime) StopPodSandbox(_ context.Context, req *runtimeapi.StopPodSa
 			running = append(running, c)
 		}
 	}
-	release := ok && s.state == runtimeapi.PodSandboxState_SANDBOX_READY && s.ip != r.opts.nodeIP
+	release := ok && s.state == runtimeapi.PodSandboxState_SANDBOX_READY && s.network != nil
 	if ok {
 		s.state = runtimeapi.PodSandboxState_SANDBOX_NOTREADY
 	}
@@ -188,9 +194,7 @@ func (r *criRuntime) StopPodSandbox(_ context.Context, req *runtimeapi.StopPodSa
 		c.stop(0)
 	}
 	if release {
-		if err := r.opts.network.removePod(s.ip); err != nil {
-			log.Printf("sandbox %s: %v", s.id, err)
-		}
+		r.opts.network.removePod(s.network)
 		r.opts.pods.give(s.ip)
 	}
 	return &runtimeapi.StopPodSandboxResponse{}, nil
@@ -286,8 +290,7 @@ func (r *criRuntime) CreateContainer(_ context.Context, req *runtimeapi.CreateCo
 	c := &container{
 		id:        newID(),
 		sandboxID: s.id,
-		podIP:     s.ip,
-		network:   r.opts.network,
+		network:   s.processes(r.opts.network),
 		pod:       s.config.GetMetadata(),
 		config:    config,
 		image:     image.Ref,

@@ -5,11 +5,13 @@
 // The node's network namespace has loopback and eth0, carrying the node's VPC address
 // (--node-ip), one end of a veth pair whose other end ("vpc") stays in the namespace too (a
 // veth is there where a kernel lacks the dummy driver): the kubelet needs a non-loopback address
-// of its own, and the host's interfaces are never touched. Two doors cross it, both made here because a socket keeps the
+// of its own, and the host's interfaces are never touched. Each pod not on the host's network
+// has a namespace of its own, joined to the node's by a veth pair (network.go), where its
+// containers' processes run. Two doors cross them, both made here because a socket keeps the
 // namespace it was made in:
 //
-//   - --api-forward LOCAL=REMOTE: LOCAL (host:port inside the node) forwards to REMOTE on the
-//     host's loopback, the API server the kubelet's kubeconfig names;
+//   - --api-forward LOCAL=REMOTE: LOCAL (host:port inside the node, and inside each pod)
+//     forwards to REMOTE on the host's loopback, the API server the kubelet's kubeconfig names;
 //   - --kubelet-door PATH: a unix socket on the host whose connections go to the kubelet's
 //     port on the node's address (the API server's egress reaches the kubelet through it).
 //
@@ -28,14 +30,12 @@ package main
 import (
 	"flag"
 	"fmt"
-	"io"
 	"log"
 	"net"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 
@@ -115,7 +115,7 @@ func main() {
 		if !found {
 			log.Fatalf("--api-forward %q: want LOCAL=REMOTE", *apiForward)
 		}
-		if err := node.forwardIn(local, remote); err != nil {
+		if err := node.forwardAPI(local, remote); err != nil {
 			log.Fatal(err)
 		}
 	}
@@ -179,132 +179,6 @@ func serveCRI(socket string, cri *criRuntime, images *imageService) (*grpc.Serve
 		}
 	}()
 	return server, nil
-}
-
-// nodeNetwork runs what must happen inside the node's network namespace on one OS thread that
-// entered it and never leaves: sockets made there, and processes started from there.
-type nodeNetwork struct {
-	work chan func()
-}
-
-func newNodeNetwork(nodeIP string) (*nodeNetwork, error) {
-	n := &nodeNetwork{work: make(chan func())}
-	entered := make(chan error)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread stays in the node's namespace
-		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-			entered <- fmt.Errorf("unshare: %w", err)
-			return
-		}
-		entered <- nil
-		for fn := range n.work {
-			fn()
-		}
-	}()
-	if err := <-entered; err != nil {
-		return nil, err
-	}
-	for _, args := range [][]string{
-		{"link", "set", "lo", "up"},
-		{"link", "add", "eth0", "type", "veth", "peer", "name", "vpc"},
-		{"addr", "add", nodeIP + "/32", "dev", "eth0"},
-		{"link", "set", "vpc", "up"},
-		{"link", "set", "eth0", "up"},
-	} {
-		if err := n.ip(args...); err != nil {
-			return nil, err
-		}
-	}
-	return n, nil
-}
-
-// ip runs the ip tool inside the node's namespace.
-func (n *nodeNetwork) ip(args ...string) error {
-	var out []byte
-	var err error
-	n.do(func() { out, err = exec.Command("ip", args...).CombinedOutput() })
-	if err != nil {
-		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-	}
-	return nil
-}
-
-// addPod puts a pod's address on the node's interface, as the VPC CNI gives a pod a secondary
-// address of the node's ENI: the kubelet's probes and the node's processes reach it there.
-func (n *nodeNetwork) addPod(address string) error {
-	return n.ip("addr", "add", address+"/32", "dev", "eth0")
-}
-
-// start starts cmd inside the node's network namespace: a container's process sees the node's
-// and the pods' addresses, and reaches the API server through the forwarded port.
-func (n *nodeNetwork) start(cmd *exec.Cmd) (err error) {
-	n.do(func() { err = cmd.Start() })
-	return err
-}
-
-// removePod takes a stopped pod's address off the node's interface.
-func (n *nodeNetwork) removePod(address string) error {
-	return n.ip("addr", "del", address+"/32", "dev", "eth0")
-}
-
-// do runs fn on the thread inside the node's namespace and waits for it.
-func (n *nodeNetwork) do(fn func()) {
-	done := make(chan struct{})
-	n.work <- func() { fn(); close(done) }
-	<-done
-}
-
-func (n *nodeNetwork) listen(address string) (listener net.Listener, err error) {
-	n.do(func() { listener, err = net.Listen("tcp", address) })
-	return listener, err
-}
-
-func (n *nodeNetwork) dial(address string) (conn net.Conn, err error) {
-	n.do(func() { conn, err = net.Dial("tcp", address) })
-	return conn, err
-}
-
-// forwardIn listens on local inside the node and forwards each connection to remote, dialled
-// from the host's namespace.
-func (n *nodeNetwork) forwardIn(local, remote string) error {
-	listener, err := n.listen(local)
-	if err != nil {
-		return fmt.Errorf("--api-forward %s inside the node: %w", local, err)
-	}
-	go pipeAll(listener, func() (net.Conn, error) { return net.Dial("tcp", remote) })
-	return nil
-}
-
-// door listens on a unix socket on the host and forwards each connection to target inside
-// the node.
-func (n *nodeNetwork) door(socket, target string) error {
-	_ = os.Remove(socket)
-	listener, err := net.Listen("unix", socket)
-	if err != nil {
-		return fmt.Errorf("--kubelet-door %s: %w", socket, err)
-	}
-	go pipeAll(listener, func() (net.Conn, error) { return n.dial(target) })
-	return nil
-}
-
-func pipeAll(listener net.Listener, dial func() (net.Conn, error)) {
-	for {
-		conn, err := listener.Accept()
-		if err != nil {
-			return
-		}
-		go func() {
-			defer conn.Close()
-			upstream, err := dial()
-			if err != nil {
-				log.Printf("forward from %s: %v", listener.Addr(), err)
-				return
-			}
-			defer upstream.Close()
-			go func() { _, _ = io.Copy(upstream, conn); upstream.Close() }()
-			_, _ = io.Copy(conn, upstream)
-		}()
-	}
 }
 
 // runKubelet starts the kubelet command inside the node's network namespace and a private

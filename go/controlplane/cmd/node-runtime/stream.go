@@ -126,22 +126,32 @@ func (s *streamRuntime) Attach(ctx context.Context, containerID string, in io.Re
 
 // PortForward dials what the world put behind the pod's port: <ports-dir>/<namespace>_<pod>/<port>
 // holds the "host:port" on the host.
+// dialPort reaches the pod's port: where the ports directory says (a server the world runs
+// on the host for the pod), else localhost inside the pod's own namespace, as containerd does.
+func (s *streamRuntime) dialPort(ctx context.Context, sb *sandbox, port int32) (net.Conn, error) {
+	meta := sb.config.GetMetadata()
+	if s.portsDir != "" {
+		file := filepath.Join(s.portsDir, meta.GetNamespace()+"_"+meta.GetName(), fmt.Sprint(port))
+		if address, err := os.ReadFile(file); err == nil {
+			var dialer net.Dialer
+			return dialer.DialContext(ctx, "tcp", strings.TrimSpace(string(address)))
+		}
+	}
+	if sb.network == nil {
+		return nil, errors.New("connection refused")
+	}
+	return sb.network.dial(fmt.Sprintf("127.0.0.1:%d", port))
+}
+
 func (s *streamRuntime) PortForward(ctx context.Context, podSandboxID string, port int32, stream io.ReadWriteCloser) error {
 	defer stream.Close()
 	sb, err := s.cri.sandbox(podSandboxID)
 	if err != nil {
 		return err
 	}
-	meta := sb.config.GetMetadata()
-	file := filepath.Join(s.portsDir, meta.GetNamespace()+"_"+meta.GetName(), fmt.Sprint(port))
-	address, err := os.ReadFile(file)
-	if s.portsDir == "" || err != nil {
-		return fmt.Errorf("failed to connect to localhost:%d inside namespace %q: connection refused", port, podSandboxID)
-	}
-	var dialer net.Dialer
-	conn, err := dialer.DialContext(ctx, "tcp", strings.TrimSpace(string(address)))
+	conn, err := s.dialPort(ctx, sb, port)
 	if err != nil {
-		return err
+		return fmt.Errorf("failed to connect to localhost:%d inside namespace %q: %w", port, podSandboxID, err)
 	}
 	defer conn.Close()
 	go func() { _, _ = io.Copy(conn, stream); conn.Close() }()
