@@ -458,18 +458,3 @@ def test_aws_cli_scales_the_world(world: World) -> None:
     )
     core = client.CoreV1Api(kube(world))
     wait_for(lambda: len(core.list_node(label_selector=GPU_LABEL).items) == 2, what="2 GPU nodes")
-
-
-def test_only_an_ec2_change_wakes_the_node_groups_not_their_own_reads(world: World) -> None:
-    """EC2's query API POSTs reads too: a describe call must not wake the node-group controller
-    (it reads EC2 on every pass, and would wake itself for ever, a core busy while idle), and a
-    change (tagging an instance, as terminating one by hand) must."""
-    woken: list[str] = []
-    world._aws.on_write("/", lambda: woken.append("woken"))
-    ec2 = moto_clients(world.endpoints)("ec2")
-    reservations = ec2.describe_instances()["Reservations"]
-    ec2.describe_subnets()
-    assert woken == []
-    instance = reservations[0]["Instances"][0]["InstanceId"]
-    ec2.create_tags(Resources=[instance], Tags=[{"Key": "touched-by", "Value": "test"}])
-    assert woken == ["woken"]
