@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         choices=KUBELETS,
         default=MODELLED_KUBELETS,
         help="who runs the nodes: the world's model, or the real kubelet behind the lab's "
-        "container runtime (needs root on Linux; runs the nodes and plain workloads so far)",
+        "container runtime (needs root on Linux; no GFD, DCGM exporter or monitoring yet)",
     )
     args = parser.parse_args(argv)
     if not args.speed > 0:

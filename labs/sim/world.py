@@ -255,10 +255,11 @@ def _node_layer(
 ) -> tuple[Machines, list[Controller]]:
     """What runs the nodes and their pods, and the controllers that play what runs on them.
 
-    Real kubelets (`labs.sim.node.kubelet`) run every pod themselves; the world's players of the
-    GPU Operator's operands and of the monitoring release have not moved onto them yet, so such
-    a world runs the nodes and plain workloads. The model registers each Node and plays its
-    kubelet, device plugin, operands and resource metrics."""
+    Real kubelets (`labs.sim.node.kubelet`) run every pod themselves, the GPU Operator, its
+    validator and device plugin included; the world's players of GFD, DCGM exporter, the
+    monitoring release and the resource metrics have not moved onto them yet, so none runs
+    there. The model registers each Node and plays its kubelet, device plugin, operands and
+    resource metrics."""
     plane, endpoint = world.control_plane, world._node_endpoint
     assert plane.ca is not None and endpoint is not None, "the plane and its endpoint start first"
     if kubelets == REAL_KUBELETS:

@@ -67,10 +67,10 @@ class NodeLifecycle(Controller):
         cluster: str,
         region: str,
         updates: UpdateLedger,
-        machines: Machines | None = None,
+        machines: Machines,
     ) -> None:
         super().__init__(store, timings)
-        self._machines = machines or RegisteredNodes(store)
+        self._machines = machines
         self._updates = updates
         self._ec2 = clients("ec2")
         self._eks = clients("eks")

@@ -120,16 +120,15 @@ def _program(command: list[str]) -> str:
     return os.path.basename(command[0])
 
 
-def _mounts() -> dict[str, str]:
+def _mounts() -> dict[str, Path]:
     """This container's mounts: container path -> where it is on this host."""
     mounts = json.loads(os.environ.get("CONTAINER_MOUNTS") or "[]")
-    return {m["container_path"]: m["host_path"] for m in mounts}
+    return {m["container_path"]: Path(m["host_path"]) for m in mounts}
 
 
 def _mounted(container_path: str) -> Path | None:
     """Where this container's mount at `container_path` is on this host."""
-    host = _mounts().get(container_path)
-    return None if host is None else Path(host)
+    return _mounts().get(container_path)
 
 
 def _vpc_cni(args: argparse.Namespace) -> int:
@@ -142,10 +141,10 @@ def _vpc_cni(args: argparse.Namespace) -> int:
     for delay, level, message in VPC_CNI_STEPS:
         time.sleep(delay)
         _log_vpc_cni(level, message)
-    conflist = conf_dir / "10-aws.conflist"
-    partial = conflist.with_suffix(".partial")  # containerd reads only whole files
-    partial.write_text(json.dumps(VPC_CNI_CONFLIST, indent=2))
-    partial.rename(conflist)
+    from labs.state import atomic_write_text
+
+    # containerd reads only whole files
+    atomic_write_text(conf_dir / "10-aws.conflist", json.dumps(VPC_CNI_CONFLIST, indent=2))
     _log_vpc_cni("info", VPC_CNI_DONE)
     return _wait(math.inf)
 
@@ -272,8 +271,7 @@ def _play(args: argparse.Namespace) -> int:
     inits = pod["spec"].get("initContainers") or []
     container = next(c for c in [*inits, *pod["spec"]["containers"]] if c["name"] == args.container)
     rootfs = Path(os.environ["CONTAINER_DIR"], "rootfs") if "CONTAINER_DIR" in os.environ else None
-    mounts = {container_path: Path(host) for container_path, host in _mounts().items()}
-    process = Process(store, pod, container, node, rootfs=rootfs, mounts=mounts, real_time=True)
+    process = Process(store, pod, container, node, rootfs=rootfs, mounts=_mounts(), real_time=True)
     term = StdioTerminal(args.tty)
     if args.verb == "exec":
         return exec_argv(args.command, process, term)

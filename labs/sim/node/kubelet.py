@@ -182,7 +182,7 @@ class KubeletNode:
                     f"the node's files under {self.home} are inside {path}, which the node "
                     "has its own of: use a state directory elsewhere"
                 )
-        deepest = self.home.resolve() / "root" / "pod-resources" / "kubelet.sock"
+        deepest = resolved / "root" / "pod-resources" / "kubelet.sock"
         if len(os.fsencode(deepest)) > SOCKET_PATH_MAX:
             raise NodeUnavailable(
                 f"the node's files under {self.home} are too deep for its unix sockets "

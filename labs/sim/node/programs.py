@@ -51,6 +51,7 @@ from labs.sim.node.hardware import (
 from labs.sim.node.images import repository
 from labs.sim.node.nvidia_runtime import container_env, injected_gpus
 from labs.sim.node.validator import Run, nvidia_validator
+from labs.state import atomic_write_text
 
 NOT_MODELLED = "the rehearsal world does not model"
 _VARIABLE = re.compile(r"\$(?:\{(\w+)\}|(\?|\w+))")
@@ -141,10 +142,8 @@ class Process:
         )
         if point is None:
             return
-        target = self.mounts[point] / path[len(point) :].lstrip("/")
-        partial = target.with_name(f".{target.name}.partial")  # readers see whole files only
-        partial.write_text(text)
-        partial.rename(target)
+        # readers (an operand's init container) see whole files only
+        atomic_write_text(self.mounts[point] / path[len(point) :].lstrip("/"), text)
 
     def container_path(self, path: str) -> str:
         """`path` as the container sees it (the chroot applied)."""

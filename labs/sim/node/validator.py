@@ -39,7 +39,7 @@ WORKLOAD_LABEL = "nvidia-device-plugin-validator"  # main.go:202 pluginValidator
 VALIDATOR_DAEMONSET = "nvidia-operator-validator"  # main.go:1129
 POD_WAIT_RETRIES, POD_WAIT_SECONDS = 60, 5.0  # main.go:174, :176
 RESOURCE_RETRIES, RESOURCE_SECONDS = 30, 5.0  # main.go:178, :180
-TRUE = ("1", "t", "T", "TRUE", "true", "True")
+TRUE = ("1", "t", "T", "TRUE", "true", "True")  # Go's strconv.ParseBool, as urfave/cli reads it
 # Where the status files go (the --output-dir flag's default), and what they hold: the driver's
 # says where the driver is (Driver.createStatusFile; the AMI's own driver, at the host's root,
 # mounted at /host), the others are empty (createStatusFile).
@@ -47,7 +47,7 @@ OUTPUT_DIR = "/run/nvidia/validations"
 STATUS_FILES = {
     "driver": "IS_HOST_DRIVER=true\nNVIDIA_DRIVER_ROOT=/\nDRIVER_ROOT_CTR_PATH=/host\n"
     "NVIDIA_DEV_ROOT=/\nDEV_ROOT_CTR_PATH=/host\n",
-}  # Go's strconv.ParseBool, as urfave/cli reads it
+}
 
 
 def logrus(term: Terminal, level: str, message: str) -> None:
