@@ -87,7 +87,10 @@ def probe_ran_after_waiting(name: str) -> Condition:
     def condition(ctx: Context) -> Verdict:
         phase, events = gpu.pod_story(ctx.view, name)
         held = phase == "Succeeded" and gpu.waited_then_scheduled(events)
-        return held, f"{name} {phase}; events: {', '.join(gpu.event_reasons(events))}"
+        seen = f"{name} {phase}; events: {', '.join(gpu.event_reasons(events))}"
+        if phase == "Failed" and events:  # what ended it, in the kubelet's words
+            seen += f" ({events[-1].get('message', '')})"
+        return held, seen
 
     return condition
 

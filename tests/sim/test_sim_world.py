@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import subprocess
 import threading
 from collections.abc import Callable, Iterator
@@ -321,8 +322,10 @@ def test_kubectl_scales_the_operator_down_and_a_restarted_operator_logs_again(
         what="the new operator pod logging its steps",
     )[0]
     log = read_log(core, restarted).splitlines()
-    # NVIDIA's controller itself: its version first, then its states in its own order
-    assert json.loads(log[0])["msg"] == "version: v25.3.4, commit: d73a0086a6ba"
+    # Go's automaxprocs on the container's /proc first (no CPU quota here), then NVIDIA's
+    # controller itself: its version, then its states in its own order
+    assert re.search(r" maxprocs: Leaving GOMAXPROCS=\d+: CPU quota undefined$", log[0]), log[0]
+    assert json.loads(log[1])["msg"] == "version: v25.3.4, commit: d73a0086a6ba"
     steps = [json.loads(line)["state:"] for line in log if "step completed" in line]
     assert steps[:3] == ["pre-requisites", "state-operator-metrics", "state-driver"]
     assert "state-device-plugin" in steps
@@ -458,3 +461,18 @@ def test_aws_cli_scales_the_world(world: World) -> None:
     )
     core = client.CoreV1Api(kube(world))
     wait_for(lambda: len(core.list_node(label_selector=GPU_LABEL).items) == 2, what="2 GPU nodes")
+
+
+def test_only_an_ec2_change_wakes_the_node_groups_not_their_own_reads(world: World) -> None:
+    """EC2's query API POSTs reads too: a describe call must not wake the node-group controller
+    (it reads EC2 on every pass, and would wake itself for ever, a core busy while idle), and a
+    change (tagging an instance, as terminating one by hand) must."""
+    woken: list[str] = []
+    world._aws.on_write("/", lambda: woken.append("woken"))
+    ec2 = moto_clients(world.endpoints)("ec2")
+    reservations = ec2.describe_instances()["Reservations"]
+    ec2.describe_subnets()
+    assert woken == []
+    instance = reservations[0]["Instances"][0]["InstanceId"]
+    ec2.create_tags(Resources=[instance], Tags=[{"Key": "touched-by", "Value": "test"}])
+    assert woken == ["woken"]

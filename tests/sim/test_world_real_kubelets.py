@@ -279,6 +279,28 @@ def test_device_plugin_off_leaves_capacity_for_the_kubelets_grace_period(
     wait_for(what="the GPU comes back", check=lambda: gpus(gpu_node(operator)) == ("1", "1"))
 
 
+def test_nfd_labels_each_node_from_its_pci_devices(operator: RealWorld) -> None:
+    """The chart's Node Feature Discovery is the real one: its worker reads each node's PCI
+    devices, its master labels the nodes, so the GPU node gets `pci-10de.present` (the label the
+    operator schedules its operands by) and every Nitro node Amazon's `pci-1d0f.present`."""
+    vendor = "feature.node.kubernetes.io/pci-{}.present"
+    wait_for(
+        what="NFD labels the GPU node",
+        check=lambda: gpu_node(operator)["metadata"]["labels"].get(vendor.format("10de")) == "true",
+    )
+    for node in operator.nodes():
+        labels = node["metadata"]["labels"]
+        gpu = labels.get("tier") == "gpu"
+        assert labels.get(vendor.format("1d0f")) == "true", labels
+        assert (vendor.format("10de") in labels) == gpu, labels
+    features = operator.json("get", "nodefeatures", "-n", OPERATOR_NAMESPACE)["items"]
+    assert {f["metadata"]["name"] for f in features} == {
+        n["metadata"]["name"] for n in operator.nodes()
+    }
+    worker = operator.logs("ds/gpu-operator-node-feature-discovery-worker")
+    assert '"Node Feature Discovery Worker" version="v0.17.3"' in worker, worker[-2000:]
+
+
 def test_a_stopped_world_leaves_no_node_running(real: RealWorld) -> None:
     assert len(world_runtimes(real.world)) >= 2
     real.world.stop()

@@ -22,6 +22,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
+from urllib.parse import parse_qs
 
 from moto.moto_server.werkzeug_app import (
     DomainDispatcherApplication,
@@ -40,6 +41,26 @@ REFUSED = (
 )
 CLOSED_API = "moto's /moto-api is closed on a rehearsal endpoint"
 _WRITES = frozenset({"POST", "PUT", "DELETE"})
+# Actions that only read, though the query and JSON protocols send every action as a POST.
+_READS = ("Describe", "List", "Get")
+
+
+def _is_write(environ: dict[str, Any], body: bytes) -> bool:
+    """Whether the request may change something: a write method, and for the query and JSON
+    protocols an action that is not a read (a controller that reads EC2 on a write would
+    otherwise wake itself with its own reads, for ever)."""
+    if environ["REQUEST_METHOD"] not in _WRITES:
+        return False
+    target = environ.get("HTTP_X_AMZ_TARGET", "")
+    if target:
+        action = target.rsplit(".", 1)[-1]
+    else:
+        query = parse_qs(body.decode("utf-8", "replace")) if body else {}
+        action = (query.get("Action") or parse_qs(environ.get("QUERY_STRING", "")).get("Action")
+                  or [""])[0]  # fmt: skip
+    return not action.startswith(_READS)
+
+
 StartResponse = Callable[..., Any]
 
 
@@ -110,7 +131,7 @@ class AwsServer:
                 start_response, "403 Forbidden", "InvalidSignatureException", stale, json_protocol
             )
         response = list(self._moto(environ, start_response))
-        if environ["REQUEST_METHOD"] in _WRITES:
+        if _is_write(environ, body):
             for prefix, callback in self._on_write:
                 if path.startswith(prefix):
                     callback()

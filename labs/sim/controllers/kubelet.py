@@ -216,7 +216,14 @@ class Kubelet(Controller):
         return time.monotonic() + self.timings.container_start, "start"
 
     def _holds_resources(self, pod: dict) -> bool:
-        """Admitted and not finished: what it requests is taken on its node."""
+        """Admitted and not finished: what it requests is taken on its node. Read again from
+        the informer, which has this kubelet's own writes: a pod this pass finished (the GPU
+        Operator's validation workload, done in an instant at the world's pace) holds nothing,
+        as the device manager frees a finished pod's devices."""
+        try:
+            pod = self.store.get(PODS, pod["metadata"]["name"], pod["metadata"]["namespace"])
+        except NotFound:
+            return False
         running = (pod.get("status") or {}).get("phase") == "Running"
         admitted = pod["metadata"]["uid"] in self._plans or running
         return admitted and not pod_is_terminal(pod)

@@ -11,9 +11,10 @@ kubelet that registers it NotReady and turns Ready once aws-node has brought its
 Scale-down cordons the node, and after the terminate delay stops it, removes its pods and the
 Node and terminates the instance. An instance terminated from
 outside (`aws ec2 terminate-instances`) loses its Node and pods as the cloud node lifecycle
-controller removes them, and the group launches a replacement. GPU nodes carry the
-group's labels and taints plus NFD's `pci-10de.present` label, as they would once NFD has
-looked at them. Once a group's nodes match its size, its EKS updates are Successful.
+controller removes them, and the group launches a replacement. Nodes carry the group's labels
+and taints; a modelled GPU node NFD's `pci-10de.present` label too, as it would once NFD has
+looked at it (on real kubelets, real NFD labels it). Once a group's nodes match its size, its
+EKS updates are Successful.
 Each instance is listed in its group's Auto Scaling group as Pending while it boots,
 InService once its Node joins and Terminating while it drains, as `aws autoscaling` shows.
 A node the model registers gets its kubelet's `NodeReady` Event (referring to the node by name,
@@ -41,6 +42,7 @@ from labs.sim.node.hardware import (
     INSTANCE_TYPE_LABEL,
     MAX_PODS,
     NVIDIA_PCI_LABEL,
+    gpus_on,
     node_name_for_ip,
     shape,
 )
@@ -316,7 +318,11 @@ class RegisteredNodes:
 
     def boot(self, node: dict, subnet: str) -> None:
         # capacity and allocatable set at once: a Node without them fails every DaemonSet pod
-        # the controller makes for it with `Insufficient cpu, Too many pods`
+        # the controller makes for it with `Insufficient cpu, Too many pods`; a GPU with the
+        # label NFD gives it once it has looked (real NFD runs on real kubelets)
+        if gpus_on(node):
+            node = {**node, "metadata": {**node["metadata"]}}
+            node["metadata"]["labels"] = {**node["metadata"]["labels"], NVIDIA_PCI_LABEL: "true"}
         created = self._store.create(NODES, node)
         name = created["metadata"]["name"]
         by_name = {**created, "metadata": {**created["metadata"], "uid": name}}
@@ -376,8 +382,6 @@ def build_node(instance: dict, group: dict, region: str) -> dict:
         "topology.kubernetes.io/zone": zone,
         **(group.get("labels") or {}),
     }
-    if machine.gpus:
-        labels[NVIDIA_PCI_LABEL] = "true"
     taints = [
         {"key": t["key"], "value": t.get("value", ""), "effect": _TAINT_EFFECTS[t["effect"]]}
         for t in group.get("taints") or []

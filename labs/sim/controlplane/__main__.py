@@ -1,7 +1,7 @@
 """`python -m labs.sim.controlplane`: build (or find) the control plane's programs (the kubelet
 among them), the node endpoint, the nodes' container runtime and device plugin, metrics-server,
-promtool, Prometheus, kube-state-metrics, helm and the NVIDIA GPU Operator (its program, chart
-and operand manifests) ahead of use.
+promtool, Prometheus, kube-state-metrics, helm, Node Feature Discovery and the NVIDIA GPU
+Operator (its program, chart and operand manifests) ahead of use.
 
 The README's set-up runs it so the first build's quarter of an hour show as progress there, not as
 a silent wait inside the first rehearsal or test.
@@ -15,6 +15,7 @@ from labs.sim.controlplane.build import (
     HELM_PROGRAM,
     KUBE_STATE_METRICS_PROGRAM,
     METRICS_SERVER_PROGRAM,
+    NFD_PROGRAMS,
     PROMETHEUS_PROGRAM,
     PROMTOOL_PROGRAM,
     ControlPlaneUnavailable,
@@ -43,6 +44,7 @@ def main() -> int:
             PROMETHEUS_PROGRAM,
             KUBE_STATE_METRICS_PROGRAM,
             HELM_PROGRAM,
+            *NFD_PROGRAMS,
         ):
             print(f"{program.name}: {pinned_binary(program, say)}", flush=True)
         operator = release(say)

@@ -4,10 +4,9 @@ all from the Go module `go/gpu-operator` pins, and the process that runs as its 
 The operator reads its operand manifests from the fixed `/opt/gpu-operator/<state>` and the
 node's `/host-etc/os-release`, and finds the API server as a pod does (its ServiceAccount's
 token, CA and namespace under `/var/run/secrets/kubernetes.io/serviceaccount`). None of those
-paths may be touched on the user's machine, so each process gets a root of its own: a user and
-mount namespace (`unshare`, Linux with user namespaces) where the module's manifests and the
-binary are bound into a directory of the lab's, then `chroot` into it. Its network is the
-host's: it reaches the API server on loopback and serves its metrics on a loopback port.
+paths may be touched on the user's machine, so each process gets a root of its own
+(`labs.sim.node.container_root`) with the module's manifests and the binary bound into it. It
+reaches the API server on loopback and serves its metrics on a loopback port of its network.
 """
 
 from __future__ import annotations
@@ -25,18 +24,18 @@ import yaml
 
 from labs.sim.controlplane import build
 from labs.sim.controlplane.run import (
-    ControlPlaneError,
     die_with_parent,
     free_port,
     reap,
 )
 from labs.sim.controlplane.tls import LOOPBACK
+from labs.sim.node import container_root
+from labs.sim.node.container_root import SERVICE_ACCOUNT_DIR, Bind, lay_out
 from labs.sim.node.hardware import AMI_OS_RELEASE
 
 MODULE = "github.com/NVIDIA/gpu-operator"
 CHART_PATH = "deployments/gpu-operator"
 CLUSTER_POLICY_CRD = "crds/nvidia.com_clusterpolicies.yaml"
-SERVICE_ACCOUNT_DIR = "var/run/secrets/kubernetes.io/serviceaccount"
 STOP_TIMEOUT = 5.0
 Say = Callable[[str], None]
 
@@ -132,7 +131,7 @@ class OperatorProcess:
         ServiceAccount, with the probes and metrics where `address` and the ports say."""
         namespace = pod["metadata"]["namespace"]
         container = pod["spec"]["containers"][0]
-        root = self._root(operator, namespace, token)
+        root = self.home / "root"
         args = [
             *(container.get("args") or []),
             f"--metrics-bind-address={self.metrics_address}",
@@ -143,17 +142,12 @@ class OperatorProcess:
             "KUBERNETES_SERVICE_PORT": self.api_url.rsplit(":", 1)[1],
             **container_env(container, pod),
         }
-        # Bind the manifests and the binary into the lab's root, then run inside it: nothing
-        # outside the namespaces sees either mount, and both go with the process.
-        script = (
-            '"$1" --bind "$3" "$5/opt/gpu-operator" && "$1" --bind "$4" "$5/gpu-operator" '
-            '&& chroot="$2" root="$5" && shift 5 && exec "$chroot" "$root" /gpu-operator "$@"'
-        )
-        command = [
-            _tool("unshare"), "--user", "--map-root-user", "--mount", "--",
-            _tool("sh"), "-c", script, "gpu-operator", _tool("mount"), _tool("chroot"),
-            str(operator.manifests), str(operator.binary), str(root), *args,
-        ]  # fmt: skip
+        binds = [
+            Bind(operator.manifests, "/opt/gpu-operator", read_only=True),
+            Bind(operator.binary, "/gpu-operator", read_only=True),
+        ]
+        lay_out(root, binds, self._files(namespace, token))
+        command = container_root.command(root, binds, ["/gpu-operator", *args])
         self._process = subprocess.Popen(
             command,
             stdout=subprocess.PIPE,
@@ -166,20 +160,14 @@ class OperatorProcess:
         self._reader = threading.Thread(target=self._follow, name="gpu-operator-log", daemon=True)
         self._reader.start()
 
-    def _root(self, operator: OperatorRelease, namespace: str, token: str) -> Path:
-        root = self.home / "root"
-        shutil.rmtree(root, ignore_errors=True)
-        (root / "opt" / "gpu-operator").mkdir(parents=True)
-        (root / "gpu-operator").touch()
-        (root / "tmp").mkdir()
-        account = root / SERVICE_ACCOUNT_DIR
-        account.mkdir(parents=True)
-        (account / "token").write_text(token)
-        (account / "ca.crt").write_text(self.ca_pem)
-        (account / "namespace").write_text(namespace)
-        (root / "host-etc").mkdir()
-        (root / "host-etc" / "os-release").write_text(AMI_OS_RELEASE)
-        return root
+    def _files(self, namespace: str, token: str) -> dict[str, str]:
+        """Its ServiceAccount as a pod's, and the node's os-release where its chart mounts it."""
+        return {
+            f"{SERVICE_ACCOUNT_DIR}/token": token,
+            f"{SERVICE_ACCOUNT_DIR}/ca.crt": self.ca_pem,
+            f"{SERVICE_ACCOUNT_DIR}/namespace": namespace,
+            "/host-etc/os-release": AMI_OS_RELEASE,
+        }
 
     def _follow(self) -> None:
         process = self._process
@@ -223,14 +211,3 @@ def container_env(container: dict, pod: dict) -> dict[str, str]:
         elif source.get("fieldPath") in fields:
             env[item["name"]] = fields[source["fieldPath"]]
     return env
-
-
-def _tool(name: str) -> str:
-    # chroot lives in sbin, which a user's PATH may lack
-    found = shutil.which(name, path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
-    if found is None:
-        raise ControlPlaneError(
-            f"the rehearsal runs the real GPU Operator in a root of its own, which needs "
-            f"`{name}` (util-linux) and Linux user namespaces; install util-linux"
-        )
-    return found

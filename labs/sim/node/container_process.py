@@ -38,6 +38,7 @@ DEVICE_PLUGIN_IMAGE = "k8s-device-plugin"
 OPERATOR_IMAGE = "gpu-operator"
 OPERATOR_METRICS_PORT = 8080  # the operator's own default (its --metrics-bind-address)
 VPC_CNI_IMAGE = "amazon-k8s-cni"
+NFD_IMAGE = "node-feature-discovery"
 # Where aws-node's container has the node's /etc/cni/net.d (the add-on's `cni-net-dir` volume).
 VPC_CNI_CONF_MOUNT = "/host/etc/cni/net.d"
 # The VPC CNI's network configuration: its template (misc/10-aws.conflist) with the add-on's
@@ -216,6 +217,39 @@ def _device_plugin(args: argparse.Namespace) -> int:
     os.execv(binary, [binary, f"--plugin-dir={plugin_dir}", f"--devices={device}"])
 
 
+def _nfd(args: argparse.Namespace) -> int:
+    """Node Feature Discovery's own program (nfd-master, nfd-worker or nfd-gc, as the chart's
+    command names it), built at the release the image carries, in a root of its own."""
+    from labs.sim.controlplane import build
+
+    name = os.path.basename(args.command[0])
+    program = next(p for p in build.NFD_PROGRAMS if p.name == name)
+    binary = build.pinned_binary(program, lambda line: print(line, file=sys.stderr))
+    return _in_own_root(args, binary)
+
+
+def _in_own_root(args: argparse.Namespace, binary: Path) -> int:
+    """Run `binary` with the container's arguments as a container runs its image's program: in
+    a root of its own with the container's mounts (its ServiceAccount among them), reaching the
+    API server where the node forwards it (no kube-proxy makes the Service's address work)."""
+    from labs.sim.node import container_root
+
+    here = Path(os.environ["CONTAINER_DIR"])
+    mounts = json.loads(os.environ.get("CONTAINER_MOUNTS") or "[]")
+    kubelet_root = os.environ.get("KUBELET_ROOT")
+    program = f"{container_root.PROGRAM_DIR}/{binary.name}"
+    binds = [
+        *container_root.container_binds(mounts, kubelet_root, here / "volumes"),
+        container_root.Bind(binary, program, read_only=True),
+    ]
+    container_root.lay_out(here / "root", binds)
+    command = container_root.command(here / "root", binds, [program, *args.command[1:]])
+    api_port = args.api_url.rsplit(":", 1)[1]
+    env = {**os.environ, "KUBERNETES_SERVICE_HOST": "127.0.0.1"}
+    env["KUBERNETES_SERVICE_PORT"] = api_port
+    os.execve(command[0], command, env)
+
+
 def _waits(command: list[str]) -> float | None:
     """How long a container's process only waits (infinity for the image's own entrypoint), or
     None when the world plays its command."""
@@ -302,6 +336,7 @@ ENTRYPOINTS: dict[tuple[str, str], Callable[[argparse.Namespace], int]] = {
     (DEVICE_PLUGIN_IMAGE, ""): _device_plugin,
     (DEVICE_PLUGIN_IMAGE, "entrypoint.sh"): _device_plugin_entrypoint,
     (OPERATOR_IMAGE, "gpu-operator"): _gpu_operator,
+    **{(NFD_IMAGE, name): _nfd for name in ("nfd-master", "nfd-worker", "nfd-gc")},
 }
 
 if __name__ == "__main__":

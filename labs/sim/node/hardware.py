@@ -103,6 +103,47 @@ TOOLKIT_VERSION = "1.19.1"
 TOOLKIT_COMMIT = "09ceee5dde66ba9ce25c7cc69b1ebd5e6e3266fa"
 
 
+@dataclass(frozen=True)
+class PciDevice:
+    """One PCI function as sysfs lists it under /sys/bus/pci/devices."""
+
+    address: str
+    vendor: str
+    device: str
+    pci_class: str
+    subsystem_vendor: str
+    subsystem_device: str
+
+    def attributes(self) -> dict[str, str]:
+        return {
+            "vendor": f"0x{self.vendor}",
+            "device": f"0x{self.device}",
+            "class": f"0x{self.pci_class}",
+            "subsystem_vendor": f"0x{self.subsystem_vendor}",
+            "subsystem_device": f"0x{self.subsystem_device}",
+        }
+
+
+# A Nitro instance's devices as `lspci -nn` lists them on a g5.xlarge: the emulated chipset,
+# Amazon's VGA controller, NVMe and ENA, and on g5 the A10G (a 3D controller, class 0302) at the
+# bus id nvidia-smi shows. NFD's default labels come from classes 03, 0b40 and 12, so every
+# node gets `pci-1d0f.present` and a g5 `pci-10de.present` too.
+NITRO_DEVICES = (
+    PciDevice("0000:00:00.0", "8086", "1237", "060000", "0000", "0000"),
+    PciDevice("0000:00:01.0", "8086", "7000", "060100", "0000", "0000"),
+    PciDevice("0000:00:01.3", "8086", "7113", "000000", "0000", "0000"),
+    PciDevice("0000:00:03.0", "1d0f", "1111", "030000", "0000", "0000"),
+    PciDevice("0000:00:04.0", "1d0f", "8061", "010802", "1d0f", "8061"),
+    PciDevice("0000:00:05.0", "1d0f", "ec20", "020000", "1d0f", "ec20"),
+)
+A10G_DEVICE = PciDevice("0000:00:1e.0", "10de", "2237", "030200", "10de", "152f")
+
+
+def pci_devices(instance_type: str) -> tuple[PciDevice, ...]:
+    """The PCI functions of an instance type's machine."""
+    return NITRO_DEVICES + (A10G_DEVICE,) * shape(instance_type).gpus
+
+
 def shape(instance_type: str) -> InstanceShape:
     """The shape of a supported instance type; ValueError names the supported ones."""
     try:

@@ -44,6 +44,7 @@ from labs.sim.node.hardware import (
     DEFAULT_RUNTIME_ANNOTATION,
     INSTANCE_SHAPES,
     INSTANCE_TYPE_LABEL,
+    pci_devices,
 )
 
 KUBELET_PORT = 10250
@@ -57,6 +58,8 @@ CNI_CONF_DIR = "/etc/cni/net.d"
 NODE_DIRS = {"/run": "run", "/var/lib": "var-lib", CNI_CONF_DIR: "cni-net.d"}
 KUBELET_NODE_DIRS = ("/run", "/var/lib")
 CLUSTER_DNS = "10.100.0.10"
+# The node's made-up /sys, under its machine directory.
+SYSFS = "sysfs"
 # The kernel settings the kubelet sets to these values when it starts (its container manager's
 # `setupKernelTunables`): on the node they are the node's own files, already so.
 KERNEL_TUNABLES = {
@@ -206,6 +209,9 @@ class KubeletNode:
             f"--kubelet-door={self.door}",
             f"--kubelet-port={KUBELET_PORT}",
             *(f"--host-path-map={path}={self.node_dir(path)}" for path in NODE_DIRS),
+            # the machine as its pods' hostPath volumes see it (NFD reads its PCI devices)
+            f"--host-path-map=/sys={self.home / 'machine' / SYSFS}",
+            f"--host-path-map=/etc/os-release={self.home / 'machine' / 'os-release'}",
             f"--cni-conf-dir={self.cni_conf_dir}",
             *(f"--program={word}" for word in self.container_command),
         ]
@@ -223,12 +229,12 @@ class KubeletNode:
         config.write_text(yaml.safe_dump(self._configuration(files)))
         binds = [
             (machine / "meminfo", "/proc/meminfo"),
-            (machine / "cpu", "/sys/devices/system/cpu"),
-            (machine / "node", "/sys/devices/system/node"),
+            (machine / SYSFS / "devices/system/cpu", "/sys/devices/system/cpu"),
+            (machine / SYSFS / "devices/system/node", "/sys/devices/system/node"),
             (machine / "os-release", "/etc/os-release"),
             (machine / "machine-id", "/etc/machine-id"),
             (machine / "boot_id", "/proc/sys/kernel/random/boot_id"),
-            (machine / "product_uuid", "/sys/class/dmi/id/product_uuid"),
+            (machine / SYSFS / "class/dmi/id/product_uuid", "/sys/class/dmi/id/product_uuid"),
             *((machine / "sys" / name, f"/proc/sys/{name}") for name in KERNEL_TUNABLES),
             # the node's own directories, where its hostPath volumes live
             *((self.node_dir(path), path) for path in NODE_DIRS if path in KUBELET_NODE_DIRS),
@@ -306,22 +312,25 @@ class KubeletNode:
         }
 
     def _machine(self) -> Path:
-        """The instance as the kubelet reads it: the instance type's /proc/meminfo and CPUs in
-        sysfs (no NUMA nodes, so the CPUs count), the AMI's os-release, an identity of its own
-        (machine ID, boot ID, an EC2-style system UUID) and the kernel settings' files."""
+        """The instance as the kubelet and its pods read it: the instance type's /proc/meminfo,
+        its CPUs and PCI devices in sysfs (no NUMA nodes, so the CPUs count), the AMI's
+        os-release, an identity of its own (machine ID, boot ID, an EC2-style system UUID) and
+        the kernel settings' files."""
         shape = INSTANCE_SHAPES[self.spec.instance_type]
         machine = self.home / "machine"
         shutil.rmtree(machine, ignore_errors=True)
+        sysfs = machine / SYSFS
         memory_kib = int(parse_quantity(shape.memory) / 1024)
-        (machine / "node").mkdir(parents=True)
+        (sysfs / "devices/system/node").mkdir(parents=True)
         (machine / "meminfo").write_text(
             f"MemTotal:       {memory_kib} kB\nMemFree:        {memory_kib} kB\n"
             f"MemAvailable:   {memory_kib} kB\nSwapTotal:             0 kB\n"
         )
         cpus = int(Decimal(shape.cpu))
         every = f"0-{cpus - 1}\n"
+        cpu_dir = sysfs / "devices/system/cpu"
         for number in range(cpus):
-            topology = machine / "cpu" / f"cpu{number}" / "topology"
+            topology = cpu_dir / f"cpu{number}" / "topology"
             topology.mkdir(parents=True)
             (topology.parent / "online").write_text("1\n")
             for name, value in {
@@ -332,17 +341,51 @@ class KubeletNode:
             }.items():
                 (topology / name).write_text(value + "\n")
         for name in ("online", "possible", "present"):
-            (machine / "cpu" / name).write_text(every)
+            (cpu_dir / name).write_text(every)
+        for device in pci_devices(self.spec.instance_type):
+            attributes = sysfs / "bus/pci/devices" / device.address
+            attributes.mkdir(parents=True)
+            for name, value in device.attributes().items():
+                (attributes / name).write_text(value + "\n")
         identity = uuid.uuid4()
         (machine / "os-release").write_text(AMI_OS_RELEASE)
         (machine / "machine-id").write_text(identity.hex + "\n")
         (machine / "boot_id").write_text(f"{uuid.uuid4()}\n")
-        (machine / "product_uuid").write_text(f"ec2{str(identity)[3:]}\n")  # as EC2's read
+        _sysfs_files(sysfs, cpus, self.spec.instance_type, f"ec2{str(identity)[3:]}")
         for name, value in KERNEL_TUNABLES.items():
             tunable = machine / "sys" / name
             tunable.parent.mkdir(parents=True, exist_ok=True)
             tunable.write_text(value + "\n")
         return machine
+
+
+def _sysfs_files(sysfs: Path, cpus: int, instance_type: str, product_uuid: str) -> None:
+    """The rest of the instance's /sys that the kubelet and NFD read: its DMI identity (an
+    EC2-style system UUID), CPUs and NUMA nodes on their buses, ENA's eth0 and the root volume."""
+    dmi = sysfs / "devices/virtual/dmi/id"
+    dmi.mkdir(parents=True)
+    for name, value in {
+        "product_uuid": product_uuid,
+        "sys_vendor": "Amazon EC2",
+        "product_name": instance_type,
+    }.items():
+        (dmi / name).write_text(value + "\n")
+    (sysfs / "class/dmi").mkdir(parents=True)
+    (sysfs / "class/dmi/id").symlink_to("../../devices/virtual/dmi/id")
+    (sysfs / "bus/cpu/devices").mkdir(parents=True)
+    for number in range(cpus):
+        (sysfs / "bus/cpu/devices" / f"cpu{number}").symlink_to(
+            f"../../../devices/system/cpu/cpu{number}"
+        )
+    (sysfs / "bus/node/devices").mkdir(parents=True)
+    (sysfs / "fs").mkdir()
+    for interface, state in (("eth0", "up"), ("lo", "unknown")):
+        (sysfs / "class/net" / interface).mkdir(parents=True)
+        (sysfs / "class/net" / interface / "operstate").write_text(state + "\n")
+    queue = sysfs / "block/nvme0n1/queue"
+    queue.mkdir(parents=True)
+    for name, value in {"dax": "0", "rotational": "0", "nr_zones": "0", "zoned": "none"}.items():
+        (queue / name).write_text(value + "\n")
 
 
 class KubeletNodes:
@@ -381,6 +424,8 @@ class KubeletNodes:
         build.device_plugin_binary(say)
         build.binaries(say)
         release(say)  # the operator's pod runs it; a node's network reaches no module proxy
+        for program in build.NFD_PROGRAMS:  # the chart's NFD pods run them
+            build.pinned_binary(program, say)
 
     def boot(self, node: dict, subnet: str) -> None:
         """Start the node's kubelet; it registers the Node itself, NotReady until aws-node

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,7 +24,13 @@ import (
 type mount struct {
 	ContainerPath string `json:"container_path"`
 	HostPath      string `json:"host_path"`
+	ReadOnly      bool   `json:"read_only,omitempty"`
 }
+
+// kubeletRoot is the node's files as the kubelet sees them (/proc/<pid>/root of its mount
+// namespace), once it runs: the volumes it mounts there (a pod's ServiceAccount token is a
+// tmpfs) are seen from outside only through it.
+var kubeletRoot atomic.Value
 
 // container is one container's record and, once started, its process: the --program playing
 // its command.
@@ -71,6 +78,9 @@ func (c *container) environment() []string {
 	}
 	if mounts, err := json.Marshal(c.mounts); err == nil {
 		env = append(env, "CONTAINER_MOUNTS="+string(mounts))
+	}
+	if root, ok := kubeletRoot.Load().(string); ok {
+		env = append(env, "KUBELET_ROOT="+root)
 	}
 	for _, kv := range c.config.GetEnvs() {
 		env = append(env, kv.GetKey()+"="+kv.GetValue())

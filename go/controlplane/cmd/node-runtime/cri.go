@@ -555,7 +555,7 @@ func hostMounts(mounts []*runtimeapi.Mount, hostPaths map[string]string) []mount
 				host = here + rest
 			}
 		}
-		mapped = append(mapped, mount{ContainerPath: m.GetContainerPath(), HostPath: host})
+		mapped = append(mapped, mount{ContainerPath: m.GetContainerPath(), HostPath: host, ReadOnly: m.GetReadonly()})
 	}
 	return mapped
 }

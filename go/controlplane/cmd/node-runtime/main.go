@@ -19,8 +19,9 @@
 // `<program...> run <namespace> <pod> <container> <container-id> -- <command...>`, its stdout and
 // stderr written to the container's log in the CRI format, its exit code the container's. Its
 // environment has the container's variables, CONTAINER_IMAGE, CONTAINER_DIR (the container's
-// own files) and CONTAINER_MOUNTS (JSON: each mount's container_path and host_path, the node's
-// paths that --host-path-map names given as this host's).
+// own files), CONTAINER_MOUNTS (JSON: each mount's container_path, host_path and read_only, the
+// node's paths that --host-path-map names given as this host's) and KUBELET_ROOT (the files as
+// the kubelet's mount namespace has them, where its tmpfs volumes are).
 // exec, attach and port-forward go through the kubelet's streaming library, exec running
 // `<program...> exec <namespace> <pod> <container> <container-id> [--tty] -- <command...>`.
 //
@@ -198,6 +199,7 @@ func (n *nodeNetwork) runKubelet(command []string) int {
 		log.Printf("starting the kubelet: %v", err)
 		return 1
 	}
+	kubeletRoot.Store(fmt.Sprintf("/proc/%d/root", cmd.Process.Pid))
 	signals := make(chan os.Signal, 1)
 	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
 	go func() {

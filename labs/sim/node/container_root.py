@@ -1,0 +1,117 @@
+"""A real program in a root of its own: its container's mounts where the pod's spec puts them.
+
+Real programs (Node Feature Discovery, the GPU Operator) read fixed paths: the ServiceAccount
+under `/var/run/secrets/kubernetes.io/serviceaccount`, the node's `/host-sys`, the operator's
+`/opt/gpu-operator`. None of them may be the user's machine's, so each program runs in a user
+and mount namespace of its own (`unshare`, Linux with user namespaces), with what it needs bound
+into a directory of the lab's, then `chroot` into it: what a container runtime does. Nothing
+outside the namespaces sees those mounts, and they go with the process.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from labs.sim.controlplane.run import ControlPlaneError
+
+SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+# Where a root's program is: the image's entrypoint, bound from the lab's build.
+PROGRAM_DIR = "/usr/local/bin"
+
+
+@dataclass(frozen=True)
+class Bind:
+    """`source` on this host, at `target` inside the root."""
+
+    source: Path
+    target: str
+    read_only: bool = False
+
+
+def lay_out(root: Path, binds: Iterable[Bind], files: Mapping[str, str] = {}) -> None:
+    """A fresh root under `root`: a mount point for each bind (a directory, or a file for a
+    file), `files` written at their paths, an empty /tmp and a mount point for /proc."""
+    shutil.rmtree(root, ignore_errors=True)
+    (root / "tmp").mkdir(parents=True)
+    (root / "proc").mkdir()
+    for bind in binds:
+        target = inside(root, bind.target)
+        if bind.source.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+        else:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.touch()
+    for path, text in files.items():
+        target = inside(root, path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+
+
+def inside(root: Path, path: str) -> Path:
+    return root / path.lstrip("/")
+
+
+def command(root: Path, binds: Iterable[Bind], argv: list[str]) -> list[str]:
+    """The command that binds each of `binds` into `root` in namespaces of its own and runs
+    `argv` (its program a path inside the root) there."""
+    lines = ["set -e"]
+    for bind in binds:
+        target = shlex.quote(str(inside(root, bind.target)))
+        lines.append(f"{tool('mount')} --bind {shlex.quote(str(bind.source))} {target}")
+        if bind.read_only:
+            lines.append(f"{tool('mount')} -o remount,bind,ro {target}")
+    # /proc as a container has it, read-only (NFD reads the kernel's release and modules there)
+    proc = shlex.quote(str(inside(root, "/proc")))
+    lines += [f"{tool('mount')} --rbind /proc {proc}", f"{tool('mount')} -o remount,bind,ro {proc}"]
+    lines.append(f'exec {tool("chroot")} {shlex.quote(str(root))} "$@"')
+    return [
+        tool("unshare"), "--user", "--map-root-user", "--mount", "--",
+        tool("sh"), "-c", "\n".join(lines), "container", *argv,
+    ]  # fmt: skip
+
+
+def container_binds(mounts: Iterable[dict], kubelet_root: str | None, copies: Path) -> list[Bind]:
+    """A container's mounts (the runtime's CONTAINER_MOUNTS entries) as binds. One that only
+    the kubelet's mount namespace has (a ServiceAccount token is a tmpfs the kubelet mounts
+    there), seen through `kubelet_root`, is copied into `copies` and bound from there; a token
+    copied once stays valid for the lab's life (the API server extends the kubelet's to a year).
+    A host path that does not exist is an empty directory, as containerd creates one on a node,
+    without touching this host."""
+    binds = []
+    for number, mount in enumerate(mounts):
+        source = Path(mount["host_path"])
+        seen = Path(f"{kubelet_root}{source}") if kubelet_root else None
+        if seen is not None and _only_the_kubelets(source, seen):
+            source = copies / str(number)
+            shutil.rmtree(source, ignore_errors=True)
+            shutil.copytree(seen, source, symlinks=True)
+        elif not source.exists():
+            source = copies / str(number)
+            source.mkdir(parents=True, exist_ok=True)
+        binds.append(Bind(source, mount["container_path"], bool(mount.get("read_only"))))
+    return binds
+
+
+def _only_the_kubelets(here: Path, seen: Path) -> bool:
+    """Something is mounted at `here` in the kubelet's namespace (`seen`) that this host lacks."""
+    try:
+        return seen.is_dir() and seen.stat().st_dev != here.stat().st_dev
+    except OSError:
+        return False
+
+
+def tool(name: str) -> str:
+    # chroot lives in sbin, which a user's PATH may lack
+    found = shutil.which(name, path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
+    if found is None:
+        raise ControlPlaneError(
+            f"the rehearsal runs real programs (the GPU Operator, Node Feature Discovery) in a "
+            f"root of their own, which needs `{name}` (util-linux) and Linux user namespaces; "
+            "install util-linux"
+        )
+    return found
