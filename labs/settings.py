@@ -53,6 +53,10 @@ RANGES: dict[str, tuple[float, float, str]] = {
     "lock_wait": (0.1, 3600.0, "seconds"),
     "gpu_max": (1, 100, "GPU nodes"),
 }
+# Who runs a rehearsal's nodes: the world's model of a kubelet, or the real kubelet v1.35.4 per
+# node behind the project's container runtime (Linux and root).
+MODELLED_KUBELETS, REAL_KUBELETS = "modelled", "real"
+KUBELETS = (MODELLED_KUBELETS, REAL_KUBELETS)
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
 
@@ -118,6 +122,13 @@ class LabSettings:
     )
     speed: float = dataclasses.field(
         default=60.0, metadata=_help("rehearsal speed-up factor for simulated delays")
+    )
+    kubelets: str = dataclasses.field(
+        default=MODELLED_KUBELETS,
+        metadata=_help(
+            "who runs a rehearsal's nodes: modelled (the world's kubelet) or real (kubelet "
+            "v1.35.4 on every node, in namespaces of its own: Linux and root)"
+        ),
     )
     ttl: str = dataclasses.field(
         default="4h",
@@ -388,6 +399,8 @@ def _validate(settings: LabSettings, described: Callable[[str], str]) -> None:
         fail("gpu_instance_type", "is not an EC2 instance type", "use one like g5.xlarge")
     if not _CHART_VERSION.fullmatch(settings.chart_version):
         fail("chart_version", "is not a chart version", "use the form vX.Y.Z, e.g. v26.3.1")
+    if settings.kubelets not in KUBELETS:
+        fail("kubelets", "is not who can run the nodes", f"use one of {', '.join(KUBELETS)}")
     for name in RANGES:
         if problem := range_problem(name, getattr(settings, name)):
             fail(name, *problem.split("; ", 1))

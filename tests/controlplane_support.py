@@ -89,10 +89,15 @@ def running_control_plane(home: Path, access: Access | None = None) -> Iterator[
         plane.stop()
 
 
+def kubectl_command(kubeconfig: Path, cache: Path) -> list[str]:
+    """kubectl on `kubeconfig`, its discovery cached in `cache`."""
+    return [require_tool("kubectl"), "--kubeconfig", str(kubeconfig), "--cache-dir", str(cache)]
+
+
 def kubectl_on(
     kubeconfig: Path, cache: Path, *args: str, stdin: str | None = None
 ) -> subprocess.CompletedProcess:
-    command = [require_tool("kubectl"), "--kubeconfig", str(kubeconfig), "--cache-dir", str(cache)]
+    command = kubectl_command(kubeconfig, cache)
     return subprocess.run(
         [*command, *args], input=stdin, capture_output=True, text=True, timeout=60, check=False
     )

@@ -108,6 +108,7 @@ def test_lowering_gpu_max_below_the_default_gpus_is_caught():
         ("ttl", "", "is not a duration"),
         ("ttl", "0m", "is outside 1m..168h"),
         ("ttl", "169h", "is outside 1m..168h"),
+        ("kubelets", "fake", "use one of modelled, real"),
     ],
 )
 def test_bad_values_are_refused_with_the_setting_named(setting, value, complaint):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from labs.errors import LabError
 from labs.journal import REVERTED
-from labs.settings import range_problem
+from labs.settings import MODELLED_KUBELETS, range_problem
 from labs.sim import pace, process
 from labs.sim.aws.auth import CREDENTIAL_KEYS
 from labs.state import utc_now, warn
@@ -129,13 +129,22 @@ class RehearsalBackend:
             process.stop(lab.paths.sim_dir)
             silent = "restarted"
         new = silent is not None
-        endpoints = process.start(lab.paths.sim_dir, lab.settings.speed, lab.name, lab.region)
+        endpoints = process.start(
+            lab.paths.sim_dir, lab.settings.speed, lab.name, lab.region, lab.settings.kubelets
+        )
         if new:
             pace.write_speed(endpoints, self.person_speed(lab, None))
+        kubelets = endpoints.get("kubelets", MODELLED_KUBELETS)
         console.say(
             f"    rehearsal backend: kube {endpoints['kube_url']}, aws "
-            f"{endpoints['aws_endpoint_url']} (pid {endpoints['pid']})"
+            f"{endpoints['aws_endpoint_url']} (pid {endpoints['pid']}, {kubelets} kubelets)"
         )
+        if kubelets != lab.settings.kubelets:
+            console.say(
+                f"    note: its nodes run {kubelets} kubelets, not the {lab.settings.kubelets} "
+                f"ones asked for: a running world keeps its own; `invoke lab.down --lab "
+                f"{lab.name} --destroy --yes` then `lab.up` starts one with them"
+            )
         if lab.record.get("sim_kube_url") not in (None, endpoints["kube_url"]):
             _forget_old_world(lab, console)
         lab.update(
@@ -147,8 +156,8 @@ class RehearsalBackend:
     def preview(self, lab: Lab, new: bool, console: Console) -> bool:
         if new:
             console.say(
-                f"  would start the rehearsal backend (speed x{lab.settings.speed:g}) in "
-                f"{lab.paths.sim_dir}"
+                f"  would start the rehearsal backend (speed x{lab.settings.speed:g}, "
+                f"{lab.settings.kubelets} kubelets) in {lab.paths.sim_dir}"
             )
         return not new
 

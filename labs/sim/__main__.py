@@ -13,9 +13,10 @@ import sys
 import threading
 from pathlib import Path
 
+from labs.settings import KUBELETS, MODELLED_KUBELETS
 from labs.sim.process import ENDPOINTS, recorded_endpoints
 from labs.sim.timings import DEFAULT_SPEED
-from labs.sim.world import KUBELETS, MODELLED_KUBELETS, start_world
+from labs.sim.world import start_world
 from labs.state import atomic_write_json
 
 

@@ -197,8 +197,11 @@ def running_endpoints(sim_dir: Path) -> dict[str, Any] | None:
     return recorded_endpoints(sim_dir) if why_silent(sim_dir) is None else None
 
 
-def start(sim_dir: Path, speed: float, cluster_name: str, region: str) -> dict[str, Any]:
-    """Start the rehearsal process unless it already runs; return its endpoints."""
+def start(
+    sim_dir: Path, speed: float, cluster_name: str, region: str, kubelets: str
+) -> dict[str, Any]:
+    """Start the rehearsal process unless it already runs; return its endpoints. `kubelets`:
+    who runs its nodes (`labs.settings.KUBELETS`)."""
     existing = running_endpoints(sim_dir)
     if existing:
         return existing
@@ -208,7 +211,7 @@ def start(sim_dir: Path, speed: float, cluster_name: str, region: str) -> dict[s
     command = [
         sys.executable, "-m", "labs.sim", "serve",
         "--state-dir", str(sim_dir), "--speed", str(speed),
-        "--cluster-name", cluster_name, "--region", region,
+        "--cluster-name", cluster_name, "--region", region, "--kubelets", kubelets,
     ]  # fmt: skip
     with open(sim_dir / "sim.log", "ab") as log:
         process = subprocess.Popen(

@@ -28,6 +28,7 @@ from typing import Any
 
 from labs.kube.api import KubeApi
 from labs.kube.informers import InformedKubeApi
+from labs.settings import KUBELETS, MODELLED_KUBELETS, REAL_KUBELETS
 from labs.sim import pace
 from labs.sim.aws import access, answers, eks_updates
 from labs.sim.aws.access import (
@@ -83,8 +84,6 @@ OPERATOR_DIR = "gpu-operator"
 # Each node's kubelet and runtime, and the catalogue of images their registries serve.
 NODES_DIR = "nodes"
 # Who runs the nodes: the world's model of the kubelet, or the real kubelet.
-MODELLED_KUBELETS, REAL_KUBELETS = "modelled", "real"
-KUBELETS = (MODELLED_KUBELETS, REAL_KUBELETS)
 _one_world = threading.Lock()
 
 
@@ -201,6 +200,7 @@ def start_world(
             "cluster_name": cluster_name,
             "account_id": ACCOUNT_ID,
             "speed": speed,
+            "kubelets": kubelets,
             "pid": os.getpid(),
         }
         clients = moto_clients(endpoints)

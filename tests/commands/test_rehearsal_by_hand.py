@@ -127,13 +127,15 @@ def test_the_operator_is_nvidias_own_installed_by_helm(practice: Lab):
     script = (
         f"{lab_status.env_exports(practice)}\n"
         "helm list -n gpu-operator\n"
-        "kubectl logs -n gpu-operator deploy/gpu-operator | head -1\n"
+        "kubectl logs -n gpu-operator deploy/gpu-operator | head -2\n"
         "kubectl get ds -n gpu-operator -o name\n"
     )
     shown = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0, shown.stderr
     release = next(line for line in shown.stdout.splitlines() if line.startswith("gpu-operator"))
     assert release.split()[-3:] == ["deployed", "gpu-operator-v25.3.4", "v25.3.4"], release
+    # Go's automaxprocs first (NVIDIA's main.go imports it), then the operator's version
+    assert "maxprocs: Leaving GOMAXPROCS=" in shown.stdout
     assert '"msg":"version: v25.3.4, commit: d73a0086a6ba"' in shown.stdout
     for operand in ("nvidia-operator-validator", "gpu-feature-discovery", "nvidia-dcgm-exporter"):
         assert f"daemonset.apps/{operand}\n" in shown.stdout

@@ -23,9 +23,13 @@ def test_stop_never_signals_a_process_that_is_not_this_labs_rehearsal(tmp_path: 
 
 def test_start_reuses_a_running_process_and_stop_ends_it(tmp_path: Path):
     sim_dir = tmp_path / "sim"
-    first = process.start(sim_dir, speed=300, cluster_name="p1", region="ap-northeast-2")
+    first = process.start(
+        sim_dir, speed=300, cluster_name="p1", region="ap-northeast-2", kubelets="modelled"
+    )
     try:
-        again = process.start(sim_dir, speed=300, cluster_name="p1", region="ap-northeast-2")
+        again = process.start(
+            sim_dir, speed=300, cluster_name="p1", region="ap-northeast-2", kubelets="modelled"
+        )
         assert again["pid"] == first["pid"]
         assert process.running_endpoints(sim_dir) is not None
     finally:

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
+import subprocess
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,18 +18,18 @@ from typing import Any
 
 import pytest
 import yaml
-from controlplane_support import kubectl_on, processes
+from controlplane_support import kubectl_command, kubectl_on, processes
 from scenario_support import own_world
 from sim_support import wait_for
 
-from labs.kube.gpu import DEVICE_PLUGIN_DAEMONSET, OPERATOR_POD_SELECTOR
-from labs.settings import OPERATOR_NAMESPACE
+from labs.kube.gpu import DCGM_EXPORTER_DAEMONSET, DEVICE_PLUGIN_DAEMONSET, OPERATOR_POD_SELECTOR
+from labs.settings import OPERATOR_NAMESPACE, REAL_KUBELETS
 from labs.sim.aws.seed import GPU_LABELS, gpu_node_group_name, moto_clients
 from labs.sim.controlplane.build import NODE_RUNTIME
 from labs.sim.controlplane.gpu_operator import release
 from labs.sim.gpu_operator_release import VALUES_FILE, Helm
-from labs.sim.node.hardware import GPU_RESOURCE, INSTANCE_SHAPES
-from labs.sim.world import REAL_KUBELETS, World
+from labs.sim.node.hardware import GPU_RESOURCE, INSTANCE_SHAPES, gpu_uuid
+from labs.sim.world import World
 
 CLUSTER = "myeks"
 CNI_READY = "Successfully copied CNI plugin binary and config file."
@@ -299,6 +302,61 @@ def test_nfd_labels_each_node_from_its_pci_devices(operator: RealWorld) -> None:
     }
     worker = operator.logs("ds/gpu-operator-node-feature-discovery-worker")
     assert '"Node Feature Discovery Worker" version="v0.17.3"' in worker, worker[-2000:]
+
+
+def test_gfd_labels_reach_the_gpu_node_through_nfd(operator: RealWorld) -> None:
+    """GPU feature discovery writes its labels into NFD's features.d on the node; NFD's worker
+    reads them on its next pass (every 60 s, real time, as on EKS) and its master labels the
+    node, nvidia.com being one of the chart's extra label namespaces."""
+    product = wait_for(
+        what="GFD's labels on the GPU node",
+        check=lambda: gpu_node(operator)["metadata"]["labels"].get("nvidia.com/gpu.product"),
+        timeout=150,
+    )
+    assert product == "NVIDIA-A10G"
+    labels = gpu_node(operator)["metadata"]["labels"]
+    assert labels["nvidia.com/gpu.count"] == "1" and labels["nvidia.com/mig.capable"] == "false"
+    gfd = operator.logs("ds/gpu-feature-discovery", "-c", "gpu-feature-discovery")
+    assert (
+        "Writing labels to output file /etc/kubernetes/node-feature-discovery/features.d/gfd" in gfd
+    )
+
+
+def test_dcgm_exporter_serves_its_nodes_gpu_metrics_on_its_pods_port(
+    operator: RealWorld,
+) -> None:
+    """`kubectl port-forward` to the exporter's pod reaches its /metrics inside the pod's own
+    network namespace: the GPU node's A10G, labelled by its UUID."""
+    selector = f"app={DCGM_EXPORTER_DAEMONSET}"
+    pod = wait_for(
+        what="the exporter runs",
+        check=lambda: [
+            p
+            for p in operator.json("get", "pods", "-n", OPERATOR_NAMESPACE, "-l", selector)["items"]
+            if all(s.get("ready") for s in p["status"].get("containerStatuses") or [{}])
+        ],
+    )[0]
+    command = [*kubectl_command(operator.world.kubeconfig_path, operator.cache), "port-forward",
+               "-n", OPERATOR_NAMESPACE, f"pod/{pod['metadata']['name']}", ":9400"]  # fmt: skip
+    forward = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert forward.stdout is not None
+        line = forward.stdout.readline()  # Forwarding from 127.0.0.1:PORT -> 9400
+        port = re.search(r"127\.0\.0\.1:(\d+)", line)
+        assert port, line
+        with urllib.request.urlopen(f"http://127.0.0.1:{port[1]}/metrics", timeout=10) as answer:
+            page = answer.read().decode()
+    finally:
+        forward.terminate()
+        forward.wait()
+    uuid = gpu_uuid(pod["spec"]["nodeName"])
+    assert re.search(rf'^DCGM_FI_DEV_GPU_TEMP{{gpu="0",UUID="{uuid}".*}} 26$', page, re.M), page
+    # and by the pod's address, as Prometheus scrapes it: through the API server's pod proxy
+    proxied = operator.kubectl(
+        "get", "--raw",
+        f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods/{pod['metadata']['name']}:9400/proxy/metrics",
+    )  # fmt: skip
+    assert proxied == page
 
 
 def test_a_stopped_world_leaves_no_node_running(real: RealWorld) -> None:

@@ -11,7 +11,10 @@ scrape: a GPU that fell off the bus (`labs.sim.node.gpu_faults`) reports its Xid
 
 from __future__ import annotations
 
+from functools import partial
+
 from labs.kube import gpu
+from labs.kube.api import KubeApi
 from labs.kube.informers import InformedKubeApi
 from labs.kube.resources import NODES, NotFound
 from labs.sim.controllers.pod_endpoint import Page, PodMetrics, PodNetwork
@@ -55,20 +58,20 @@ def metrics_page(node_name: str, xid: int | None = None) -> str:
     )
 
 
+def node_page(store: KubeApi, node_name: str) -> str:
+    """The page of the exporter on `node_name` now: its GPU's last Xid read off the node."""
+    try:
+        xid = lost_xid(store.get(NODES, node_name))
+    except NotFound:
+        xid = None
+    return metrics_page(node_name, xid)
+
+
 def dcgm_exporter(store: InformedKubeApi, timings: Timings, network: PodNetwork) -> PodMetrics:
     """Each running exporter pod serves its node's page on port 9400."""
 
     def page_for(pod: dict) -> Page:
-        node_name = pod["spec"]["nodeName"]
-
-        def page() -> str:
-            try:
-                xid = lost_xid(store.get(NODES, node_name))
-            except NotFound:
-                xid = None
-            return metrics_page(node_name, xid)
-
-        return page
+        return partial(node_page, store, pod["spec"]["nodeName"])
 
     return PodMetrics(
         store, timings, network, f"app={gpu.DCGM_EXPORTER_DAEMONSET}", EXPORTER_PORT,

@@ -53,6 +53,11 @@ class _Handler(BaseHTTPRequestHandler):
         """Quiet: the world's servers do not write to its terminal."""
 
 
+def page_server(page: Page, address: tuple[str, int]) -> ThreadingHTTPServer:
+    """An HTTP server at `address` answering `/metrics` with `page()`, read at each scrape."""
+    return ThreadingHTTPServer(address, partial(_Handler, page))
+
+
 def pod_entries(pod: dict, port: int, network: PodNetwork) -> list[Path]:
     """Where the node endpoint looks for `pod`'s `port`: by pod name and by pod IP."""
     meta = pod["metadata"]
@@ -79,7 +84,7 @@ class PodEndpoint:
     """One pod's server on loopback, announced at `entries` until it stops."""
 
     def __init__(self, page: Page, entries: Sequence[Path], name: str) -> None:
-        self._server = ThreadingHTTPServer((LOOPBACK, 0), partial(_Handler, page))
+        self._server = page_server(page, (LOOPBACK, 0))
         self._thread = threading.Thread(target=self._server.serve_forever, name=name)
         self._thread.start()
         self._entries = list(entries)

@@ -369,7 +369,7 @@ KUBE_STATE_METRICS_PROGRAM = PinnedProgram(
     "about 4 minutes on 2 idle cores from an empty Go build cache",
 )
 # The operator's version and commit as NVIDIA's Makefile stamps them (`gpu-operator` logs
-# "version: v25.3.4, commit: ..." first thing).
+# "version: v25.3.4, commit: ..." after Go's automaxprocs line).
 GPU_OPERATOR_PROGRAM = PinnedProgram(
     GPU_OPERATOR,
     GO_MODULE.parent / "gpu-operator",

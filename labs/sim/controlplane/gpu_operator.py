@@ -146,8 +146,8 @@ class OperatorProcess:
             Bind(operator.manifests, "/opt/gpu-operator", read_only=True),
             Bind(operator.binary, "/gpu-operator", read_only=True),
         ]
-        lay_out(root, binds, self._files(namespace, token))
-        command = container_root.command(root, binds, ["/gpu-operator", *args])
+        lay_out(root, self._files(namespace, token))
+        command = container_root.command(root, binds, ["/gpu-operator", *args], self.home)
         self._process = subprocess.Popen(
             command,
             stdout=subprocess.PIPE,

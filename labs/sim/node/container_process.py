@@ -27,6 +27,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Generator
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,6 +40,7 @@ OPERATOR_IMAGE = "gpu-operator"
 OPERATOR_METRICS_PORT = 8080  # the operator's own default (its --metrics-bind-address)
 VPC_CNI_IMAGE = "amazon-k8s-cni"
 NFD_IMAGE = "node-feature-discovery"
+DCGM_EXPORTER_IMAGE = "dcgm-exporter"
 # Where aws-node's container has the node's /etc/cni/net.d (the add-on's `cni-net-dir` volume).
 VPC_CNI_CONF_MOUNT = "/host/etc/cni/net.d"
 # The VPC CNI's network configuration: its template (misc/10-aws.conflist) with the add-on's
@@ -61,6 +63,11 @@ VPC_CNI_STEPS = (
     (2.0, "info", "Copying config file... "),
 )
 VPC_CNI_DONE = "Successfully copied CNI plugin binary and config file."
+# GPU feature discovery (k8s-device-plugin v0.17.4's cmd/gpu-feature-discovery): where its
+# labels go (main.go:86, the --output-file default), in the directory NFD's worker reads local
+# features from, and how often it labels again (GFD_SLEEP_INTERVAL, the operator's 60s).
+GFD_PROGRAM = "gpu-feature-discovery"
+GFD_OUTPUT = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
 # Where the GPU Operator's validator leaves its status files, and how often the device plugin's
 # entrypoint looks for the driver's.
 VALIDATIONS = "/run/nvidia/validations"
@@ -175,6 +182,60 @@ def _device_plugin_entrypoint(args: argparse.Namespace) -> int:
     return _device_plugin(args)
 
 
+def _gpu_feature_discovery(args: argparse.Namespace) -> int:
+    """GPU feature discovery as the operator's DaemonSet runs it (main.go's start and run):
+    the labels it reads off the GPU through NVML, which cannot run here (the A10G's, as the world
+    knows them, with its timestamp label), written to its output file, which NFD's worker reads
+    on its next pass and NFD's master puts on the node; written again each sleep interval, and
+    removed when it stops, as its run's defer does (NFD then takes the labels off again)."""
+    from labs.sim.controllers.feature_discovery import GFD_LABELS
+    from labs.sim.controllers.kubelet import go_duration
+    from labs.sim.node.exec_streams import StdioTerminal
+    from labs.sim.node.programs import klog
+    from labs.state import atomic_write_text
+
+    directory, name = GFD_OUTPUT.rsplit("/", 1)
+    mounted = _mounted(directory)
+    if mounted is None:
+        print(f"no {directory} mounted: nowhere to write the labels", file=sys.stderr)
+        return 1
+    term = StdioTerminal(False)
+    interval = float(os.environ.get("GFD_SLEEP_INTERVAL", "60s").rstrip("s"))
+
+    def stop(*_: object) -> None:  # SIGTERM, which Go's syscall.Signal prints as "terminated"
+        klog(term, "I", "main.go:303", "Received signal terminated, shutting down.")
+        (mounted / name).unlink(missing_ok=True)
+        klog(term, "I", "main.go:160", "Exiting")
+        sys.exit(0)
+
+    signal.signal(signal.SIGTERM, stop)
+    klog(term, "I", "main.go:163", "Starting OS watcher.")
+    klog(term, "I", "main.go:168", "Loading configuration.")
+    klog(term, "I", "main.go:214", "Start running")
+    while True:
+        labels = {**GFD_LABELS, "nvidia.com/gfd.timestamp": str(int(time.time()))}
+        klog(term, "I", "main.go:278", "Creating Labels")
+        klog(term, "I", "output.go:82", f"Writing labels to output file {GFD_OUTPUT}")
+        text = "".join(f"{key}={value}\n" for key, value in sorted(labels.items()))
+        atomic_write_text(mounted / name, text)  # NFD's worker reads only whole files
+        klog(term, "I", "main.go:287", f"Sleeping for {go_duration(interval)}")
+        time.sleep(interval)
+
+
+def _dcgm_exporter(args: argparse.Namespace) -> int:
+    """dcgm-exporter: `/metrics` where DCGM_EXPORTER_LISTEN says (":9400", every address of the
+    pod's own network namespace), its node's GPU figures as the world models them (DCGM cannot
+    run here), read at each scrape; SIGTERM ends it."""
+    from labs.sim.controllers.dcgm_exporter import EXPORTER_PORT, node_page
+    from labs.sim.controllers.pod_endpoint import page_server
+
+    store, _, node = _objects(args)
+    host, _, port = os.environ.get("DCGM_EXPORTER_LISTEN", f":{EXPORTER_PORT}").rpartition(":")
+    server = page_server(partial(node_page, store, node["metadata"]["name"]), (host, int(port)))
+    server.serve_forever()
+    return 0
+
+
 def _gpu_operator(args: argparse.Namespace) -> int:
     """NVIDIA's operator itself (the release the rehearsal builds), run as the pod's
     ServiceAccount; SIGTERM stops it as the kubelet stops a container."""
@@ -232,6 +293,7 @@ def _in_own_root(args: argparse.Namespace, binary: Path) -> int:
     """Run `binary` with the container's arguments as a container runs its image's program: in
     a root of its own with the container's mounts (its ServiceAccount among them), reaching the
     API server where the node forwards it (no kube-proxy makes the Service's address work)."""
+    from labs.sim.controlplane.run import ControlPlaneError
     from labs.sim.node import container_root
 
     here = Path(os.environ["CONTAINER_DIR"])
@@ -242,8 +304,15 @@ def _in_own_root(args: argparse.Namespace, binary: Path) -> int:
         *container_root.container_binds(mounts, kubelet_root, here / "volumes"),
         container_root.Bind(binary, program, read_only=True),
     ]
-    container_root.lay_out(here / "root", binds)
-    command = container_root.command(here / "root", binds, [program, *args.command[1:]])
+    container_root.lay_out(here / "root")
+    # the node's own files: its home holds the runtime's containers/<id> directories
+    node_home = here.parents[2]
+    argv = [program, *args.command[1:]]
+    try:
+        command = container_root.command(here / "root", binds, argv, node_home)
+    except ControlPlaneError as error:
+        print(error, file=sys.stderr)
+        return NOT_RUNNABLE
     api_port = args.api_url.rsplit(":", 1)[1]
     env = {**os.environ, "KUBERNETES_SERVICE_HOST": "127.0.0.1"}
     env["KUBERNETES_SERVICE_PORT"] = api_port
@@ -335,6 +404,8 @@ ENTRYPOINTS: dict[tuple[str, str], Callable[[argparse.Namespace], int]] = {
     (VPC_CNI_IMAGE, ""): _vpc_cni,
     (DEVICE_PLUGIN_IMAGE, ""): _device_plugin,
     (DEVICE_PLUGIN_IMAGE, "entrypoint.sh"): _device_plugin_entrypoint,
+    (DEVICE_PLUGIN_IMAGE, GFD_PROGRAM): _gpu_feature_discovery,
+    (DCGM_EXPORTER_IMAGE, ""): _dcgm_exporter,
     (OPERATOR_IMAGE, "gpu-operator"): _gpu_operator,
     **{(NFD_IMAGE, name): _nfd for name in ("nfd-master", "nfd-worker", "nfd-gc")},
 }

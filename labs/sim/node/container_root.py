@@ -33,19 +33,12 @@ class Bind:
     read_only: bool = False
 
 
-def lay_out(root: Path, binds: Iterable[Bind], files: Mapping[str, str] = {}) -> None:
-    """A fresh root under `root`: a mount point for each bind (a directory, or a file for a
-    file), `files` written at their paths, an empty /tmp and a mount point for /proc."""
+def lay_out(root: Path, files: Mapping[str, str] = {}) -> None:
+    """A fresh root under `root`: `files` written at their paths, an empty /tmp and a mount
+    point for /proc (`command` makes the binds' mount points)."""
     shutil.rmtree(root, ignore_errors=True)
     (root / "tmp").mkdir(parents=True)
     (root / "proc").mkdir()
-    for bind in binds:
-        target = inside(root, bind.target)
-        if bind.source.is_dir():
-            target.mkdir(parents=True, exist_ok=True)
-        else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.touch()
     for path, text in files.items():
         target = inside(root, path)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -56,23 +49,53 @@ def inside(root: Path, path: str) -> Path:
     return root / path.lstrip("/")
 
 
-def command(root: Path, binds: Iterable[Bind], argv: list[str]) -> list[str]:
+def command(root: Path, binds: Iterable[Bind], argv: list[str], writable: Path) -> list[str]:
     """The command that binds each of `binds` into `root` in namespaces of its own and runs
-    `argv` (its program a path inside the root) there."""
+    `argv` (its program a path inside the root) there. Shallower targets are bound first, each
+    mount point made just before its bind (inside an earlier one where it nests: a ConfigMap's
+    directory holding a hostPath's, as runc makes them, but only where that one's files are
+    under `writable`), and read-only ones remounted so after all are in place."""
+    mount = tool("mount")
+    ordered = sorted(binds, key=lambda b: len(Path(b.target).parts))
+    _check_mount_points(ordered, writable)
     lines = ["set -e"]
-    for bind in binds:
+    for bind in ordered:
         target = shlex.quote(str(inside(root, bind.target)))
-        lines.append(f"{tool('mount')} --bind {shlex.quote(str(bind.source))} {target}")
+        if bind.source.is_dir():
+            lines.append(f"mkdir -p {target}")
+        else:
+            lines.append(f'mkdir -p "$(dirname {target})" && : >> {target}')
+        lines.append(f"{mount} --bind {shlex.quote(str(bind.source))} {target}")
+    for bind in ordered:
         if bind.read_only:
-            lines.append(f"{tool('mount')} -o remount,bind,ro {target}")
+            target = shlex.quote(str(inside(root, bind.target)))
+            lines.append(f"{mount} -o remount,bind,ro {target}")
     # /proc as a container has it, read-only (NFD reads the kernel's release and modules there)
     proc = shlex.quote(str(inside(root, "/proc")))
-    lines += [f"{tool('mount')} --rbind /proc {proc}", f"{tool('mount')} -o remount,bind,ro {proc}"]
+    lines += [f"{mount} --rbind /proc {proc}", f"{mount} -o remount,bind,ro {proc}"]
     lines.append(f'exec {tool("chroot")} {shlex.quote(str(root))} "$@"')
     return [
         tool("unshare"), "--user", "--map-root-user", "--mount", "--",
         tool("sh"), "-c", "\n".join(lines), "container", *argv,
     ]  # fmt: skip
+
+
+def _check_mount_points(ordered: list[Bind], writable: Path) -> None:
+    """A mount point nested in an earlier bind is made in that bind's source: refuse where the
+    source is not ours to write (a host directory) and lacks it."""
+    for number, bind in enumerate(ordered):
+        target = Path(bind.target)
+        enclosing = [b for b in ordered[:number] if target.is_relative_to(b.target)]
+        if not enclosing:
+            continue
+        outer = max(enclosing, key=lambda b: len(Path(b.target).parts))
+        point = outer.source / target.relative_to(outer.target)
+        if not point.exists() and not outer.source.resolve().is_relative_to(writable.resolve()):
+            raise ControlPlaneError(
+                f"the mount at {bind.target} needs its mount point made in {outer.source} (the "
+                f"mount at {outer.target}), which is not the node's to write: mount "
+                "them apart"
+            )
 
 
 def container_binds(mounts: Iterable[dict], kubelet_root: str | None, copies: Path) -> list[Bind]:

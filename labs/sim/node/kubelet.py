@@ -55,7 +55,12 @@ DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
 CNI_CONF_DIR = "/etc/cni/net.d"
 # The node's own directories, under its home: what a hostPath volume there reaches, for the
 # kubelet (bound over the host's in its mount namespace) and its containers alike.
-NODE_DIRS = {"/run": "run", "/var/lib": "var-lib", CNI_CONF_DIR: "cni-net.d"}
+NODE_DIRS = {
+    "/run": "run",
+    "/var/lib": "var-lib",
+    CNI_CONF_DIR: "cni-net.d",
+    "/etc/kubernetes": "etc-kubernetes",  # NFD's features.d, where GFD leaves its labels
+}
 KUBELET_NODE_DIRS = ("/run", "/var/lib")
 CLUSTER_DNS = "10.100.0.10"
 # The node's made-up /sys, under its machine directory.
@@ -161,18 +166,24 @@ class KubeletNode:
         self.log.parent.mkdir(parents=True, exist_ok=True)
         for path in NODE_DIRS:
             self.node_dir(path).mkdir(exist_ok=True)
+        if self.routes_dir is not None:
+            self.routes_dir.mkdir(parents=True, exist_ok=True)
         command = [str(runtime), *self._runtime_args(), "--", *self._kubelet_command(kubelet)]
         self._served.process = spawn(command, self.log)
         if self.routes_dir is not None:
-            self.routes_dir.mkdir(parents=True, exist_ok=True)
             route = self.routes_dir / f"{self.spec.ip}_{KUBELET_PORT}"
             route.write_text(f"unix:{self.door}")
 
     def stop(self) -> None:
         """Stop the kubelet and the runtime (its containers' processes die with it)."""
-        if self.routes_dir is not None:
-            (self.routes_dir / f"{self.spec.ip}_{KUBELET_PORT}").unlink(missing_ok=True)
         self._served.stop()
+        if self.routes_dir is not None:  # its kubelet's, and its pods' ports' (the runtime's)
+            (self.routes_dir / f"{self.spec.ip}_{KUBELET_PORT}").unlink(missing_ok=True)
+            pods = ipaddress.ip_network(self.spec.pod_cidr)
+            for route in self.routes_dir.glob("*_*"):
+                address = route.name.rsplit("_", 1)[0]
+                if _is_address(address) and ipaddress.ip_address(address) in pods:
+                    route.unlink(missing_ok=True)
 
     def _require_usable_home(self) -> None:
         """The node's sockets live under its home, and a unix socket's path has at most 107
@@ -217,6 +228,8 @@ class KubeletNode:
         ]
         if self.ports_dir is not None:
             args.append(f"--ports-dir={self.ports_dir}")
+        if self.routes_dir is not None:  # the API server's proxy reaches pods' ports
+            args.append(f"--routes-dir={self.routes_dir}")
         return args
 
     def _kubelet_command(self, kubelet: Path) -> list[str]:
@@ -463,6 +476,14 @@ def _free_block(subnet: str, taken: set[str]) -> str:
     raise NodeUnavailable(
         f"subnet {subnet} has no free /{POD_BLOCK_PREFIX} for another node's pods"
     )
+
+
+def _is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def require_namespaces() -> None:

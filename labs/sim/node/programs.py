@@ -717,7 +717,9 @@ IN_CLUSTER_WARNING = (
 )
 
 
-def _klog(term: Terminal, severity: str, where: str, message: str) -> None:
+def klog(term: Terminal, severity: str, where: str, message: str) -> None:
+    """One klog line, `Lmmdd hh:mm:ss.uuuuuu <pid> file:line] message`, on the stream klog
+    writes to (stderr)."""
     stamp = time.strftime("%m%d %H:%M:%S", time.gmtime())
     micros = f"{time.time() % 1:.6f}"[2:]
     term.err(f"{severity}{stamp}.{micros}       1 {where}] {message}\n")
@@ -763,31 +765,31 @@ def _config_manager(process: Process, term: Terminal) -> int | None:
     label = env.get("NODE_LABEL") or CONFIG_LABEL
     oneshot = env.get("ONESHOT", "false").lower() == "true"
     if not env.get("KUBECONFIG"):
-        _klog(term, "W", "client_config.go:659", IN_CLUSTER_WARNING)
-    _klog(term, "I", "main.go:246", f"Waiting for change to '{label}' label")
+        klog(term, "W", "client_config.go:659", IN_CLUSTER_WARNING)
+    klog(term, "I", "main.go:246", f"Waiting for change to '{label}' label")
     node = process.store.get(NODES, env.get("NODE_NAME") or process.node["metadata"]["name"])
     chosen = (node["metadata"].get("labels") or {}).get(label, "")
-    _klog(term, "I", "main.go:248", f"Label change detected: {label}={chosen}")
+    klog(term, "I", "main.go:248", f"Label change detected: {label}={chosen}")
     names = _config_names(process, env.get("CONFIG_FILE_SRCDIR", ""))
     if names is None:
         term.err(f"config-manager: {NOT_MODELLED} a config directory without its ConfigMap\n")
         return 1
     config, error = _choose_config(chosen, names, env, term)
     if error:
-        _klog(term, "E", "main.go:208", error)  # klog.Error(err) before os.Exit(1)
+        klog(term, "E", "main.go:208", error)  # klog.Error(err) before os.Exit(1)
         return 1
     if config:
-        _klog(term, "I", "main.go:304", f"Updating to config: {config}")
+        klog(term, "I", "main.go:304", f"Updating to config: {config}")
     else:
-        _klog(term, "I", "main.go:302", "Updating to empty config")
+        klog(term, "I", "main.go:302", "Updating to empty config")
     if not oneshot:  # the init container made the same symlink moments before
-        _klog(term, "I", "main.go:312", "Already configured. Skipping update...")
-        _klog(term, "I", "main.go:246", f"Waiting for change to '{label}' label")
+        klog(term, "I", "main.go:312", "Already configured. Skipping update...")
+        klog(term, "I", "main.go:246", f"Waiting for change to '{label}' label")
         return None
     if config:
-        _klog(term, "I", "main.go:319", f"Successfully updated to config: {config}")
+        klog(term, "I", "main.go:319", f"Successfully updated to config: {config}")
     else:
-        _klog(term, "I", "main.go:317", "Successfully updated to empty config")
+        klog(term, "I", "main.go:317", "Successfully updated to empty config")
     return 0
 
 
@@ -803,27 +805,27 @@ def _choose_config(
         return config, ""
     default = env.get("DEFAULT_CONFIG", "")
     if default:
-        _klog(term, "I", "main.go:360", f"No value set. Selecting default name: {default}")
+        klog(term, "I", "main.go:360", f"No value set. Selecting default name: {default}")
         # main.go:362 formats the empty label value, not the default: two spaces.
         return (default, "") if default in names else ("", "specified config  does not exist")
     strategies = [s for s in env.get("FALLBACK_STRATEGIES", "").split(",") if s]
-    _klog(term, "I", "main.go:368", "No value set and no default set. Attempting fallback "
+    klog(term, "I", "main.go:368", "No value set and no default set. Attempting fallback "
           f"strategies: [{' '.join(strategies)}]")  # fmt: skip
     for fallback in strategies:
         if fallback == "named":
-            _klog(term, "I", "main.go:372", "Attempting to find config named: default")
+            klog(term, "I", "main.go:372", "Attempting to find config named: default")
             if "default" in names:
                 return "default", ""
-            _klog(term, "I", "main.go:376", "No configuration named 'default' was found")
+            klog(term, "I", "main.go:376", "No configuration named 'default' was found")
         elif fallback == "single":
-            _klog(term, "I", "main.go:378", "Attempting to see if only a single config is "
+            klog(term, "I", "main.go:378", "Attempting to see if only a single config is "
                   "available...")  # fmt: skip
             if len(names) == 1:
                 return names[0], ""
-            _klog(term, "I", "main.go:382", f"More than one configuration was found: "
+            klog(term, "I", "main.go:382", f"More than one configuration was found: "
                   f"[{' '.join(names)}]")  # fmt: skip
         elif fallback == "empty":
-            _klog(term, "I", "main.go:384", "Falling back to an empty configuration")
+            klog(term, "I", "main.go:384", "Falling back to an empty configuration")
             return "", ""
         else:
             return "", f"unknown fallback strategy: {fallback}"  # main.go:387

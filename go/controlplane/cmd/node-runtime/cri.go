@@ -4,7 +4,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"log"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,6 +39,7 @@ type runtimeOptions struct {
 	handlers   []string
 	stateDir   string
 	cniConfDir string
+	routesDir  string
 	hostPaths  map[string]string
 	images     *imageService
 	streams    streaming.Server
@@ -54,6 +58,7 @@ type sandbox struct {
 	network   *podNetwork // nil for a pod on the node's network
 	state     runtimeapi.PodSandboxState
 	createdAt int64
+	doors     []door // its ports, reached from the host
 }
 
 // processes is where the sandbox's containers run: its own namespace, or the node's.
@@ -160,6 +165,7 @@ func (r *criRuntime) RunPodSandbox(_ context.Context, req *runtimeapi.RunPodSand
 		}
 	}
 	s := &sandbox{id: newID(), config: config, handler: handler, ip: ip, network: network, state: runtimeapi.PodSandboxState_SANDBOX_READY, createdAt: time.Now().UnixNano()}
+	s.doors = r.openDoors(s)
 	r.mu.Lock()
 	r.sandboxes[s.id] = s
 	r.mu.Unlock()
@@ -192,6 +198,9 @@ func (r *criRuntime) StopPodSandbox(_ context.Context, req *runtimeapi.StopPodSa
 	r.mu.Unlock()
 	for _, c := range running {
 		c.stop(0)
+	}
+	if ok {
+		closeDoors(s.doors)
 	}
 	if release {
 		r.opts.network.removePod(s.network)
@@ -545,7 +554,9 @@ func writeEtc(etc string, config *runtimeapi.PodSandboxConfig) error {
 	return os.WriteFile(filepath.Join(etc, "resolv.conf"), []byte(resolv.String()), 0o644)
 }
 
-// hostMounts are the container's mounts with the node's paths where this host keeps them.
+// hostMounts are the container's mounts with the node's paths where this host keeps them. A
+// node path that does not exist yet is made a directory, as containerd makes a missing bind
+// source on its node (two pods' hostPath volumes then share it, whichever starts first).
 func hostMounts(mounts []*runtimeapi.Mount, hostPaths map[string]string) []mount {
 	var mapped []mount
 	for _, m := range mounts {
@@ -553,9 +564,57 @@ func hostMounts(mounts []*runtimeapi.Mount, hostPaths map[string]string) []mount
 		for node, here := range hostPaths {
 			if rest, found := strings.CutPrefix(host, node); found && (rest == "" || strings.HasPrefix(rest, "/")) {
 				host = here + rest
+				if _, err := os.Stat(host); errors.Is(err, os.ErrNotExist) {
+					_ = os.MkdirAll(host, 0o755)
+				}
 			}
 		}
 		mapped = append(mapped, mount{ContainerPath: m.GetContainerPath(), HostPath: host, ReadOnly: m.GetReadonly()})
 	}
 	return mapped
+}
+
+// door is one pod port reached from the host: the node endpoint's route to the pod's
+// address and port names an abstract unix socket of the runtime's, which dials the port from
+// the node's namespace (as a VPC address is reached from the control plane on EKS).
+type door struct {
+	route    string
+	listener net.Listener
+}
+
+// openDoors makes a door for each TCP port the pod's containers declare (the kubelet passes
+// them all as the sandbox's port mappings), so the API server's proxy and Prometheus reach
+// them by the pod's address. None without --routes-dir.
+func (r *criRuntime) openDoors(s *sandbox) []door {
+	if r.opts.routesDir == "" {
+		return nil
+	}
+	var doors []door
+	for _, mapping := range s.config.GetPortMappings() {
+		if mapping.GetProtocol() != runtimeapi.Protocol_TCP {
+			continue
+		}
+		port := mapping.GetContainerPort()
+		target := net.JoinHostPort(s.ip, fmt.Sprint(port))
+		name := fmt.Sprintf("@eks-gpu-lab-%s-%s", s.id[:16], target)
+		listener, err := net.Listen("unix", name)
+		if err != nil {
+			log.Printf("pod %s port %d: %v", s.config.GetMetadata().GetName(), port, err)
+			continue
+		}
+		go pipeAll(listener, func() (net.Conn, error) { return r.opts.network.dial(target) })
+		route := filepath.Join(r.opts.routesDir, fmt.Sprintf("%s_%d", s.ip, port))
+		if err := os.WriteFile(route, []byte("unix:"+name), 0o644); err != nil {
+			log.Printf("pod %s port %d: %v", s.config.GetMetadata().GetName(), port, err)
+		}
+		doors = append(doors, door{route: route, listener: listener})
+	}
+	return doors
+}
+
+func closeDoors(doors []door) {
+	for _, d := range doors {
+		_ = os.Remove(d.route)
+		_ = d.listener.Close()
+	}
 }

@@ -63,6 +63,7 @@ func main() {
 	apiForward := flag.String("api-forward", "", "LOCAL=REMOTE: LOCAL inside the node forwards to REMOTE on the host")
 	kubeletDoor := flag.String("kubelet-door", "", "unix socket on the host forwarding to the kubelet's port on the node's address")
 	kubeletPort := flag.Int("kubelet-port", 10250, "the kubelet's port, the door's far end")
+	routesDir := flag.String("routes-dir", "", "the node endpoint's routes: <ip>_<port> files naming where each pod port is reached (none if empty)")
 	portsDir := flag.String("ports-dir", "", "directory of <namespace>_<pod>/<port> files holding the host:port a port-forward reaches")
 	flag.Var(&program, "program", "the host program containers run (repeat, one argument each)")
 	flag.Var(&hostPaths, "host-path-map", "NODE=HOST: the node's path NODE is HOST on this host (repeat)")
@@ -101,6 +102,7 @@ func main() {
 		handlers:   strings.Split(*handlers, ","),
 		stateDir:   *stateDir,
 		cniConfDir: *cniConfDir,
+		routesDir:  *routesDir,
 		hostPaths:  pathMap(hostPaths),
 		images:     imageStore,
 		streams:    streams,
