@@ -50,6 +50,8 @@ CATALOGUE = (
     Image(KUBE_PROXY_IMAGE, 35 * MB),
     Image(COREDNS_IMAGE, 25 * MB),
     Image("public.ecr.aws/docker/library/busybox:1.37", 2 * MB),
+    # what `kubectl debug node/...` runs in the write-ups (labs.kube.on_node.DEBUG_IMAGE)
+    Image("public.ecr.aws/amazonlinux/amazonlinux:2023", 52 * MB),
     Image("docker.io/library/busybox:1.36", 2 * MB),
     Image("docker.io/library/busybox:1.37", 2 * MB),
     Image("docker.io/library/ubuntu:22.04", 30 * MB),
