@@ -40,8 +40,8 @@ class RealWorld:
     world: World
     cache: Path
 
-    def kubectl(self, *args: str) -> str:
-        done = kubectl_on(self.world.kubeconfig_path, self.cache, *args)
+    def kubectl(self, *args: str, stdin: str | None = None) -> str:
+        done = kubectl_on(self.world.kubeconfig_path, self.cache, *args, stdin=stdin)
         assert done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
         return done.stdout
 
@@ -357,6 +357,32 @@ def test_dcgm_exporter_serves_its_nodes_gpu_metrics_on_its_pods_port(
         f"/api/v1/namespaces/{OPERATOR_NAMESPACE}/pods/{pod['metadata']['name']}:9400/proxy/metrics",
     )  # fmt: skip
     assert proxied == page
+
+
+def test_the_gpu_nodes_default_runtime_is_nvidias(operator: RealWorld) -> None:
+    """missing-gpu-limit's trap: on the NVIDIA AMI containerd's default runtime is nvidia, so a
+    CUDA container that asks for no GPU still sees the node's A10G (the image sets
+    NVIDIA_VISIBLE_DEVICES=all); nothing is allocated to it."""
+    pod = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "no-limit"},
+        "spec": {
+            "restartPolicy": "Never", "nodeSelector": {"tier": "gpu"},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+            "containers": [{"name": "cuda", "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+                            "command": ["nvidia-smi", "-L"]}],
+        },
+    }  # fmt: skip
+    operator.kubectl("apply", "-f", "-", stdin=json.dumps(pod))
+    wait_for(
+        what="the pod ends",
+        check=lambda: (
+            operator.json("get", "pod", "no-limit")["status"].get("phase")
+            in ("Succeeded", "Failed")
+        ),
+    )
+    assert operator.json("get", "pod", "no-limit")["status"]["phase"] == "Succeeded"
+    assert operator.kubectl("logs", "no-limit").startswith("GPU 0: NVIDIA A10G (UUID: GPU-")
+    assert gpus(gpu_node(operator)) == ("1", "1")
 
 
 def test_a_stopped_world_leaves_no_node_running(real: RealWorld) -> None:

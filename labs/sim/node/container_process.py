@@ -349,6 +349,7 @@ def _objects(args: argparse.Namespace) -> tuple[KubeApi, dict, dict]:
     from labs.kube.api import KubeApi
     from labs.kube.resources import NODES, PODS, KubeApiError
     from labs.sim.controlplane.run import Credentials
+    from labs.sim.node.hardware import DEFAULT_RUNTIME_ANNOTATION
 
     credentials = Credentials(
         args.api_url, args.pki / "ca.crt", args.pki / "admin.crt", args.pki / "admin.key"
@@ -356,10 +357,15 @@ def _objects(args: argparse.Namespace) -> tuple[KubeApi, dict, dict]:
     store = KubeApi(credentials.api_client(pool_size=1))
     try:
         pod = store.get(PODS, args.pod, args.namespace)
-        return store, pod, store.get(NODES, pod["spec"]["nodeName"])
+        node = store.get(NODES, pod["spec"]["nodeName"])
     except KubeApiError as error:
         print(error.message, file=sys.stderr)
         sys.exit(NOT_RUNNABLE)
+    # the handler running this container, where the world's programs read a node's default
+    # runtime (a kubelet registers no such field): the NVIDIA runtime injects what it injects
+    if handler := os.environ.get("CONTAINER_RUNTIME"):
+        node["metadata"].setdefault("annotations", {})[DEFAULT_RUNTIME_ANNOTATION] = handler
+    return store, pod, node
 
 
 def _play(args: argparse.Namespace) -> int:

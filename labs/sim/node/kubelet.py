@@ -94,6 +94,7 @@ class NodeSpec:
     labels: dict[str, str] = field(default_factory=dict)
     taints: tuple[dict[str, str], ...] = ()
     runtime_handlers: tuple[str, ...] = ("runc",)
+    default_runtime: str = "runc"
 
     @classmethod
     def of(cls, node: dict, pod_cidr: str) -> NodeSpec:
@@ -113,6 +114,7 @@ class NodeSpec:
             labels=dict(metadata["labels"]),
             taints=tuple(spec.get("taints") or ()),
             runtime_handlers=tuple(dict.fromkeys(("runc", default))),
+            default_runtime=default,
         )
 
 
@@ -215,6 +217,7 @@ class KubeletNode:
             f"--pod-cidr={self.spec.pod_cidr}",
             f"--images={self.images}",
             f"--runtime-handlers={','.join(self.spec.runtime_handlers)}",
+            f"--default-runtime={self.spec.default_runtime}",
             f"--state-dir={self.home / 'runtime'}",
             f"--api-forward=127.0.0.1:{api_port}=127.0.0.1:{api_port}",
             f"--kubelet-door={self.door}",

@@ -45,6 +45,7 @@ type container struct {
 	logPath   string
 	dir       string
 	program   []string
+	handler   string // the runtime handler that runs it
 	mounts    []mount
 	createdAt int64
 	done      chan struct{} // closed once the process ended (or never started and was stopped)
@@ -72,7 +73,7 @@ func (c *container) programArgs(verb string, extra []string, command []string) [
 // environment is what the container's process sees: the container's own variables (the pod's
 // env, the device plugin's) and where its image and files are.
 func (c *container) environment() []string {
-	env := []string{"PATH=" + os.Getenv("PATH"), "CONTAINER_IMAGE=" + c.image, "CONTAINER_DIR=" + c.dir}
+	env := []string{"PATH=" + os.Getenv("PATH"), "CONTAINER_IMAGE=" + c.image, "CONTAINER_DIR=" + c.dir, "CONTAINER_RUNTIME=" + c.handler}
 	if home := os.Getenv("HOME"); home != "" {
 		env = append(env, "HOME="+home)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -32,17 +33,18 @@ const (
 )
 
 type runtimeOptions struct {
-	program    []string
-	nodeIP     string
-	pods       *addresses
-	network    *nodeNetwork
-	handlers   []string
-	stateDir   string
-	cniConfDir string
-	routesDir  string
-	hostPaths  map[string]string
-	images     *imageService
-	streams    streaming.Server
+	program        []string
+	nodeIP         string
+	pods           *addresses
+	network        *nodeNetwork
+	handlers       []string
+	defaultRuntime string
+	stateDir       string
+	cniConfDir     string
+	routesDir      string
+	hostPaths      map[string]string
+	images         *imageService
+	streams        streaming.Server
 }
 
 // starter starts a process in a network namespace: the pod's own, or the node's.
@@ -307,6 +309,7 @@ func (r *criRuntime) CreateContainer(_ context.Context, req *runtimeapi.CreateCo
 		logPath:   filepath.Join(s.config.GetLogDirectory(), config.GetLogPath()),
 		dir:       filepath.Join(r.opts.stateDir, "containers"),
 		program:   r.opts.program,
+		handler:   cmp.Or(s.handler, r.opts.defaultRuntime),
 		mounts:    hostMounts(config.GetMounts(), r.opts.hostPaths),
 		state:     runtimeapi.ContainerState_CONTAINER_CREATED,
 		createdAt: time.Now().UnixNano(),

@@ -19,7 +19,7 @@
 // `<program...> run <namespace> <pod> <container> <container-id> -- <command...>`, its stdout and
 // stderr written to the container's log in the CRI format, its exit code the container's. Its
 // environment has the container's variables, CONTAINER_IMAGE, CONTAINER_DIR (the container's
-// own files), CONTAINER_MOUNTS (JSON: each mount's container_path, host_path and read_only, the
+// own files), CONTAINER_RUNTIME (the runtime handler that runs it), CONTAINER_MOUNTS (JSON: each mount's container_path, host_path and read_only, the
 // node's paths that --host-path-map names given as this host's) and KUBELET_ROOT (the files as
 // the kubelet's mount namespace has them, where its tmpfs volumes are).
 // exec, attach and port-forward go through the kubelet's streaming library, exec running
@@ -58,6 +58,7 @@ func main() {
 	podCIDR := flag.String("pod-cidr", "", "the addresses pods get (never two alike); host-network pods get the node's")
 	images := flag.String("images", "", "JSON catalogue of the images a registry serves and those already on the node")
 	handlers := flag.String("runtime-handlers", "runc", "comma-separated runtime handlers the node's containerd has (RuntimeClass handlers)")
+	defaultRuntime := flag.String("default-runtime", "runc", "the handler a pod without a RuntimeClass gets (containerd's default_runtime_name)")
 	stateDir := flag.String("state-dir", "", "where the runtime keeps each container's files")
 	cniConfDir := flag.String("cni-conf-dir", "", "the node's /etc/cni/net.d: the pod network is ready once a CNI config is in it (empty: at once)")
 	apiForward := flag.String("api-forward", "", "LOCAL=REMOTE: LOCAL inside the node forwards to REMOTE on the host")
@@ -95,17 +96,18 @@ func main() {
 	}
 	imageStore := newImages(catalogue, imageDir)
 	cri := newRuntime(runtimeOptions{
-		program:    program,
-		nodeIP:     *nodeIP,
-		pods:       pods,
-		network:    node,
-		handlers:   strings.Split(*handlers, ","),
-		stateDir:   *stateDir,
-		cniConfDir: *cniConfDir,
-		routesDir:  *routesDir,
-		hostPaths:  pathMap(hostPaths),
-		images:     imageStore,
-		streams:    streams,
+		program:        program,
+		nodeIP:         *nodeIP,
+		pods:           pods,
+		network:        node,
+		handlers:       strings.Split(*handlers, ","),
+		defaultRuntime: *defaultRuntime,
+		stateDir:       *stateDir,
+		cniConfDir:     *cniConfDir,
+		routesDir:      *routesDir,
+		hostPaths:      pathMap(hostPaths),
+		images:         imageStore,
+		streams:        streams,
 	})
 	streams.bind(cri, *portsDir)
 	served, err := serveCRI(*criSocket, cri, imageStore)
