@@ -31,12 +31,11 @@ from benchmarks.rehearsal import cpu_seconds, resident_mib, tree  # noqa: E402
 from labs.kube.api import KubeApi  # noqa: E402
 from labs.kube.gpu import GPU_RESOURCE, is_ready  # noqa: E402
 from labs.kube.resources import NODES  # noqa: E402
-from labs.settings import OPERATOR_NAMESPACE  # noqa: E402
+from labs.settings import KUBELETS, MODELLED_KUBELETS, OPERATOR_NAMESPACE  # noqa: E402
 from labs.sim.aws.seed import gpu_node_group_name, moto_clients  # noqa: E402
 from labs.sim.controlplane.gpu_operator import release  # noqa: E402
 from labs.sim.gpu_operator_release import VALUES_FILE, Helm  # noqa: E402
 from labs.sim.process import ENDPOINTS  # noqa: E402
-from labs.sim.world import KUBELETS, MODELLED_KUBELETS  # noqa: E402
 
 CLUSTER = "myeks"
 
