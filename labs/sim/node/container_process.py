@@ -128,10 +128,16 @@ def _program(command: list[str]) -> str:
     return os.path.basename(command[0])
 
 
+def _mount_entries() -> list[dict]:
+    """This container's mounts as the runtime passes them: container_path, host_path and
+    read_only."""
+    entries: list[dict] = json.loads(os.environ.get("CONTAINER_MOUNTS") or "[]")
+    return entries
+
+
 def _mounts() -> dict[str, Path]:
     """This container's mounts: container path -> where it is on this host."""
-    mounts = json.loads(os.environ.get("CONTAINER_MOUNTS") or "[]")
-    return {m["container_path"]: Path(m["host_path"]) for m in mounts}
+    return {m["container_path"]: Path(m["host_path"]) for m in _mount_entries()}
 
 
 def _mounted(container_path: str) -> Path | None:
@@ -297,11 +303,10 @@ def _in_own_root(args: argparse.Namespace, binary: Path) -> int:
     from labs.sim.node import container_root
 
     here = Path(os.environ["CONTAINER_DIR"])
-    mounts = json.loads(os.environ.get("CONTAINER_MOUNTS") or "[]")
     kubelet_root = os.environ.get("KUBELET_ROOT")
     program = f"{container_root.PROGRAM_DIR}/{binary.name}"
     binds = [
-        *container_root.container_binds(mounts, kubelet_root, here / "volumes"),
+        *container_root.container_binds(_mount_entries(), kubelet_root, here / "volumes"),
         container_root.Bind(binary, program, read_only=True),
     ]
     container_root.lay_out(here / "root")

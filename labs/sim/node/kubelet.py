@@ -154,6 +154,12 @@ class KubeletNode:
         return self.node_dir(CNI_CONF_DIR)
 
     @property
+    def machine_dir(self) -> Path:
+        """The instance's made-up files (`_machine`), bound for the kubelet and mapped for its
+        pods' hostPath volumes."""
+        return self.home / "machine"
+
+    @property
     def door(self) -> Path:
         """The unix socket on the host that reaches this node's kubelet port."""
         return self.home / "kubelet.door"
@@ -224,8 +230,8 @@ class KubeletNode:
             f"--kubelet-port={KUBELET_PORT}",
             *(f"--host-path-map={path}={self.node_dir(path)}" for path in NODE_DIRS),
             # the machine as its pods' hostPath volumes see it (NFD reads its PCI devices)
-            f"--host-path-map=/sys={self.home / 'machine' / SYSFS}",
-            f"--host-path-map=/etc/os-release={self.home / 'machine' / 'os-release'}",
+            f"--host-path-map=/sys={self.machine_dir / SYSFS}",
+            f"--host-path-map=/etc/os-release={self.machine_dir / 'os-release'}",
             f"--cni-conf-dir={self.cni_conf_dir}",
             *(f"--program={word}" for word in self.container_command),
         ]
@@ -333,7 +339,7 @@ class KubeletNode:
         os-release, an identity of its own (machine ID, boot ID, an EC2-style system UUID) and
         the kernel settings' files."""
         shape = INSTANCE_SHAPES[self.spec.instance_type]
-        machine = self.home / "machine"
+        machine = self.machine_dir
         shutil.rmtree(machine, ignore_errors=True)
         sysfs = machine / SYSFS
         memory_kib = int(parse_quantity(shape.memory) / 1024)
