@@ -327,11 +327,20 @@ def validator_waits(ctx: Context) -> Verdict:
 
 
 def looping(pod: dict[str, Any]) -> bool:
-    """plugin-validation ended in failure and waits for its restart (CrashLoopBackOff)."""
+    """plugin-validation failed and the kubelet runs it again in a loop: it exited non-zero
+    (Init:Error), waits out its back-off (Init:CrashLoopBackOff), or runs again after such an
+    exit (the kubelet restarts a first failure at once)."""
     status = init_status(pod)
-    waiting = ((status.get("state") or {}).get("waiting") or {}).get("reason")
-    last = ((status.get("lastState") or {}).get("terminated") or {}).get("exitCode")
-    return waiting == "CrashLoopBackOff" and last not in (None, 0)
+    state, last = status.get("state") or {}, status.get("lastState") or {}
+    ended = state.get("terminated") or last.get("terminated") or {}
+    return ended.get("exitCode") not in (None, 0)
+
+
+def gave_up_line(lab: Lab, pod: dict[str, Any]) -> str | None:
+    """The `gave up waiting` line of plugin-validation's latest failed run (`--previous` once
+    it runs again)."""
+    running = "running" in (init_status(pod).get("state") or {})
+    return _line(init_log(lab, pod, previous=running), GAVE_UP)
 
 
 def validator_gave_up(ctx: Context) -> Verdict:
@@ -343,7 +352,7 @@ def validator_gave_up(ctx: Context) -> Verdict:
     for pod in pods:
         node = str(pod["spec"].get("nodeName"))
         if looping(pod) and node not in seen:
-            line = _line(init_log(ctx.lab, pod), GAVE_UP)
+            line = gave_up_line(ctx.lab, pod)
             if line:
                 seen[node] = f"{describe_init(pod)}: {line}"
                 ctx.notes["gave_up"] = line

@@ -44,11 +44,11 @@ def run_invoke(
 
 
 @contextmanager
-def cli_lab(state_dir: Path, lab: str, speed: str) -> Iterator[dict[str, str]]:
-    """A rehearsal lab that `invoke lab.up --sim` brought up, as its user's environment;
-    destroyed with `lab.down --destroy` afterwards."""
-    env = invoke_env(state_dir, INVOKE_LAB_SPEED=speed)
-    up = run_invoke("lab.up", "--sim", "--lab", lab, env=env)
+def cli_lab(state_dir: Path, lab: str, speed: str, **extra: str) -> Iterator[dict[str, str]]:
+    """A rehearsal lab that `invoke lab.up --sim` brought up, as its user's environment (with
+    `extra` settings); destroyed with `lab.down --destroy` afterwards."""
+    env = invoke_env(state_dir, INVOKE_LAB_SPEED=speed, **extra)
+    up = run_invoke("lab.up", "--sim", "--lab", lab, env=env, timeout=600)
     assert up.returncode == 0, up.stdout + up.stderr
     try:
         yield env

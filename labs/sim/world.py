@@ -220,7 +220,7 @@ def start_world(
         aws.on_write("/clusters", nodes.wake)
         aws.on_write("/", nodes.wake)  # EC2 (query API): an instance terminated by hand
         aws.controls[gpu_faults.GPU_FAULTS_PATH] = gpu_faults.control(store)
-        aws.controls[node_os.NODE_OS_PATH] = node_os.control(store)
+        aws.controls[node_os.NODE_OS_PATH] = node_os.control(store, machines.switch_os)
         aws.on_write("/schedules", schedules.wake)
         for controller in world._controllers:
             controller.start()
@@ -268,10 +268,11 @@ def _node_layer(
             state_dir / NODES_DIR,
             plane.ca,
             plane.api_url,
-            container_process.command(plane.api_url, plane.home / "pki"),
+            container_process.command(plane.api_url, plane.home / "pki", state_dir / ENDPOINTS),
             write_catalogue(state_dir / NODES_DIR / "images.json", (metrics_server,)),
             ports,
             state_dir / ROUTES_DIR,
+            other_apis=(world._aws.url,),
         )
         nodes.prepare()
         return nodes, []

@@ -28,6 +28,7 @@ from labs.sim.aws.seed import GPU_LABELS, gpu_node_group_name, moto_clients
 from labs.sim.controlplane.build import NODE_RUNTIME
 from labs.sim.controlplane.gpu_operator import release
 from labs.sim.gpu_operator_release import VALUES_FILE, Helm
+from labs.sim.node.gpu_faults import lose_gpu
 from labs.sim.node.hardware import GPU_RESOURCE, INSTANCE_SHAPES, gpu_uuid
 from labs.sim.world import World
 
@@ -383,6 +384,24 @@ def test_the_gpu_nodes_default_runtime_is_nvidias(operator: RealWorld) -> None:
     assert operator.json("get", "pod", "no-limit")["status"]["phase"] == "Succeeded"
     assert operator.kubectl("logs", "no-limit").startswith("GPU 0: NVIDIA A10G (UUID: GPU-")
     assert gpus(gpu_node(operator)) == ("1", "1")
+
+
+def test_a_gpu_off_the_bus_is_unhealthy_at_the_kubelet(operator: RealWorld) -> None:
+    """gpu-xid-79: the device plugin sees the Xid (here the world's mark on the Node, as NVML
+    tells the real one), logs it as k8s-device-plugin does and streams the device Unhealthy, so
+    the kubelet keeps capacity 1 and drops allocatable to 0. Last of the GPU tests: the GPU
+    stays lost until its node is replaced."""
+    node = gpu_node(operator)
+    name, uuid = node["metadata"]["name"], gpu_uuid(node["metadata"]["name"])
+    lose_gpu(operator.world.endpoints, name, 79)
+    wait_for(what="allocatable drops to 0", check=lambda: gpus(gpu_node(operator)) == ("1", "0"))
+    plugin = operator.logs(f"ds/{DEVICE_PLUGIN_DAEMONSET}", "-c", "nvidia-device-plugin")
+    assert (
+        f"health.go:186] XidCriticalError: Xid=79 on Device={uuid}; marking device as "
+        "unhealthy." in plugin
+    ), plugin[-2000:]
+    assert f"server.go:276] 'nvidia.com/gpu' device marked unhealthy: {uuid}" in plugin
+    assert ready(gpu_node(operator))
 
 
 def test_a_stopped_world_leaves_no_node_running(real: RealWorld) -> None:

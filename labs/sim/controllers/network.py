@@ -42,15 +42,15 @@ class SecurityGroups:
     """Answers "may node A reach node B on this TCP port?" from moto's rules."""
 
     def __init__(self, clients: Callable[[str], Any], cluster: str) -> None:
-        self._ec2 = clients("ec2")
+        self._ec2 = functools.cache(lambda: clients("ec2"))  # made when first asked
         self._names = (node_sg_name(cluster), aux_sg_name(cluster))
 
     def allows_node_to_node(self, port: int) -> bool:
-        groups = self._ec2.describe_security_groups(
+        groups = self._ec2().describe_security_groups(
             Filters=[{"Name": "group-name", "Values": list(self._names)}]
         )["SecurityGroups"]
         ids = {g["GroupId"] for g in groups}
-        rules = self._ec2.describe_security_group_rules(
+        rules = self._ec2().describe_security_group_rules(
             Filters=[{"Name": "group-id", "Values": sorted(ids)}]
         )["SecurityGroupRules"]
         return any(_admits(rule, port, ids) for rule in rules if not rule["IsEgress"])

@@ -304,6 +304,9 @@ class Machines(Protocol):
     def halt(self, name: str) -> None:
         """The instance is gone: its node stops (its Node and pods are removed after)."""
 
+    def switch_os(self, name: str, family: str) -> None:
+        """The node's AMI family switched in place (`labs.sim.node.node_os`)."""
+
     def stop(self) -> None:
         """The world stops: every node stops with it."""
 
@@ -338,6 +341,9 @@ class RegisteredNodes:
 
     def halt(self, name: str) -> None:
         """Nothing runs for a modelled node but its Node."""
+
+    def switch_os(self, name: str, family: str) -> None:
+        """The Node's mark and status are the whole modelled node."""
 
     def stop(self) -> None:
         """The Nodes go with the control plane."""

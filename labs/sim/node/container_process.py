@@ -23,6 +23,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import signal
 import sys
 import time
@@ -33,8 +34,11 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from labs.kube.api import KubeApi
+    from labs.sim.controllers.kubelet import Program
 
 NOT_RUNNABLE = 126
+# The runtime's verb for the NVIDIA runtime's prestart hook, run before the container starts.
+PRESTART = "prestart"
 DEVICE_PLUGIN_IMAGE = "k8s-device-plugin"
 OPERATOR_IMAGE = "gpu-operator"
 OPERATOR_METRICS_PORT = 8080  # the operator's own default (its --metrics-bind-address)
@@ -72,14 +76,23 @@ GFD_OUTPUT = "/etc/kubernetes/node-feature-discovery/features.d/gfd"
 # entrypoint looks for the driver's.
 VALIDATIONS = "/run/nvidia/validations"
 DRIVER_READY_POLL = 5.0
+# The operator's container toolkit: its image, where it installs (the toolkit DaemonSet's
+# toolkit-install-dir, the node's /usr/local/nvidia) and its entrypoint's `sleep 5` before
+# nvidia-toolkit (the containerd 1.6.9 workaround).
+TOOLKIT_IMAGE = "container-toolkit"
+TOOLKIT_ROOT = "/usr/local/nvidia"
+TOOLKIT_START_DELAY = 5.0
 
 
-def command(api_url: str, pki_dir: Path) -> list[str]:
-    """How the runtime starts this program for a world: its API server and credentials."""
+def command(api_url: str, pki_dir: Path, world: Path | None = None) -> list[str]:
+    """How the runtime starts this program for a world: its API server and credentials, and
+    the world's endpoints file, where its pace is read (without one, programs run in real
+    time)."""
     return [
         sys.executable, "-m", "labs.sim.node.container_process",
         "--api-url", api_url,
         "--pki", str(pki_dir),
+        *(["--world", str(world)] if world is not None else []),
     ]  # fmt: skip
 
 
@@ -89,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--api-url", required=True)
     parser.add_argument("--pki", type=Path, required=True, help="the control plane's pki dir")
-    parser.add_argument("verb", choices=("run", "exec"))
+    parser.add_argument("--world", type=Path, help="the world's endpoints file (its pace)")
+    parser.add_argument("verb", choices=("run", "exec", PRESTART))
     parser.add_argument("namespace")
     parser.add_argument("pod")
     parser.add_argument("container")
@@ -97,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tty", action="store_true")
     parser.add_argument("command", nargs="*")
     args = parser.parse_args(argv)
+    if args.verb == PRESTART:
+        return _nvidia_prestart(args)
     entrypoint = _played_entrypoint(os.environ.get("CONTAINER_IMAGE"), args.command)
     if args.verb == "run" and entrypoint is not None:
         return entrypoint(args)
@@ -179,13 +195,52 @@ def _device_plugin_entrypoint(args: argparse.Namespace) -> int:
     if validations is None:
         print(f"no {VALIDATIONS} mounted: the driver's validation cannot be seen", file=sys.stderr)
         return 1
+    _await_driver(validations, Pace(args.world))
+    print("Starting nvidia-device-plugin", flush=True)
+    return _device_plugin(args)
+
+
+def _await_driver(validations: Path, pace: Pace) -> None:
+    """The operands' entrypoint.sh: wait for the validator's driver-ready, then show it."""
     ready = validations / "driver-ready"
     while not ready.exists():
         print("waiting for the driver validations to be ready...", flush=True)
-        time.sleep(DRIVER_READY_POLL)
+        pace.sleep(DRIVER_READY_POLL)
     print(ready.read_text(), end="", flush=True)
-    print("Starting nvidia-device-plugin", flush=True)
-    return _device_plugin(args)
+
+
+def _nvidia_prestart(args: argparse.Namespace) -> int:
+    """The NVIDIA runtime's prestart hook on a node where the operator's toolkit installed
+    itself: it fails where that toolkit cannot load (`node_os.start_error`), printing the error
+    containerd then reports; else the container starts."""
+    from labs.sim.node.node_os import start_error
+
+    store, pod, node = _objects(args)
+    error = start_error(store, pod, _container(pod, args.container), node)
+    if error is not None:
+        print(error, file=sys.stderr)
+        return 1
+    return 0
+
+
+def _container_toolkit(args: argparse.Namespace) -> int:
+    """The operator's container toolkit (its entrypoint.sh, then nvidia-toolkit): wait for the
+    driver's validation, install into the node's /usr/local/nvidia (the runtime's prestart hook
+    runs from there on), run until stopped, then uninstall, as nvidia-toolkit does on SIGTERM."""
+    validations, root = _mounted(VALIDATIONS), _mounted(TOOLKIT_ROOT)
+    if validations is None or root is None:
+        print(f"no {VALIDATIONS} or {TOOLKIT_ROOT} mounted: nowhere to install", file=sys.stderr)
+        return 1
+    pace = Pace(args.world)
+    _await_driver(validations, pace)
+    pace.sleep(TOOLKIT_START_DELAY)
+    installed = root / "toolkit"
+    installed.mkdir(parents=True, exist_ok=True)
+    (installed / "nvidia-container-runtime").write_text(os.environ.get("CONTAINER_IMAGE", ""))
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    signal.pause()
+    shutil.rmtree(installed, ignore_errors=True)
+    return 0
 
 
 def _gpu_feature_discovery(args: argparse.Namespace) -> int:
@@ -271,6 +326,7 @@ def _device_plugin(args: argparse.Namespace) -> int:
     """The device plugin, serving the node's GPU to its kubelet through the kubelet's
     device-plugins directory as this container mounts it."""
     from labs.sim.controlplane.build import device_plugin_binary
+    from labs.sim.node.gpu_faults import LOST_ANNOTATION
     from labs.sim.node.hardware import gpu_uuid
     from labs.sim.node.kubelet import DEVICE_PLUGINS
 
@@ -278,10 +334,14 @@ def _device_plugin(args: argparse.Namespace) -> int:
     if plugin_dir is None:
         print(f"no {DEVICE_PLUGINS} mounted: nothing to register with", file=sys.stderr)
         return 1
-    node = _objects(args)[2]
+    name = _objects(args)[2]["metadata"]["name"]
     binary = str(device_plugin_binary(lambda line: print(line, file=sys.stderr)))
-    device = gpu_uuid(node["metadata"]["name"])
-    os.execv(binary, [binary, f"--plugin-dir={plugin_dir}", f"--devices={device}"])
+    os.execv(binary, [
+        binary, f"--plugin-dir={plugin_dir}", f"--devices={gpu_uuid(name)}",
+        # its NVML: the node's mark of a GPU fallen off the bus, read through the API
+        f"--node={name}", f"--lost-annotation={LOST_ANNOTATION}",
+        f"--api-url={args.api_url}", f"--pki={args.pki}",
+    ])  # fmt: skip
 
 
 def _nfd(args: argparse.Namespace) -> int:
@@ -383,15 +443,18 @@ def _play(args: argparse.Namespace) -> int:
 
     store, pod, node = _objects(args)
     inits = pod["spec"].get("initContainers") or []
-    container = next(c for c in [*inits, *pod["spec"]["containers"]] if c["name"] == args.container)
+    container = _container(pod, args.container)
     rootfs = Path(os.environ["CONTAINER_DIR"], "rootfs") if "CONTAINER_DIR" in os.environ else None
     process = Process(store, pod, container, node, rootfs=rootfs, mounts=_mounts(), real_time=True)
     term = StdioTerminal(args.tty)
     if args.verb == "exec":
         return exec_argv(args.command, process, term)
+    network = _network_program(args, store, pod)
+    if network is not None:
+        return _run_on_network(network, pod, node, Pace(args.world))
     steps = long_program(process, term)
     if steps is not None:
-        return _run_for_real(steps)
+        return _run_paced(steps, Pace(args.world))
     daemon = daemon_program(args.command)
     if daemon is not None and process.installed(args.command[0]):
         code = daemon(args.command[1:], process, term)
@@ -401,13 +464,77 @@ def _play(args: argparse.Namespace) -> int:
     return exec_argv(args.command, process, term)
 
 
-def _run_for_real(steps: Generator[float, None, int]) -> int:
-    """Step a program that yields the seconds it sleeps, sleeping them; its exit code."""
+def _container(pod: dict, name: str) -> dict:
+    """The pod's container (or init container) `name`."""
+    every = [*(pod["spec"].get("initContainers") or []), *pod["spec"]["containers"]]
+    return next(c for c in every if c["name"] == name)
+
+
+def _run_paced(steps: Generator[float, None, int], pace: Pace) -> int:
+    """Step a program that yields the seconds it sleeps, sleeping them at the world's pace;
+    its exit code."""
     try:
         while True:
-            time.sleep(next(steps))
+            pace.sleep(next(steps))
     except StopIteration as end:
         return int(end.value or 0)
+
+
+def _network_program(args: argparse.Namespace, store: KubeApi, pod: dict) -> Program | None:
+    """The network's program for this pod's command (the TCP check, the all-reduce), which the
+    security groups in the world's AWS decide; None for any other command or without a world."""
+    from labs.sim.aws.seed import moto_clients
+    from labs.sim.controllers.network import AllReduce, Network, SecurityGroups, TcpCheck
+
+    if args.world is None:
+        return None
+    world = json.loads(args.world.read_text())
+    # the AWS clients only once a program asks the security groups
+    groups = SecurityGroups(lambda service: moto_clients(world)(service), world["cluster_name"])
+    network = Network(store, groups)
+    return next((p for p in (TcpCheck(network), AllReduce(network)) if p.matches(pod)), None)
+
+
+def _run_on_network(program: Program, pod: dict, node: dict, pace: Pace) -> int:
+    """Run a network program as the modelled kubelet does: again while it waits for its peers,
+    then its output after its run, and its exit code."""
+    from labs.sim.timings import scaled
+
+    while True:
+        outcome = program.run(pod, node, scaled(pace.speed()))
+        time.sleep(outcome.duration)
+        if not outcome.again:
+            print(outcome.log, end="", flush=True)
+            return outcome.exit_code
+
+
+class Pace:
+    """A played program's sleeps at the world's speed, as the modelled kubelet steps them: a
+    validator's 60 tries of 5 s take 300 s divided by the speed. What the program polls runs
+    in real time (the real kubelet admits and runs pods in about a second), so a sleep never
+    gets shorter than FLOOR. The speed is read from the world at most once every REREAD s."""
+
+    FLOOR, REREAD = 0.25, 1.0
+
+    def __init__(self, world: Path | None) -> None:
+        self._world = world
+        self._speed, self._read_at = 1.0, -math.inf
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(max(seconds / self.speed(), min(seconds, self.FLOOR)))
+
+    def speed(self) -> float:
+        """The world's speed now (1 without a world)."""
+        if self._world is None or time.monotonic() - self._read_at < self.REREAD:
+            return self._speed
+        from labs.sim.pace import read_speed
+
+        try:
+            self._speed = read_speed(json.loads(self._world.read_text()))
+        except (OSError, ValueError, KeyError):
+            pass  # the world is stopping or not yet written: keep the pace last read
+        self._read_at = time.monotonic()
+        return self._speed
 
 
 # (image repository, program) -> the process that plays it (`_program`: "" is the image's own).
@@ -417,6 +544,7 @@ ENTRYPOINTS: dict[tuple[str, str], Callable[[argparse.Namespace], int]] = {
     (DEVICE_PLUGIN_IMAGE, "entrypoint.sh"): _device_plugin_entrypoint,
     (DEVICE_PLUGIN_IMAGE, GFD_PROGRAM): _gpu_feature_discovery,
     (DCGM_EXPORTER_IMAGE, ""): _dcgm_exporter,
+    (TOOLKIT_IMAGE, "entrypoint.sh"): _container_toolkit,
     (OPERATOR_IMAGE, "gpu-operator"): _gpu_operator,
     **{(NFD_IMAGE, name): _nfd for name in ("nfd-master", "nfd-worker", "nfd-gc")},
 }

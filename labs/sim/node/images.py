@@ -55,6 +55,8 @@ CATALOGUE = (
     Image("docker.io/library/busybox:1.36", 2 * MB),
     Image("docker.io/library/busybox:1.37", 2 * MB),
     Image("docker.io/library/ubuntu:22.04", 30 * MB),
+    # the lab's TCP check (labs/kube/manifests/tcp-check.yaml)
+    Image("docker.io/library/python:3.12.8-slim", 45 * MB),
     Image("nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04", 88 * MB),
     Image("docker.io/nvidia/cuda:11.8-runtime-ubuntu20.04", 1_100 * MB),
     Image("docker.io/nvidia/cuda:11.8-devel-ubuntu20.04", 3_600 * MB),
@@ -70,6 +72,9 @@ CATALOGUE = (
     Image("nvcr.io/nvidia/k8s/dcgm-exporter:4.3.1-4.4.0-ubuntu22.04", 450 * MB),
     Image("registry.k8s.io/nfd/node-feature-discovery:v0.17.3", 60 * MB, uid=65534),  # its USER
     Image("nvcr.io/nvidia/cuda:13.0.1-base-ubi9", 90 * MB),
+    # the operator's container toolkit: the chart's release, and the AL2 write-up's older pin
+    Image("nvcr.io/nvidia/k8s/container-toolkit:v1.17.8-ubuntu20.04", 140 * MB),
+    Image("nvcr.io/nvidia/k8s/container-toolkit:v1.14.6-ubi8", 150 * MB),
 )
 
 

@@ -39,13 +39,14 @@ from kubernetes.utils import parse_quantity
 from labs.errors import LabError
 from labs.sim.controlplane import build, pki
 from labs.sim.controlplane.run import Served, spawn
+from labs.sim.node.container_process import TOOLKIT_ROOT
 from labs.sim.node.hardware import (
-    AMI_OS_RELEASE,
     DEFAULT_RUNTIME_ANNOTATION,
     INSTANCE_SHAPES,
     INSTANCE_TYPE_LABEL,
     pci_devices,
 )
+from labs.sim.node.node_os import AL2023, machine_files
 
 KUBELET_PORT = 10250
 SOCKET_PATH_MAX = 107
@@ -60,9 +61,18 @@ NODE_DIRS = {
     "/var/lib": "var-lib",
     CNI_CONF_DIR: "cni-net.d",
     "/etc/kubernetes": "etc-kubernetes",  # NFD's features.d, where GFD leaves its labels
+    TOOLKIT_ROOT: "usr-local-nvidia",  # where the operator's container toolkit installs
+    # the toolkit's containerd-config volume (DirectoryOrCreate: the kubelet makes it), in the
+    # writable layer of the kubelet's /etc (ETC_LAYER)
+    "/etc/containerd": "etc-layer/upper/containerd",
 }
+# The kubelet's /etc: the host's, read-only, under a writable overlay layer of the node's own,
+# so a hostPath volume the kubelet creates in /etc lands in the node's files.
+ETC_LAYER = "etc-layer"
 KUBELET_NODE_DIRS = ("/run", "/var/lib")
 CLUSTER_DNS = "10.100.0.10"
+# The containerd release the node's runtime reports, in its machine directory.
+CONTAINERD_VERSION = "containerd-version"
 # The node's made-up /sys, under its machine directory.
 SYSFS = "sysfs"
 # The kernel settings the kubelet sets to these values when it starts (its container manager's
@@ -133,6 +143,9 @@ class KubeletNode:
     ports_dir: Path | None = None
     # Where the node endpoint's CONNECT proxy looks up where an address's kubelet port goes.
     routes_dir: Path | None = None
+    # Further APIs the node's programs call (the world's AWS endpoint, as instances call AWS),
+    # reached at the same address inside the node and its pods.
+    other_apis: tuple[str, ...] = ()
     _served: Served = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -173,7 +186,8 @@ class KubeletNode:
         self.home.mkdir(parents=True, exist_ok=True)
         self.log.parent.mkdir(parents=True, exist_ok=True)
         for path in NODE_DIRS:
-            self.node_dir(path).mkdir(exist_ok=True)
+            self.node_dir(path).mkdir(parents=True, exist_ok=True)
+        (self.home / ETC_LAYER / "work").mkdir(exist_ok=True)
         if self.routes_dir is not None:
             self.routes_dir.mkdir(parents=True, exist_ok=True)
         command = [str(runtime), *self._runtime_args(), "--", *self._kubelet_command(kubelet)]
@@ -216,7 +230,7 @@ class KubeletNode:
         return self._served.pid
 
     def _runtime_args(self) -> list[str]:
-        api_port = self.api_url.rsplit(":", 1)[1]
+        ports = [url.rsplit(":", 1)[1] for url in (self.api_url, *self.other_apis)]
         args = [
             f"--cri-socket={self.home / 'cri.sock'}",
             f"--node-ip={self.spec.ip}",
@@ -225,7 +239,7 @@ class KubeletNode:
             f"--runtime-handlers={','.join(self.spec.runtime_handlers)}",
             f"--default-runtime={self.spec.default_runtime}",
             f"--state-dir={self.home / 'runtime'}",
-            f"--api-forward=127.0.0.1:{api_port}=127.0.0.1:{api_port}",
+            *(f"--api-forward=127.0.0.1:{port}=127.0.0.1:{port}" for port in ports),
             f"--kubelet-door={self.door}",
             f"--kubelet-port={KUBELET_PORT}",
             *(f"--host-path-map={path}={self.node_dir(path)}" for path in NODE_DIRS),
@@ -233,6 +247,8 @@ class KubeletNode:
             f"--host-path-map=/sys={self.machine_dir / SYSFS}",
             f"--host-path-map=/etc/os-release={self.machine_dir / 'os-release'}",
             f"--cni-conf-dir={self.cni_conf_dir}",
+            f"--toolkit-dir={self.node_dir(TOOLKIT_ROOT)}",
+            f"--version-file={self.machine_dir / CONTAINERD_VERSION}",
             *(f"--program={word}" for word in self.container_command),
         ]
         if self.ports_dir is not None:
@@ -262,6 +278,7 @@ class KubeletNode:
             *((self.node_dir(path), path) for path in NODE_DIRS if path in KUBELET_NODE_DIRS),
         ]
         home = shlex.quote(str(self.home))
+        layer = shlex.quote(str(self.home / ETC_LAYER))
         script = [
             "set -e",
             # The host's files stay the host's: its root read-only to this kubelet (a hostPath
@@ -269,6 +286,9 @@ class KubeletNode:
             # node's /run and /var/lib its own (where the GPU Operator's volumes live).
             f"mount --bind {home} {home}",
             "mount -o remount,bind,ro /",
+            f"mount -t overlay {ETC_LAYER} -o lowerdir=/etc,upperdir={layer}/upper,"
+            f"workdir={layer}/work /etc || echo 'no writable /etc layer: hostPath volumes the "
+            "kubelet would make in /etc fail' >&2",
             *(
                 f"if [ -e {shlex.quote(b)} ]; then mount --bind {shlex.quote(str(a))} "
                 f"{shlex.quote(b)}; fi"
@@ -333,6 +353,14 @@ class KubeletNode:
             "resolvConf": "",
         }
 
+    def switch_os(self, family: str) -> None:
+        """Put the machine on another AMI family in place: the os-release the kubelet reads its
+        osImage from (rewritten, not replaced: it is bound into the kubelet's namespace) and the
+        containerd release the runtime reports."""
+        os_release, containerd = machine_files(family)
+        (self.machine_dir / "os-release").write_text(os_release)
+        (self.machine_dir / CONTAINERD_VERSION).write_text(containerd + "\n")
+
     def _machine(self) -> Path:
         """The instance as the kubelet and its pods read it: the instance type's /proc/meminfo,
         its CPUs and PCI devices in sysfs (no NUMA nodes, so the CPUs count), the AMI's
@@ -370,7 +398,9 @@ class KubeletNode:
             for name, value in device.attributes().items():
                 (attributes / name).write_text(value + "\n")
         identity = uuid.uuid4()
-        (machine / "os-release").write_text(AMI_OS_RELEASE)
+        os_release, containerd = machine_files(AL2023)
+        (machine / "os-release").write_text(os_release)
+        (machine / CONTAINERD_VERSION).write_text(containerd + "\n")
         (machine / "machine-id").write_text(identity.hex + "\n")
         (machine / "boot_id").write_text(f"{uuid.uuid4()}\n")
         _sysfs_files(sysfs, cpus, self.spec.instance_type, f"ec2{str(identity)[3:]}")
@@ -423,6 +453,7 @@ class KubeletNodes:
         images: Path,
         ports_dir: Path,
         routes_dir: Path,
+        other_apis: tuple[str, ...] = (),
     ) -> None:
         self._home = home
         self._node = partial(
@@ -433,6 +464,7 @@ class KubeletNodes:
             images=images,
             ports_dir=ports_dir,
             routes_dir=routes_dir,
+            other_apis=other_apis,
         )
         self._running: dict[str, KubeletNode] = {}
 
@@ -466,6 +498,9 @@ class KubeletNodes:
         node = self._running.pop(name, None)
         if node is not None:
             node.stop()
+
+    def switch_os(self, name: str, family: str) -> None:
+        self._running[name].switch_os(family)
 
     def stop(self) -> None:
         for name in list(self._running):

@@ -17,7 +17,7 @@ the lab's. On that node:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from labs.kube import gpu
@@ -28,6 +28,7 @@ from labs.sim.node.hardware import (
     AMI_GLIBC,
     AMI_GLIBC_YEAR,
     AMI_OS_IMAGE,
+    AMI_OS_RELEASE,
     NVIDIA_PCI_LABEL,
 )
 from labs.sim.node.nvidia_runtime import injected_gpus
@@ -40,6 +41,17 @@ AL2, AL2023 = "al2", "al2023"
 AL2_OS_IMAGE = "Amazon Linux 2"
 AL2_KERNEL = "5.10.235-227.919.amzn2.x86_64"
 AL2_CONTAINERD = "containerd://1.7.27"
+# /etc/os-release of Amazon Linux 2, where the kubelet reads the node's osImage.
+AL2_OS_RELEASE = f"""NAME="Amazon Linux"
+VERSION="2"
+ID="amzn"
+ID_LIKE="centos rhel fedora"
+VERSION_ID="2"
+PRETTY_NAME="{AL2_OS_IMAGE}"
+ANSI_COLOR="0;33"
+CPE_NAME="cpe:2.3:o:amazon:amazon_linux:2"
+HOME_URL="https://amazonlinux.com/"
+"""
 # `ldd --version` on amazon-eks-gpu-node-1.32-v20250715 (the AL2 write-up, via a node-shell pod).
 AL2_GLIBC, AL2_GLIBC_YEAR = "2.26", "2017"
 # What the AL2023 nodes report (labs.sim.controllers.node_lifecycle.build_node), to switch back.
@@ -76,13 +88,23 @@ def glibc(node: Mapping[str, Any]) -> tuple[str, str]:
     return (AL2_GLIBC, AL2_GLIBC_YEAR) if node_os(node) == AL2 else (AMI_GLIBC, AMI_GLIBC_YEAR)
 
 
-def control(store: KubeApi) -> pace.Control:
+def machine_files(family: str) -> tuple[str, str]:
+    """(/etc/os-release, containerd's release) of an AMI family, as a real node's kubelet and
+    container runtime read and report them."""
+    if family == AL2:
+        return AL2_OS_RELEASE, AL2_CONTAINERD.removeprefix("containerd://")
+    return AMI_OS_RELEASE, AL2023_CONTAINERD.removeprefix("containerd://")
+
+
+def control(store: KubeApi, on_switch: Callable[[str, str], None]) -> pace.Control:
     """The world's handler for NODE_OS_PATH: PUT switches a GPU node's AMI family (idempotent),
-    GET lists the nodes on AL2."""
+    GET lists the nodes on AL2. `on_switch(node, family)` switches what runs the node (a real
+    kubelet's machine files) after its Node is marked."""
 
     def switch_node(body: Any) -> None:
         node, family = _request(body)
         store.update(NODES, node, lambda current: _switch(current, family))
+        on_switch(node, family)
 
     def on_al2() -> dict:
         nodes = store.list(NODES)[0]

@@ -46,6 +46,7 @@ type container struct {
 	dir       string
 	program   []string
 	handler   string // the runtime handler that runs it
+	toolkit   string // the node's /usr/local/nvidia (empty: no toolkit can install there)
 	mounts    []mount
 	createdAt int64
 	done      chan struct{} // closed once the process ended (or never started and was stopped)
@@ -56,6 +57,7 @@ type container struct {
 	finishedAt int64
 	exitCode   int32
 	reason     string
+	message    string
 	process    *os.Process
 	stdin      io.WriteCloser
 	output     *criLog
@@ -100,15 +102,19 @@ func (c *container) start() error {
 	failed := func(err error) error {
 		c.mu.Lock()
 		c.state, c.finishedAt, c.exitCode, c.reason = runtimeapi.ContainerState_CONTAINER_EXITED, time.Now().UnixNano(), 128, "StartError"
+		c.message = err.Error()
 		c.mu.Unlock()
 		close(c.done)
 		return err
+	}
+	command := append(append([]string{}, c.config.GetCommand()...), c.config.GetArgs()...)
+	if err := c.prestart(command); err != nil {
+		return failed(err)
 	}
 	output, err := openLog(c.logPath)
 	if err != nil {
 		return failed(fmt.Errorf("failed to create containerd task: failed to open log %s: %w", c.logPath, err))
 	}
-	command := append(append([]string{}, c.config.GetCommand()...), c.config.GetArgs()...)
 	cmd := exec.Command(c.program[0], c.programArgs("run", nil, command)[1:]...)
 	cmd.Env = c.environment()
 	cmd.Dir = c.dir
@@ -158,6 +164,35 @@ func (c *container) start() error {
 		c.mu.Unlock()
 		close(c.done)
 	}()
+	return nil
+}
+
+// nvidiaHandler is the NVIDIA container runtime's name in the node's containerd.
+const nvidiaHandler = "nvidia"
+
+// prestart runs the NVIDIA runtime's prestart hook, as runc runs it before the container's
+// process, once the operator's container toolkit has installed itself on the node (the AMI's own
+// runtime is not played that far): the program's `prestart` verb decides, and a hook that exits
+// non-zero fails the start with what it printed, the error containerd reports.
+func (c *container) prestart(command []string) error {
+	if c.handler != nvidiaHandler || c.toolkit == "" {
+		return nil
+	}
+	if installed, _ := os.ReadDir(filepath.Join(c.toolkit, "toolkit")); len(installed) == 0 {
+		return nil
+	}
+	hook := exec.Command(c.program[0], c.programArgs("prestart", nil, command)[1:]...)
+	hook.Env = c.environment()
+	hook.Dir = c.dir
+	hook.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	var said bytes.Buffer
+	hook.Stderr = &said
+	if err := c.network.start(hook); err != nil {
+		return fmt.Errorf("failed to create containerd task: failed to start the prestart hook: %w", err)
+	}
+	if err := hook.Wait(); err != nil {
+		return errors.New(strings.TrimSpace(said.String()))
+	}
 	return nil
 }
 
@@ -217,7 +252,7 @@ func (c *container) status() *runtimeapi.ContainerStatus {
 	return &runtimeapi.ContainerStatus{
 		Id: c.id, Metadata: c.config.GetMetadata(), State: c.state,
 		CreatedAt: c.createdAt, StartedAt: c.startedAt, FinishedAt: c.finishedAt,
-		ExitCode: c.exitCode, Reason: c.reason,
+		ExitCode: c.exitCode, Reason: c.reason, Message: c.message,
 		Image: &runtimeapi.ImageSpec{Image: c.image}, ImageRef: c.imageRef, ImageId: c.imageRef,
 		Labels: c.config.GetLabels(), Annotations: c.config.GetAnnotations(),
 		Mounts: c.config.GetMounts(), LogPath: c.logPath,

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -42,6 +43,8 @@ type runtimeOptions struct {
 	stateDir       string
 	cniConfDir     string
 	routesDir      string
+	versionFile    string // the node's containerd version, read at each Version call
+	toolkitDir     string // the node's /usr/local/nvidia, where the operator's toolkit installs
 	hostPaths      map[string]string
 	images         *imageService
 	streams        streaming.Server
@@ -94,8 +97,16 @@ func notFound(kind, id string) error {
 	return status.Errorf(codes.NotFound, "an error occurred when try to find %s %q: not found", kind, id)
 }
 
+// Version answers as the node's containerd: its release from --version-file where the machine
+// has one (an AMI switched in place ships another containerd), else runtimeVersion.
 func (r *criRuntime) Version(context.Context, *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
-	return &runtimeapi.VersionResponse{Version: "0.1.0", RuntimeName: runtimeName, RuntimeVersion: runtimeVersion, RuntimeApiVersion: criVersion}, nil
+	version := runtimeVersion
+	if r.opts.versionFile != "" {
+		if data, err := os.ReadFile(r.opts.versionFile); err == nil && len(bytes.TrimSpace(data)) > 0 {
+			version = string(bytes.TrimSpace(data))
+		}
+	}
+	return &runtimeapi.VersionResponse{Version: "0.1.0", RuntimeName: runtimeName, RuntimeVersion: version, RuntimeApiVersion: criVersion}, nil
 }
 
 func (r *criRuntime) Status(context.Context, *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
@@ -310,6 +321,7 @@ func (r *criRuntime) CreateContainer(_ context.Context, req *runtimeapi.CreateCo
 		dir:       filepath.Join(r.opts.stateDir, "containers"),
 		program:   r.opts.program,
 		handler:   cmp.Or(s.handler, r.opts.defaultRuntime),
+		toolkit:   r.opts.toolkitDir,
 		mounts:    hostMounts(config.GetMounts(), r.opts.hostPaths),
 		state:     runtimeapi.ContainerState_CONTAINER_CREATED,
 		createdAt: time.Now().UnixNano(),

@@ -10,10 +10,15 @@
 // containers' processes run. Two doors cross them, both made here because a socket keeps the
 // namespace it was made in:
 //
-//   - --api-forward LOCAL=REMOTE: LOCAL (host:port inside the node, and inside each pod)
-//     forwards to REMOTE on the host's loopback, the API server the kubelet's kubeconfig names;
+//   - --api-forward LOCAL=REMOTE (repeat): LOCAL (host:port inside the node, and inside each
+//     pod) forwards to REMOTE on the host's loopback: the API server the kubelet's kubeconfig
+//     names, and the world's AWS endpoint, which the node's programs call as instances call AWS;
 //   - --kubelet-door PATH: a unix socket on the host whose connections go to the kubelet's
 //     port on the node's address (the API server's egress reaches the kubelet through it).
+//
+// A container under the nvidia handler first runs `<program...> prestart ...` (same arguments as
+// run) once the operator's toolkit has installed itself in --toolkit-dir: a non-zero exit fails
+// its start with what the hook printed (StartError, 128), as runc fails on a failing hook.
 //
 // Containers run the host program --program (repeat the flag, one argument each) as
 // `<program...> run <namespace> <pod> <container> <container-id> -- <command...>`, its stdout and
@@ -52,7 +57,7 @@ func (a *argList) String() string     { return strings.Join(*a, " ") }
 func (a *argList) Set(v string) error { *a = append(*a, v); return nil }
 
 func main() {
-	var program, hostPaths argList
+	var program, hostPaths, apiForwards argList
 	criSocket := flag.String("cri-socket", "", "unix socket serving the CRI (the kubelet's containerRuntimeEndpoint)")
 	nodeIP := flag.String("node-ip", "", "the node's address, on eth0 inside its network namespace")
 	podCIDR := flag.String("pod-cidr", "", "the addresses pods get (never two alike); host-network pods get the node's")
@@ -61,11 +66,13 @@ func main() {
 	defaultRuntime := flag.String("default-runtime", "runc", "the handler a pod without a RuntimeClass gets (containerd's default_runtime_name)")
 	stateDir := flag.String("state-dir", "", "where the runtime keeps each container's files")
 	cniConfDir := flag.String("cni-conf-dir", "", "the node's /etc/cni/net.d: the pod network is ready once a CNI config is in it (empty: at once)")
-	apiForward := flag.String("api-forward", "", "LOCAL=REMOTE: LOCAL inside the node forwards to REMOTE on the host")
 	kubeletDoor := flag.String("kubelet-door", "", "unix socket on the host forwarding to the kubelet's port on the node's address")
 	kubeletPort := flag.Int("kubelet-port", 10250, "the kubelet's port, the door's far end")
+	versionFile := flag.String("version-file", "", "a file holding the containerd release the node reports (default "+runtimeVersion+")")
+	toolkitDir := flag.String("toolkit-dir", "", "the node's /usr/local/nvidia on this host: once the operator's toolkit installs there, containers under the nvidia handler run its prestart hook")
 	routesDir := flag.String("routes-dir", "", "the node endpoint's routes: <ip>_<port> files naming where each pod port is reached (none if empty)")
 	portsDir := flag.String("ports-dir", "", "directory of <namespace>_<pod>/<port> files holding the host:port a port-forward reaches")
+	flag.Var(&apiForwards, "api-forward", "LOCAL=REMOTE: LOCAL inside the node forwards to REMOTE on the host (repeat)")
 	flag.Var(&program, "program", "the host program containers run (repeat, one argument each)")
 	flag.Var(&hostPaths, "host-path-map", "NODE=HOST: the node's path NODE is HOST on this host (repeat)")
 	flag.Parse()
@@ -105,6 +112,8 @@ func main() {
 		stateDir:       *stateDir,
 		cniConfDir:     *cniConfDir,
 		routesDir:      *routesDir,
+		versionFile:    *versionFile,
+		toolkitDir:     *toolkitDir,
 		hostPaths:      pathMap(hostPaths),
 		images:         imageStore,
 		streams:        streams,
@@ -115,10 +124,10 @@ func main() {
 		log.Fatal(err)
 	}
 	defer served.Stop()
-	if *apiForward != "" {
-		local, remote, found := strings.Cut(*apiForward, "=")
+	for _, forward := range apiForwards {
+		local, remote, found := strings.Cut(forward, "=")
 		if !found {
-			log.Fatalf("--api-forward %q: want LOCAL=REMOTE", *apiForward)
+			log.Fatalf("--api-forward %q: want LOCAL=REMOTE", forward)
 		}
 		if err := node.forwardAPI(local, remote); err != nil {
 			log.Fatal(err)

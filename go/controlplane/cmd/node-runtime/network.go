@@ -99,7 +99,7 @@ func (n *namespace) forwardIn(local, remote string) (net.Listener, error) {
 // which answers ARP for the rest); the API server's port is forwarded into every one.
 type nodeNetwork struct {
 	*namespace
-	apiLocal, apiRemote string
+	forwards [][2]string // (local, remote) ports forwarded into the node and every pod
 }
 
 func newNodeNetwork(nodeIP string) (*nodeNetwork, error) {
@@ -123,12 +123,12 @@ func newNodeNetwork(nodeIP string) (*nodeNetwork, error) {
 }
 
 // forwardAPI forwards local (inside the node, and inside each pod from now on) to the API
-// server at remote on the host.
+// at remote on the host (the API server; the world's AWS endpoint, as an instance reaches AWS).
 func (n *nodeNetwork) forwardAPI(local, remote string) error {
 	if _, err := n.forwardIn(local, remote); err != nil {
 		return fmt.Errorf("--api-forward %s inside the node: %w", local, err)
 	}
-	n.apiLocal, n.apiRemote = local, remote
+	n.forwards = append(n.forwards, [2]string{local, remote})
 	return nil
 }
 
@@ -136,7 +136,7 @@ func (n *nodeNetwork) forwardAPI(local, remote string) error {
 type podNetwork struct {
 	*namespace
 	hostSide string
-	api      net.Listener
+	apis     []net.Listener
 }
 
 // hostSideName names the node's end of a pod's veth pair as the VPC CNI does: "eni" and a
@@ -187,18 +187,20 @@ func (n *nodeNetwork) joinPod(pod *podNetwork, address string) error {
 	if err != nil {
 		return fmt.Errorf("proxy ARP on %s: %w", pod.hostSide, err)
 	}
-	if n.apiLocal != "" {
-		if pod.api, err = pod.forwardIn(n.apiLocal, n.apiRemote); err != nil {
-			return fmt.Errorf("the API server's port inside the pod: %w", err)
+	for _, forward := range n.forwards {
+		api, err := pod.forwardIn(forward[0], forward[1])
+		if err != nil {
+			return fmt.Errorf("the forwarded port %s inside the pod: %w", forward[0], err)
 		}
+		pod.apis = append(pod.apis, api)
 	}
 	return nil
 }
 
 // removePod ends the pod's namespace and its veth pair.
 func (n *nodeNetwork) removePod(pod *podNetwork) {
-	if pod.api != nil {
-		pod.api.Close()
+	for _, api := range pod.apis {
+		api.Close()
 	}
 	if err := n.ip("link", "del", pod.hostSide); err != nil && !strings.Contains(err.Error(), "Cannot find device") {
 		log.Printf("pod network: %v", err)
