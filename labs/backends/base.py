@@ -67,6 +67,11 @@ class Backend(Protocol):
         speed setting); afterwards at the pace it had before."""
         ...
 
+    def check_floor(self, lab: Lab) -> float | None:
+        """The fewest wall seconds a sped-up check gets on this lab, beyond the rehearsal's
+        usual floor (None: that floor), for parts of its world that keep real time."""
+        ...
+
     def person_speed(self, lab: Lab, wanted: float | None) -> float:
         """The speed for a person practising by hand (`wanted`, default real time); LabError
         when this lab cannot run at it. Changes nothing."""
@@ -178,6 +183,9 @@ class RealTime:
 
     def program_pace(self, lab: Lab) -> AbstractContextManager[None]:
         return nullcontext()
+
+    def check_floor(self, lab: Lab) -> float | None:
+        return None  # a real cluster's checks get their own limits
 
     def person_speed(self, lab: Lab, wanted: float | None) -> float:
         if wanted not in (None, 1.0):

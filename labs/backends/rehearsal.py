@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from labs.errors import LabError
 from labs.journal import REVERTED
-from labs.settings import MODELLED_KUBELETS, range_problem
+from labs.settings import MODELLED_KUBELETS, REAL_KUBELETS, range_problem
 from labs.sim import pace, process
 from labs.sim.aws.auth import CREDENTIAL_KEYS
 from labs.state import utc_now, warn
@@ -26,6 +26,10 @@ if TYPE_CHECKING:
     from labs.console import Console
     from labs.lab import Lab
     from labs.state import LabPaths
+
+# Wall seconds a check gets at least on real kubelets: a new GPU node's operands and validator
+# take about 40 s of real time on 2 idle cores, and the kubelet's back-offs are real seconds.
+REAL_KUBELETS_CHECK_FLOOR = 180.0
 
 
 class RehearsalBackend:
@@ -73,6 +77,13 @@ class RehearsalBackend:
                 pace.write_speed(world, before, calendar=False)
             except OSError:  # the world went away meanwhile: nothing to restore
                 pass
+
+    def check_floor(self, lab: Lab) -> float | None:
+        """Real kubelets keep real time (a new node's operands and validator, back-offs), so
+        their world's checks get REAL_KUBELETS_CHECK_FLOOR wall seconds at least."""
+        world = self._world(lab)
+        real = world is not None and world.get("kubelets") == REAL_KUBELETS
+        return REAL_KUBELETS_CHECK_FLOOR if real else None
 
     def person_speed(self, lab: Lab, wanted: float | None) -> float:
         speed = 1.0 if wanted is None else float(wanted)

@@ -17,7 +17,7 @@ from labs.errors import LabError
 from labs.kube import rest
 from labs.kube.gpu import pod_story, scheduling_failure
 from labs.kube.logs import pod_log
-from labs.kube.resources import PODS
+from labs.kube.resources import PODS, KubeApiError
 from labs.kube.view import WORKLOAD_NAMESPACE, ClusterView, WatchedKind
 
 if TYPE_CHECKING:
@@ -146,12 +146,16 @@ def run_probe(
         return f"phase {phase}" + (f", {failure}" if failure else "") + f", events: {reasons}"
 
     done = view.wait_for(finished, timeout, what=f"probe pod {name} to finish", describe=describe)
-    log = read_probe_log(lab, name)
+    status = done.get("status") or {}
+    try:
+        log = read_probe_log(lab, name)
+    except KubeApiError:  # no container ever ran: the kubelet refused the pod at admission
+        log = f"{status.get('reason', '')}: {status.get('message', '')}".strip(": ")
     run = ProbeRun(
         name=name,
         uid=str(done["metadata"]["uid"]),
         node=str(done.get("spec", {}).get("nodeName", "")),
-        phase=str(done["status"]["phase"]),
+        phase=str(status["phase"]),
         log=log,
     )
     if run.phase != "Succeeded" or not run.gpu_line:

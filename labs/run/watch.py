@@ -35,9 +35,11 @@ def watch_checks(
     """Evaluate `checks` on every change until each held or ran out of time.
 
     `started` is the time.monotonic() instant T+0; a check's limit is its timeout
-    divided by `time_scale` (a rehearsal's speed-up; then never under MIN_TIMEOUT).
+    divided by `time_scale` (a rehearsal's speed-up; then never under MIN_TIMEOUT, or the
+    lab's own floor where its world keeps more real time: `Backend.check_floor`).
     `report` is called for each result as it is decided (the live story).
     """
+    floor = ctx.lab.backend.check_floor(ctx.lab) or MIN_TIMEOUT
     pending = list(checks)
     results: dict[str, CheckResult] = {}
     last_seen: dict[str, str] = {}
@@ -66,11 +68,11 @@ def watch_checks(
             last_seen[check.name] = seen
             if held:
                 decide(check, True, now)
-            elif now - started >= limit(check, time_scale):
+            elif now - started >= limit(check, time_scale, floor):
                 decide(check, False, now)
         return bool(actions) or not pending
 
-    longest = max((limit(c, time_scale) for c in checks), default=0.0)
+    longest = max((limit(c, time_scale, floor) for c in checks), default=0.0)
     tick = min(1.0, max(0.05, RECHECK_EVERY / time_scale))
     while pending or actions:
         if pending:
@@ -94,13 +96,14 @@ def checks_now(ctx: Context, checks: Sequence[Check], phase: str) -> list[CheckR
     return results
 
 
-def limit(check: Check, time_scale: float) -> float:
+def limit(check: Check, time_scale: float, floor: float = MIN_TIMEOUT) -> float:
     """A check's time limit in wall-clock seconds on this backend."""
-    return wall_seconds(check.timeout, time_scale)
+    return wall_seconds(check.timeout, time_scale, floor)
 
 
-def wall_seconds(timeout: float, time_scale: float) -> float:
-    """A real-world wait in wall-clock seconds on this backend (a rehearsal's floor included)."""
+def wall_seconds(timeout: float, time_scale: float, floor: float = MIN_TIMEOUT) -> float:
+    """A real-world wait in wall-clock seconds on this backend (a rehearsal's `floor`
+    included)."""
     if time_scale == 1:
         return timeout
-    return max(timeout / time_scale, MIN_TIMEOUT)
+    return max(timeout / time_scale, floor)

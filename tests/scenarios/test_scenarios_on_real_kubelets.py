@@ -7,16 +7,19 @@ runtime's NVIDIA prestart hook.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterator
 
 import pytest
-from lab_support import cli_lab, run_invoke
+from lab_support import cli_lab, healthy_status, run_invoke, until
 
 import scenarios
 from labs.settings import REAL_KUBELETS
 
 LAB = "rk1"
 SPEED = "300"
+GPU_NODES = 2  # what lab.up brings up
 
 
 @pytest.fixture(scope="module")
@@ -35,3 +38,34 @@ def test_the_scenario_runs_and_recovers_on_real_kubelets(lab_env: dict[str, str]
     assert run.returncode == 0, f"{name}: {run.stdout[-4000:]}{run.stderr[-2000:]}"
     assert "result: OK" in run.stdout
     assert "recovered state equals the baseline" in run.stdout
+
+
+@pytest.mark.parametrize("name", list(scenarios.all_scenarios()))
+def test_the_doctor_names_each_fault_on_real_kubelets(lab_env: dict[str, str], name: str):
+    """`scenario.inject NAME`, then `lab.doctor --json`: its probable cause is the scenario's
+    declared finding (none for a fault that leaves nothing to read), on a lab that was healthy
+    with both GPU nodes before the fault."""
+    until(lambda: whole_lab(lab_env), timeout=300, what="a healthy lab with both GPU nodes")
+    inject = run_invoke("scenario.inject", name, "--lab", LAB, "--yes", "--speed", SPEED,
+                        env=lab_env, timeout=420)  # fmt: skip
+    try:
+        assert inject.returncode == 0, f"{name}: {inject.stdout[-3000:]}{inject.stderr[-2000:]}"
+        doctor = run_invoke("lab.doctor", "--lab", LAB, "--json", env=lab_env)
+    finally:
+        revert = run_invoke("scenario.revert", "--all", "--lab", LAB, env=lab_env, timeout=300)
+    assert revert.returncode == 0, revert.stdout + revert.stderr
+    document = json.loads(doctor.stdout)
+    expected, cause = scenarios.get(name).doctor_finding, document["probable_cause"]
+    if expected is None:
+        assert (cause, doctor.returncode) == (None, 0), doctor.stdout
+    else:
+        assert cause and cause["name"] == expected, doctor.stdout[-3000:]
+        assert doctor.returncode == 1
+
+
+def whole_lab(env: dict[str, str]) -> bool:
+    """The lab healthy (`healthy_status`) with both its GPU nodes Ready: a scenario that
+    replaced a node leaves it booting for a while."""
+    status = run_invoke("lab.status", "--lab", LAB, env=env).stdout
+    gpu_nodes = re.findall(r"^\s+\S+\s+gpu\s+Ready\s", status, re.MULTILINE)
+    return healthy_status(env, LAB) is not None and len(gpu_nodes) == GPU_NODES
