@@ -149,7 +149,10 @@ def run_probe(
     status = done.get("status") or {}
     try:
         log = read_probe_log(lab, name)
-    except KubeApiError:  # no container ever ran: the kubelet refused the pod at admission
+    except KubeApiError:
+        if status.get("containerStatuses"):
+            raise  # its container ran: the log is unreadable for another reason, say it
+        # no container ever ran (the kubelet refused the pod at admission): its reason
         log = f"{status.get('reason', '')}: {status.get('message', '')}".strip(": ")
     run = ProbeRun(
         name=name,
