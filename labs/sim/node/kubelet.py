@@ -56,6 +56,9 @@ DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
 CNI_CONF_DIR = "/etc/cni/net.d"
 # The node's own directories, under its home: what a hostPath volume there reaches, for the
 # kubelet (bound over the host's in its mount namespace) and its containers alike.
+# The kubelet's /etc: the host's, read-only, under a writable overlay layer of the node's own,
+# so a hostPath volume the kubelet creates in /etc lands in the node's files.
+ETC_LAYER = "etc-layer"
 NODE_DIRS = {
     "/run": "run",
     "/var/lib": "var-lib",
@@ -64,11 +67,8 @@ NODE_DIRS = {
     TOOLKIT_ROOT: "usr-local-nvidia",  # where the operator's container toolkit installs
     # the toolkit's containerd-config volume (DirectoryOrCreate: the kubelet makes it), in the
     # writable layer of the kubelet's /etc (ETC_LAYER)
-    "/etc/containerd": "etc-layer/upper/containerd",
+    "/etc/containerd": f"{ETC_LAYER}/upper/containerd",
 }
-# The kubelet's /etc: the host's, read-only, under a writable overlay layer of the node's own,
-# so a hostPath volume the kubelet creates in /etc lands in the node's files.
-ETC_LAYER = "etc-layer"
 KUBELET_NODE_DIRS = ("/run", "/var/lib")
 CLUSTER_DNS = "10.100.0.10"
 # The containerd release the node's runtime reports, in its machine directory.
@@ -398,9 +398,7 @@ class KubeletNode:
             for name, value in device.attributes().items():
                 (attributes / name).write_text(value + "\n")
         identity = uuid.uuid4()
-        os_release, containerd = machine_files(AL2023)
-        (machine / "os-release").write_text(os_release)
-        (machine / CONTAINERD_VERSION).write_text(containerd + "\n")
+        self.switch_os(AL2023)
         (machine / "machine-id").write_text(identity.hex + "\n")
         (machine / "boot_id").write_text(f"{uuid.uuid4()}\n")
         _sysfs_files(sysfs, cpus, self.spec.instance_type, f"ec2{str(identity)[3:]}")
