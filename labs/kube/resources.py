@@ -50,6 +50,7 @@ PODS = ResourceType("", "v1", "pods", "Pod", True, ("status", "log", "exec", "at
 EVENTS = ResourceType("", "v1", "events", "Event", True)
 SERVICES = ResourceType("", "v1", "services", "Service", True, ("status",))
 CONFIG_MAPS = ResourceType("", "v1", "configmaps", "ConfigMap", True)
+SECRETS = ResourceType("", "v1", "secrets", "Secret", True)
 SERVICE_ACCOUNTS = ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True)
 DAEMON_SETS = ResourceType("apps", "v1", "daemonsets", "DaemonSet", True, ("status",))
 DEPLOYMENTS = ResourceType("apps", "v1", "deployments", "Deployment", True, ("status", "scale"))
@@ -186,7 +187,7 @@ def now_rfc3339() -> str:
 
 _KNOWN = {
     t.ref: t
-    for t in (NODES, NAMESPACES, PODS, EVENTS, SERVICES, CONFIG_MAPS, SERVICE_ACCOUNTS,
+    for t in (NODES, NAMESPACES, PODS, EVENTS, SERVICES, CONFIG_MAPS, SECRETS, SERVICE_ACCOUNTS,
               DAEMON_SETS, DEPLOYMENTS, REPLICA_SETS, RUNTIME_CLASSES, CLUSTER_POLICIES, LEASES,
               CRDS)
 }  # fmt: skip

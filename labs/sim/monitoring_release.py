@@ -19,7 +19,7 @@ from labs.aws import stack
 from labs.errors import InfraError
 from labs.kube import alerts, rest
 from labs.kube.resources import KubeApiError
-from labs.sim.controlplane import build
+from labs.sim.controlplane import build, monitoring
 from labs.sim.controlplane.kube_seed import DATA, collection
 
 RELEASE = "kube-prometheus-stack"
@@ -60,7 +60,44 @@ def release_objects(rules: Path = stack.GPU_ALERT_RULES) -> list[dict[str, Any]]
         if obj["kind"] in ("Deployment", "StatefulSet"):
             for container in obj["spec"]["template"]["spec"]["containers"]:
                 container["image"] = image(container["name"])
+        if obj["kind"] == "StatefulSet":
+            _as_the_operator_renders(obj["spec"]["template"]["spec"])
     return objects
+
+
+def _as_the_operator_renders(pod: dict[str, Any]) -> None:
+    """The Prometheus pod as the prometheus-operator renders its StatefulSet: the arguments,
+    and the operator's Secret (its configuration) and ConfigMap (the rule files) mounted where
+    they are read, beside an emptyDir for the unpacked configuration and one for the data."""
+    volumes: tuple[tuple[str, dict[str, Any], str, bool], ...] = (  # name, source, at, ro
+        (
+            "config",
+            {"secret": {"secretName": monitoring.CONFIG_SECRET}},
+            monitoring.CONFIG_DIR,
+            True,
+        ),
+        ("config-out", {"emptyDir": {}}, monitoring.CONFIG_OUT, False),
+        (
+            monitoring.RULES_CONFIG_MAP,
+            {"configMap": {"name": monitoring.RULES_CONFIG_MAP}},
+            monitoring.RULES_DIR,
+            True,
+        ),
+        (f"{monitoring.PROMETHEUS_NAME}-db", {"emptyDir": {}}, monitoring.DATA_DIR, False),
+    )
+    pod["volumes"] = [{"name": name, **source} for name, source, _, _ in volumes]
+    container = pod["containers"][0]
+    container["args"] = [
+        f"--config.file={monitoring.CONFIG_FILE}",
+        f"--storage.tsdb.path={monitoring.DATA_DIR}",
+        "--storage.tsdb.retention.time=10d",
+        "--web.enable-lifecycle",
+        f"--web.listen-address=:{monitoring.PORT}",
+    ]
+    container["volumeMounts"] = [
+        {"name": name, "mountPath": path, "readOnly": read_only}
+        for name, _, path, read_only in volumes
+    ]
 
 
 def image(container: str) -> str:

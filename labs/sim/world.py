@@ -29,7 +29,7 @@ from typing import Any
 from labs.kube.api import KubeApi
 from labs.kube.informers import InformedKubeApi
 from labs.settings import KUBELETS, MODELLED_KUBELETS, REAL_KUBELETS
-from labs.sim import pace
+from labs.sim import monitoring_release, pace
 from labs.sim.aws import access, answers, eks_updates
 from labs.sim.aws.access import (
     ADMIN_POLICY,
@@ -49,7 +49,7 @@ from labs.sim.controllers.feature_discovery import FeatureDiscovery
 from labs.sim.controllers.gpu_operator import GpuOperatorPod
 from labs.sim.controllers.heartbeats import NodeLeases
 from labs.sim.controllers.kubelet import Kubelet
-from labs.sim.controllers.monitoring import MonitoringRelease
+from labs.sim.controllers.monitoring import MonitoringRelease, PrometheusOperator
 from labs.sim.controllers.network import AllReduce, Network, SecurityGroups, TcpCheck
 from labs.sim.controllers.node_lifecycle import Machines, NodeLifecycle, RegisteredNodes
 from labs.sim.controllers.pod_endpoint import PodNetwork
@@ -255,31 +255,30 @@ def _node_layer(
 ) -> tuple[Machines, list[Controller]]:
     """What runs the nodes and their pods, and the controllers that play what runs on them.
 
-    Real kubelets (`labs.sim.node.kubelet`) run every pod themselves, the GPU Operator, its
-    validator and device plugin included; the world's players of GFD, DCGM exporter, the
-    monitoring release and the resource metrics have not moved onto them yet, so none runs
-    there. The model registers each Node and plays its kubelet, device plugin, operands and
-    resource metrics."""
+    Real kubelets (`labs.sim.node.kubelet`) run every pod themselves, the GPU Operator's and
+    the monitoring release's included; the world keeps the prometheus-operator's work. The
+    model registers each Node and plays its kubelet, device plugin, operands, the monitoring
+    release's programs and the resource metrics."""
     plane, endpoint = world.control_plane, world._node_endpoint
     assert plane.ca is not None and endpoint is not None, "the plane and its endpoint start first"
+    pod_network = PodNetwork(ports, state_dir / ROUTES_DIR)
     if kubelets == REAL_KUBELETS:
-        metrics_server = Image(metrics_server_image(metrics_server_version()), 20 * MB)
         nodes = KubeletNodes(
             state_dir / NODES_DIR,
             plane.ca,
             plane.api_url,
             container_process.command(plane.api_url, plane.home / "pki", state_dir / ENDPOINTS),
-            write_catalogue(state_dir / NODES_DIR / "images.json", (metrics_server,)),
+            write_catalogue(state_dir / NODES_DIR / "images.json", _built_images()),
             ports,
             state_dir / ROUTES_DIR,
-            other_apis=(world._aws.url,),
+            # as instances reach AWS, and the pod network's proxy (Prometheus' way to its targets)
+            other_apis=(world._aws.url, endpoint.proxy_url),
         )
         nodes.prepare()
-        return nodes, []
+        return nodes, [PrometheusOperator(store, timings, pod_network, endpoint.proxy_url)]
     if kubelets != MODELLED_KUBELETS:
         raise ValueError(f"kubelets: {kubelets!r} is not one of {', '.join(KUBELETS)}")
     network = Network(store, SecurityGroups(clients, cluster_name))
-    pod_network = PodNetwork(ports, state_dir / ROUTES_DIR)
     return RegisteredNodes(store), [
         NodeLeases(store, timings),
         Kubelet(store, timings, logs, programs=[TcpCheck(network), AllReduce(network)]),
@@ -292,6 +291,17 @@ def _node_layer(
         ),
         ResourceMetrics(store, timings, state_dir / METRICS_DIR),
     ]
+
+
+def _built_images() -> tuple[Image, ...]:
+    """The images of the programs the lab builds at their pinned releases (the metrics-server
+    add-on's, the monitoring release's), which the nodes' registries serve beside the
+    catalogue's."""
+    return (
+        Image(metrics_server_image(metrics_server_version()), 20 * MB),
+        Image(monitoring_release.image("prometheus"), 120 * MB),
+        Image(monitoring_release.image("kube-state-metrics"), 20 * MB),
+    )
 
 
 def node_network() -> Path:

@@ -2,34 +2,97 @@
 one after the other through the command line as a person runs them: the symptoms, the debugging
 path and the recovery come from kubelet v1.35.4's device manager, admission and back-offs, the
 operator's real operand pods, the project's device plugin over the device-plugin API and the
-runtime's NVIDIA prestart hook.
+runtime's NVIDIA prestart hook. The lab has monitoring: Prometheus and kube-state-metrics run
+as the release's pods on the kubelets, and each scenario's declared alerts must fire.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import yaml
 from lab_support import cli_lab, healthy_status, run_invoke, until
+from tool_support import require_tool
 
 import scenarios
+from labs.aws.stack import MONITORING_NAMESPACE
+from labs.kube.alerts import ALERTS_PATH, RULES_PATH
 from labs.settings import REAL_KUBELETS
+from labs.sim.controlplane.monitoring import RULES_CONFIG_MAP
 
 LAB = "rk1"
 SPEED = "300"
 GPU_NODES = 2  # what lab.up brings up
 SETTLE_SECONDS = 120.0  # how long the doctor is read again while a fault settles
+# The kubelet refreshes a mounted ConfigMap on its pod's next sync (syncFrequency 1m, jittered).
+CONFIG_MAP_REFRESH = 180.0
+TARGETS_PATH = ALERTS_PATH.removesuffix("/alerts") + "/targets"
 
 
 @pytest.fixture(scope="module")
 def lab_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     with cli_lab(
-        tmp_path_factory.mktemp("rk"), LAB, SPEED, INVOKE_LAB_KUBELETS=REAL_KUBELETS
+        tmp_path_factory.mktemp("rk"),
+        LAB,
+        SPEED,
+        INVOKE_LAB_KUBELETS=REAL_KUBELETS,
+        INVOKE_LAB_MONITORING="true",
     ) as env:
         yield env
+
+
+def kubectl(env: dict[str, str], *args: str) -> str:
+    """`kubectl ARGS` with the kubeconfig lab.up wrote for the lab."""
+    require_tool("kubectl")
+    kubeconfig = Path(env["INVOKE_LAB_STATE_DIR"], LAB, "kubeconfig")
+    done = subprocess.run(
+        ["kubectl", "--kubeconfig", str(kubeconfig), *args],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_the_monitoring_release_runs_as_pods_and_scrapes_every_target(
+    lab_env: dict[str, str], tmp_path: Path
+) -> None:
+    """Prometheus and kube-state-metrics are the release's pods on the kubelets; Prometheus
+    scrapes kube-state-metrics, the operator and each GPU node's dcgm-exporter by pod IP; a
+    PrometheusRule applied with kubectl reaches it through the operator's ConfigMap, once the
+    kubelet refreshes the mounted copy."""
+    pods = json.loads(kubectl(lab_env, "-n", MONITORING_NAMESPACE, "get", "pods", "-o", "json"))
+    statuses = {p["metadata"]["name"]: p["status"] for p in pods["items"]}
+    prometheus = statuses["prometheus-kube-prometheus-stack-prometheus-0"]
+    assert prometheus["phase"] == "Running", prometheus
+    assert prometheus["containerStatuses"][0]["containerID"].startswith("containerd://")
+    targets = json.loads(kubectl(lab_env, "get", "--raw", TARGETS_PATH))["data"]["activeTargets"]
+    jobs = sorted(t["labels"]["job"] for t in targets if t["health"] == "up")
+    assert jobs == [
+        "gpu-operator", "kube-prometheus-stack-kube-state-metrics",
+        *["nvidia-dcgm-exporter"] * GPU_NODES,
+    ], targets  # fmt: skip
+    rules = json.loads(kubectl(lab_env, "-n", MONITORING_NAMESPACE, "get", "configmap",
+                               RULES_CONFIG_MAP, "-o", "json"))["data"]  # fmt: skip
+    assert any("kube-prometheus-stack-gpu-alerts" in name for name in rules), list(rules)
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(yaml.safe_dump({
+        "apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule",
+        "metadata": {"name": "mine", "namespace": "default"},
+        "spec": {"groups": [{"name": "mine", "rules": [
+            {"alert": "MyRuleLoads", "expr": "vector(1)", "for": "1m"}]}]},
+    }))  # fmt: skip
+    kubectl(lab_env, "apply", "-f", str(mine))
+    try:
+        until(lambda: "MyRuleLoads" in kubectl(lab_env, "get", "--raw", RULES_PATH),
+              timeout=CONFIG_MAP_REFRESH, what="my rule loaded by the Prometheus pod")  # fmt: skip
+    finally:
+        kubectl(lab_env, "delete", "-f", str(mine))
 
 
 @pytest.mark.parametrize("name", list(scenarios.all_scenarios()))

@@ -51,6 +51,19 @@ Say = Callable[[str], None]
 # fire rules no real cluster would: device-plugin-off's validator rollout (a minute or two on
 # EKS, well inside `for: 5m`) held a DaemonSet unavailable for 7 s of a loaded CI machine.
 MIN_FOR_SECONDS = 15.0
+# What the prometheus-operator makes for the release's Prometheus (named after it): the
+# configuration, gzipped in a Secret, and every PrometheusRule's rule file in a ConfigMap, each
+# mounted into the Prometheus pod where its arguments and configuration read them.
+PROMETHEUS_NAME = "prometheus-kube-prometheus-stack-prometheus"
+CONFIG_SECRET = PROMETHEUS_NAME
+CONFIG_KEY = "prometheus.yaml.gz"
+RULES_CONFIG_MAP = f"{PROMETHEUS_NAME}-rulefiles-0"
+CONFIG_DIR = "/etc/prometheus/config"
+CONFIG_OUT = "/etc/prometheus/config_out"
+CONFIG_FILE = f"{CONFIG_OUT}/prometheus.env.yaml"
+RULES_DIR = f"/etc/prometheus/rules/{RULES_CONFIG_MAP}"
+DATA_DIR = "/prometheus"
+PORT = 9090
 
 
 def seconds(duration: str) -> float:
@@ -158,10 +171,18 @@ class Prometheus(BesidePlane):
             (rules / name).write_text(scaled_rules(text, speed))
 
 
-def _configuration(kubeconfig: Path, proxy_url: str) -> dict[str, Any]:
+def pod_configuration(proxy_url: str) -> dict[str, Any]:
+    """The configuration the operator writes for the Prometheus pod: its targets found as its
+    ServiceAccount (in-cluster), its rules where the operator's ConfigMap is mounted."""
+    return _configuration(None, proxy_url, f"{RULES_DIR}/*.yaml")
+
+
+def _configuration(
+    kubeconfig: Path | None, proxy_url: str, rules: str = "rules/*"
+) -> dict[str, Any]:
     return {
         "global": {"scrape_interval": INTERVAL, "evaluation_interval": INTERVAL},
-        "rule_files": ["rules/*"],
+        "rule_files": [rules],
         "scrape_configs": [
             _service_monitor(service, port, honor, kubeconfig, proxy_url)
             for service, port, honor in SCRAPED
@@ -170,9 +191,13 @@ def _configuration(kubeconfig: Path, proxy_url: str) -> dict[str, Any]:
 
 
 def _service_monitor(
-    service: str, port: str, honor_labels: bool, kubeconfig: Path, proxy_url: str
+    service: str, port: str, honor_labels: bool, kubeconfig: Path | None, proxy_url: str
 ) -> dict[str, Any]:
-    """The scrape job a ServiceMonitor for `service`'s port `port` becomes."""
+    """The scrape job a ServiceMonitor for `service`'s port `port` becomes (in-cluster without
+    a kubeconfig)."""
+    discovery: dict[str, Any] = {"role": "endpointslice"}
+    if kubeconfig is not None:
+        discovery["kubeconfig_file"] = str(kubeconfig)
 
     def copy(meta: str, label: str) -> dict[str, Any]:
         return {"source_labels": [f"__meta_kubernetes_{meta}"], "target_label": label}
@@ -181,7 +206,7 @@ def _service_monitor(
         "job_name": f"serviceMonitor/{service}/0",
         "honor_labels": honor_labels,
         "proxy_url": proxy_url,
-        "kubernetes_sd_configs": [{"role": "endpointslice", "kubeconfig_file": str(kubeconfig)}],
+        "kubernetes_sd_configs": [discovery],
         "relabel_configs": [
             {
                 "source_labels": [

@@ -10,9 +10,10 @@ container's:
 The world's programs (`labs.sim.node.programs`) play the command, reading the pod and its node
 through the API server. They answer at once; what a real process spends waiting is spent here:
 a container without a command (its image's own entrypoint, perhaps with args) runs until it is
-stopped, and `sleep` sleeps. Two images' entrypoints are played for what they do to their node:
-the device plugin's runs the project's device plugin (`go/controlplane/cmd/device-plugin`) for
-real, and aws-node's writes the node's CNI configuration (its network turns ready).
+stopped, and `sleep` sleeps. Some images' entrypoints are the real programs, built at the
+image's release (the GPU Operator, NFD, Prometheus, kube-state-metrics) or the project's own
+(the device plugin, `go/controlplane/cmd/device-plugin`); others are played for what they do
+(aws-node writes the node's CNI configuration, so its network turns ready).
 `CONTAINER_DIR` (set by the runtime) holds the container's files, `CONTAINER_MOUNTS` where its
 mounts are on this host.
 """
@@ -20,11 +21,13 @@ mounts are on this host.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import math
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Generator
@@ -82,6 +85,10 @@ DRIVER_READY_POLL = 5.0
 TOOLKIT_IMAGE = "container-toolkit"
 TOOLKIT_ROOT = "/usr/local/nvidia"
 TOOLKIT_START_DELAY = 5.0
+# How often Prometheus' config-reloader looks at its mounted configuration and rules.
+RELOAD_POLL = 1.0
+PROMETHEUS_IMAGE = "prometheus"
+STATE_METRICS_IMAGE = "kube-state-metrics"
 
 
 def command(api_url: str, pki_dir: Path, world: Path | None = None) -> list[str]:
@@ -159,6 +166,17 @@ def _mounts() -> dict[str, Path]:
 def _mounted(container_path: str) -> Path | None:
     """Where this container's mount at `container_path` is on this host."""
     return _mounts().get(container_path)
+
+
+def _seen(container_path: str) -> Path | None:
+    """This container's mount at `container_path` as this process reads it: through the
+    kubelet's mount namespace, where a Secret's tmpfs is mounted, when the runtime says where
+    that is."""
+    host = _mounted(container_path)
+    kubelet_root = os.environ.get("KUBELET_ROOT")
+    if host is None or not kubelet_root:
+        return host
+    return Path(f"{kubelet_root}{host}")
 
 
 def _vpc_cni(args: argparse.Namespace) -> int:
@@ -360,6 +378,18 @@ def _in_own_root(args: argparse.Namespace, binary: Path) -> int:
     a root of its own with the container's mounts (its ServiceAccount among them), reaching the
     API server where the node forwards it (no kube-proxy makes the Service's address work)."""
     from labs.sim.controlplane.run import ControlPlaneError
+
+    try:
+        command, env = _own_root(args, binary)
+    except ControlPlaneError as error:
+        print(error, file=sys.stderr)
+        return NOT_RUNNABLE
+    os.execve(command[0], command, env)
+
+
+def _own_root(args: argparse.Namespace, binary: Path) -> tuple[list[str], dict[str, str]]:
+    """The command and environment that run `binary` in its own root (`_in_own_root`): with
+    the container's command's arguments, or all of them where it only gives the entrypoint's."""
     from labs.sim.node import container_root
 
     here = Path(os.environ["CONTAINER_DIR"])
@@ -372,16 +402,73 @@ def _in_own_root(args: argparse.Namespace, binary: Path) -> int:
     container_root.lay_out(here / "root")
     # the node's own files: its home holds the runtime's containers/<id> directories
     node_home = here.parents[2]
-    argv = [program, *args.command[1:]]
-    try:
-        command = container_root.command(here / "root", binds, argv, node_home)
-    except ControlPlaneError as error:
-        print(error, file=sys.stderr)
-        return NOT_RUNNABLE
+    given = args.command if _program(args.command) == "" else args.command[1:]
+    command = container_root.command(here / "root", binds, [program, *given], node_home)
     api_port = args.api_url.rsplit(":", 1)[1]
     env = {**os.environ, "KUBERNETES_SERVICE_HOST": "127.0.0.1"}
     env["KUBERNETES_SERVICE_PORT"] = api_port
-    os.execve(command[0], command, env)
+    return command, env
+
+
+def _state_metrics(args: argparse.Namespace) -> int:
+    """kube-state-metrics, built at the release its image carries, in a root of its own."""
+    from labs.sim.controlplane import build
+
+    say = partial(print, file=sys.stderr)
+    return _in_own_root(args, build.pinned_binary(build.KUBE_STATE_METRICS_PROGRAM, say))
+
+
+def _prometheus(args: argparse.Namespace) -> int:
+    """Prometheus as the operator's StatefulSet runs it, in a root of its own, with its
+    config-reloader's work done beside it: the operator's configuration (gzipped in the mounted
+    Secret) unpacked where --config.file reads it before the start, and again, Prometheus told
+    with SIGHUP, whenever it or a mounted rule file changes (as the kubelet refreshes them)."""
+    from labs.sim.controlplane import build, monitoring
+    from labs.sim.controlplane.run import ControlPlaneError
+    from labs.state import atomic_write_text
+
+    mounted = [
+        _seen(p) for p in (monitoring.CONFIG_DIR, monitoring.CONFIG_OUT, monitoring.RULES_DIR)
+    ]
+    secret, out, rules = mounted
+    if secret is None or out is None or rules is None:
+        print(f"no {monitoring.CONFIG_DIR}, {monitoring.CONFIG_OUT} or {monitoring.RULES_DIR} "
+              "mounted: no configuration to run", file=sys.stderr)  # fmt: skip
+        return 1
+    binary = build.pinned_binary(build.PROMETHEUS_PROGRAM, partial(print, file=sys.stderr))
+
+    def inputs() -> bytes:
+        """What the configuration and rules are now (the kubelet swaps a volume's files whole:
+        one caught mid-swap is read again on the next look)."""
+        try:
+            files = sorted(f for f in rules.iterdir() if not f.name.startswith(".."))
+            texts = [(f.name, f.read_bytes()) for f in files]
+            return (secret / monitoring.CONFIG_KEY).read_bytes() + repr(texts).encode()
+        except OSError:
+            return b""
+
+    def unpack() -> bytes:
+        seen = inputs()
+        text = gzip.decompress((secret / monitoring.CONFIG_KEY).read_bytes()).decode()
+        atomic_write_text(out / Path(monitoring.CONFIG_FILE).name, text)
+        return seen
+
+    loaded = unpack()
+    try:
+        command, env = _own_root(args, binary)
+    except ControlPlaneError as error:
+        print(error, file=sys.stderr)
+        return NOT_RUNNABLE
+    program = subprocess.Popen(command, env=env)
+    signal.signal(signal.SIGTERM, lambda *_: program.terminate())
+    while True:
+        try:
+            return program.wait(timeout=RELOAD_POLL)
+        except subprocess.TimeoutExpired:
+            pass
+        if inputs() not in (loaded, b""):
+            loaded = unpack()
+            program.send_signal(signal.SIGHUP)
 
 
 def _waits(command: list[str]) -> float | None:
@@ -547,6 +634,8 @@ ENTRYPOINTS: dict[tuple[str, str], Callable[[argparse.Namespace], int]] = {
     (TOOLKIT_IMAGE, "entrypoint.sh"): _container_toolkit,
     (OPERATOR_IMAGE, "gpu-operator"): _gpu_operator,
     **{(NFD_IMAGE, name): _nfd for name in ("nfd-master", "nfd-worker", "nfd-gc")},
+    (PROMETHEUS_IMAGE, ""): _prometheus,
+    (STATE_METRICS_IMAGE, ""): _state_metrics,
 }
 
 if __name__ == "__main__":

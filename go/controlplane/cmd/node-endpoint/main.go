@@ -223,24 +223,38 @@ func connectProxy(kubeletPort, routesDir string, tunnels *tunnelListener) http.H
 }
 
 // forwardProxy serves plain-HTTP proxy requests ("GET http://<pod IP>:<port>/metrics", what a
-// program with an http proxy_url sends, Prometheus scraping a pod) to the routed address, as
-// the pod network carries a scrape to the pod; nothing else reaches past it.
+// program with an http proxy_url sends, Prometheus scraping a pod) to the routed address (a
+// played program's, or a real kubelet's pod's door), as the pod network carries a scrape to the
+// pod; nothing else reaches past it.
 func forwardProxy(routesDir string) http.Handler {
+	dial := func(ctx context.Context, _, address string) (net.Conn, error) {
+		host, port, err := net.SplitHostPort(address)
+		if err != nil {
+			return nil, err
+		}
+		target, known := route(routesDir, host, port)
+		if !known {
+			return nil, fmt.Errorf("no route to %s in the lab's network", address)
+		}
+		network := "tcp"
+		if socket, isUnix := strings.CutPrefix(target, "unix:"); isUnix {
+			network, target = "unix", socket
+		}
+		return (&net.Dialer{Timeout: 10 * time.Second}).DialContext(ctx, network, target)
+	}
+	// a pod's address may be another pod's later: no connection outlives a few idle seconds
+	transport := &http.Transport{DialContext: dial, IdleConnTimeout: 5 * time.Second}
+	proxy := &httputil.ReverseProxy{Rewrite: func(*httputil.ProxyRequest) {}, Transport: transport}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !r.URL.IsAbs() || r.URL.Scheme != "http" {
 			http.Error(w, "only CONNECT and absolute http:// requests are served here", http.StatusMethodNotAllowed)
 			return
 		}
-		target, known := route(routesDir, r.URL.Hostname(), r.URL.Port())
-		if !known {
+		if _, known := route(routesDir, r.URL.Hostname(), r.URL.Port()); !known {
 			http.Error(w, "no route to "+r.URL.Host+" in the lab's network", http.StatusBadGateway)
 			return
 		}
-		rewrite := func(out *httputil.ProxyRequest) {
-			out.Out.URL.Host = target
-			out.Out.Host = r.URL.Host
-		}
-		(&httputil.ReverseProxy{Rewrite: rewrite}).ServeHTTP(w, r)
+		proxy.ServeHTTP(w, r)
 	})
 }
 
