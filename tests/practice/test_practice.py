@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -114,13 +115,20 @@ RIGHT_FIX = {
 }
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory):
+def practice_lab(
+    tmp_path_factory: pytest.TempPathFactory, **extra: str
+) -> Iterator[tuple[Path, dict[str, str]]]:
+    """The module's lab (with `extra` settings) and its user's environment."""
     require_tool("kubectl")
     require_venv_tool("aws")
     state_dir = tmp_path_factory.mktemp("practice")
-    with cli_lab(state_dir, LAB, SPEED) as env:
+    with cli_lab(state_dir, LAB, SPEED, **extra) as env:
         yield state_dir, env
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
+    yield from practice_lab(tmp_path_factory)
 
 
 @pytest.fixture(autouse=True)
