@@ -174,27 +174,48 @@ def fixed(scenario: str, wrong: Wrong) -> Check:
 
 def runs_again(scenario: str) -> Check:
     """The learner's part, second half: a gpu-probe ran (the learner's own counts) and none of
-    the scenario's pods is stuck Pending or Failed."""
+    the scenario's pods is stuck Pending or Failed. A controller's pod the kubelet refused at
+    admission is not stuck: its ReplicaSet made another at once (a GPU pod created while the
+    device plugin re-registers is refused so, as on any cluster)."""
 
     def condition(ctx: Context) -> Verdict:
         phases = {gpu.name_of(p): gpu.pod_phase(ctx.view, gpu.name_of(p))
                   for p in ctx.view.objects("pods")
                   if (p["metadata"].get("labels") or {}).get("app") == PROBE}  # fmt: skip
+        pods = workload_pods(ctx.view, scenario)
+        replaced = [gpu.name_of(p) for p in pods if _refused_and_replaced(p)]
         stuck = [
             f"{gpu.name_of(p)} {gpu.pod_phase(ctx.view, gpu.name_of(p))}"
-            for p in workload_pods(ctx.view, scenario)
+            for p in pods
             if gpu.pod_phase(ctx.view, gpu.name_of(p)) in ("Pending", "Failed")
+            and gpu.name_of(p) not in replaced
         ]
         ran = [name for name, phase in phases.items() if phase in ("Running", "Succeeded")]
-        shown = ", ".join(f"{name} {phase}" for name, phase in phases.items()) or "none"
+        shown = ", ".join(
+            f"{name} {phase}" for name, phase in phases.items() if name not in replaced
+        )
+        refused = f"; refused at admission and replaced: {len(replaced)}" if replaced else ""
         held = bool(ran) and not stuck
-        return held, f"{PROBE} pods: {shown}; stuck: {', '.join(stuck) or 'none'}"
+        return (
+            held,
+            f"{PROBE} pods: {shown or 'none'}{refused}; stuck: {', '.join(stuck) or 'none'}",
+        )
 
     return Check(
         f"the workload runs again: a {PROBE} ran, no pod of {scenario} Pending or Failed",
         condition,
         180,
     )
+
+
+def _refused_and_replaced(pod: dict[str, Any]) -> bool:
+    """A controller's pod the kubelet failed at admission (UnexpectedAdmissionError, or
+    OutOf<resource>), which its controller replaces rather than retries."""
+    status = pod.get("status") or {}
+    reason = str(status.get("reason") or "")
+    owned = any(o.get("controller") for o in pod["metadata"].get("ownerReferences") or [])
+    admission = reason == "UnexpectedAdmissionError" or reason.startswith("OutOf")
+    return owned and status.get("phase") == "Failed" and admission
 
 
 def resources_of(objects: Objects, name: str) -> str:

@@ -154,6 +154,14 @@ def healthy_status(env: dict[str, str], lab: str) -> list[str] | None:
     return sorted(NODE_NAME.sub("NODE", "\n".join(lines)).splitlines())
 
 
+def whole_lab(env: dict[str, str], lab: str, gpu_nodes: int) -> bool:
+    """The lab healthy (`healthy_status`) with `gpu_nodes` GPU nodes Ready, each offering its
+    GPU: a fix that restarted the device plugin or replaced a node leaves it settling a while."""
+    status = healthy_status(env, lab)
+    offering = ["gpu", "Ready", "nvidia.com/gpu", "1"]
+    return status is not None and [s.split()[1:] for s in status].count(offering) == gpu_nodes
+
+
 def node_group_instances(groups: list[dict], nodegroup: str) -> dict[str, str]:
     """The instances of `nodegroup`'s Auto Scaling group (EKS tags it eks:nodegroup-name) with
     their lifecycle states, from describe-auto-scaling-groups' AutoScalingGroups."""

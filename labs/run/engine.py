@@ -714,8 +714,10 @@ def check_hand_fix(
     learner = [check for check in scenario.recovery if not check.tool]
     with lab_lock(lab, "practice.check"), _open_view(lab, scenario) as view:
         ctx = Context(lab, view, dict(baseline))
-        if wait > 0:
-            limited = [replace(check, timeout=min(check.timeout, wait)) for check in learner]
+        if wait > 0:  # what a check starts once it holds (the tool's probes) waits for the reset
+            limited = [
+                replace(check, timeout=min(check.timeout, wait), then=None) for check in learner
+            ]
             with lab.backend.program_pace(lab):
                 results = watch_checks(ctx, limited, "recovery", time.monotonic(), lab.speed,
                                        _ignore)  # fmt: skip
@@ -729,10 +731,9 @@ def check_hand_fix(
         with lab.backend.program_pace(lab), redirect_stdout(io.StringIO()):
             if scenario.reset is not None:
                 scenario.reset(lab)
-            if wait <= 0:  # a watch ran them as each check held; a single read did not
-                for check in learner:
-                    if check.then is not None:
-                        check.then(ctx)
+            for check in learner:  # the tool's probes run on the lab as the reset left it
+                if check.then is not None:
+                    check.then(ctx)
             done = watch_checks(ctx, tool, "recovery", time.monotonic(), lab.speed, _ignore)
         return replace(fix, tool=done)
 

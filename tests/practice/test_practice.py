@@ -16,7 +16,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from lab_support import INVOKE, ROOT, cli_lab, healthy_status, kill_when, run_invoke, until
+from lab_support import (
+    INVOKE,
+    ROOT,
+    cli_lab,
+    kill_when,
+    run_invoke,
+    until,
+    whole_lab,
+)
 from tool_support import require_tool, require_venv_tool
 
 import scenarios
@@ -26,6 +34,7 @@ from labs.sim import pace, process
 
 LAB = "pr1"
 SPEED = "120"
+GPU_NODES = 2  # what lab.up brings up
 WAIT = ("--wait", "900")  # every recovery check's own limit (short at the rehearsal's speed)
 # The wrong fix a learner tries first: restart the device-plugin pods.
 RESTART_PLUGIN = "kubectl -n gpu-operator delete pods -l app=nvidia-device-plugin-daemonset"
@@ -193,7 +202,9 @@ def detected_faults(env: dict[str, str]) -> list[str]:
 
 
 def wait_healthy(env: dict[str, str]) -> None:
-    until(lambda: healthy_status(env, LAB), timeout=120, what="a healthy lab")
+    """Until the lab is healthy with both GPU nodes offering their GPU (real kubelets take real
+    seconds to bring a restarted device plugin's GPU back)."""
+    until(lambda: whole_lab(env, LAB, GPU_NODES), timeout=300, what="a healthy lab")
 
 
 @pytest.mark.parametrize("name", list(scenarios.all_scenarios()))

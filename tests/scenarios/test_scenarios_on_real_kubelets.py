@@ -9,7 +9,6 @@ as the release's pods on the kubelets, and each scenario's declared alerts must 
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from lab_support import cli_lab, healthy_status, run_invoke, until
+from lab_support import cli_lab, run_invoke, until, whole_lab
 from tool_support import require_tool
 
 import scenarios
@@ -110,7 +109,8 @@ def test_the_doctor_names_each_fault_on_real_kubelets(lab_env: dict[str, str], n
     """`scenario.inject NAME`, then `lab.doctor --json`: its probable cause is the scenario's
     declared finding (none for a fault that leaves nothing to read), on a lab that was healthy
     with both GPU nodes before the fault."""
-    until(lambda: whole_lab(lab_env), timeout=300, what="a healthy lab with both GPU nodes")
+    until(lambda: whole_lab(lab_env, LAB, GPU_NODES), timeout=300,
+          what="a healthy lab with both GPU nodes")  # fmt: skip
     inject = run_invoke("scenario.inject", name, "--lab", LAB, "--yes", "--speed", SPEED,
                         env=lab_env, timeout=420)  # fmt: skip
     expected = scenarios.get(name).doctor_finding
@@ -134,11 +134,3 @@ def test_the_doctor_names_each_fault_on_real_kubelets(lab_env: dict[str, str], n
     else:
         assert cause and cause["name"] == expected, doctor.stdout[-3000:]
         assert doctor.returncode == 1
-
-
-def whole_lab(env: dict[str, str]) -> bool:
-    """The lab healthy (`healthy_status`) with both its GPU nodes Ready: a scenario that
-    replaced a node leaves it booting for a while."""
-    status = run_invoke("lab.status", "--lab", LAB, env=env).stdout
-    gpu_nodes = re.findall(r"^\s+\S+\s+gpu\s+Ready\s", status, re.MULTILINE)
-    return healthy_status(env, LAB) is not None and len(gpu_nodes) == GPU_NODES

@@ -92,3 +92,38 @@ def test_a_run_killed_right_after_injection_is_reverted_from_the_journal(
     sim_lab: SimLab, name: str
 ):
     killed_run_is_reverted_from_the_journal(sim_lab.lab, name, ROOT)
+
+
+def test_pods_refused_at_admission_and_replaced_do_not_hold_back_the_recovery() -> None:
+    """A Deployment's GPU pods that the kubelet refused at admission (created while the device
+    plugin re-registered) are replaced by its ReplicaSet: the workload runs again once one pod
+    runs. A bare pod so refused, or one that failed running, is still stuck."""
+    from typing import cast
+
+    from labs.kube.view import ClusterView, Snapshot
+    from labs.lab import Lab
+    from labs.run.contract import Context
+    from scenarios._workload import PROBE, SCENARIO_LABEL, fault_tag, runs_again
+
+    name = "runtimeclass-missing"
+    owner = [{"kind": "ReplicaSet", "name": f"{PROBE}-899c978f7", "controller": True}]
+
+    def pod(suffix: str, phase: str, reason: str = "", owned: bool = True) -> dict:
+        labels = {"app": PROBE, SCENARIO_LABEL: fault_tag(name)}
+        meta = {"name": f"{PROBE}-{suffix}", "namespace": "default", "labels": labels}
+        if owned:
+            meta["ownerReferences"] = owner
+        return {"metadata": meta, "status": {"phase": phase, "reason": reason}}
+
+    def verdict(*pods: dict) -> tuple[bool, str]:
+        view = cast(ClusterView, Snapshot({"pods": list(pods)}))
+        return runs_again(name).condition(Context(cast(Lab, None), view))
+
+    running = pod("x54qq", "Running")
+    refused = [pod(s, "Failed", "UnexpectedAdmissionError") for s in ("56tf7", "b8n7v")]
+    held, seen = verdict(running, *refused)
+    assert held, seen
+    assert "refused at admission and replaced: 2" in seen and "56tf7" not in seen
+    assert not verdict(running, pod("bare", "Failed", "UnexpectedAdmissionError", owned=False))[0]
+    assert not verdict(running, pod("crashed", "Failed", "Error"))[0]
+    assert not verdict(*refused)[0]  # nothing ran yet
