@@ -44,11 +44,13 @@ def run_invoke(
 
 
 @contextmanager
-def cli_lab(state_dir: Path, lab: str, speed: str, **extra: str) -> Iterator[dict[str, str]]:
-    """A rehearsal lab that `invoke lab.up --sim` brought up, as its user's environment (with
-    `extra` settings); destroyed with `lab.down --destroy` afterwards."""
+def cli_lab(
+    state_dir: Path, lab: str, speed: str, up_flags: tuple[str, ...] = (), **extra: str
+) -> Iterator[dict[str, str]]:
+    """A rehearsal lab that `invoke lab.up --sim [UP_FLAGS]` brought up, as its user's
+    environment (with `extra` settings); destroyed with `lab.down --destroy` afterwards."""
     env = invoke_env(state_dir, INVOKE_LAB_SPEED=speed, **extra)
-    up = run_invoke("lab.up", "--sim", "--lab", lab, env=env, timeout=600)
+    up = run_invoke("lab.up", "--sim", "--lab", lab, *up_flags, env=env, timeout=600)
     assert up.returncode == 0, up.stdout + up.stderr
     try:
         yield env

@@ -40,8 +40,10 @@ def lab_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
         tmp_path_factory.mktemp("rk"),
         LAB,
         SPEED,
+        ("--yes",),  # no GPU time limit, confirmed: the runs' calendar outlasts even a week's
         INVOKE_LAB_KUBELETS=REAL_KUBELETS,
         INVOKE_LAB_MONITORING="true",
+        INVOKE_LAB_TTL="off",
     ) as env:
         yield env
 
