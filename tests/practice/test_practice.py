@@ -130,7 +130,7 @@ def practice_lab(
     """The module's lab (with `extra` settings) and its user's environment."""
     require_tool("kubectl")
     require_venv_tool("aws")
-    state_dir = tmp_path_factory.mktemp("practice")
+    state_dir = tmp_path_factory.mktemp("pr")  # short: a real node's sockets live under it
     with cli_lab(state_dir, LAB, SPEED, **extra) as env:
         yield state_dir, env
 
