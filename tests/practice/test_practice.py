@@ -204,7 +204,11 @@ def detected_faults(env: dict[str, str]) -> list[str]:
 def wait_healthy(env: dict[str, str]) -> None:
     """Until the lab is healthy with both GPU nodes offering their GPU (real kubelets take real
     seconds to bring a restarted device plugin's GPU back)."""
-    until(lambda: whole_lab(env, LAB, GPU_NODES), timeout=300, what="a healthy lab")
+    try:
+        until(lambda: whole_lab(env, LAB, GPU_NODES), timeout=300, what="a healthy lab")
+    except AssertionError as gave_up:
+        status = run_invoke("lab.status", "--lab", LAB, env=env).stdout
+        raise AssertionError(f"{gave_up}; lab.status says:\n{status}") from None
 
 
 @pytest.mark.parametrize("name", list(scenarios.all_scenarios()))
