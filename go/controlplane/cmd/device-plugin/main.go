@@ -107,6 +107,8 @@ func (p *plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 }
 
 func (p *plugin) has(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	for _, device := range p.devices {
 		if device.ID == id {
 			return true
@@ -220,7 +222,8 @@ func watchHealth(config *rest.Config, node, annotation string, p *plugin) error 
 		if err != nil || xid <= 0 || !p.markUnhealthy() {
 			return
 		}
-		for _, device := range p.devices {
+		devices, _ := p.snapshot()
+		for _, device := range devices {
 			klogAt("health.go:186", "XidCriticalError: Xid=%d on Device=%s; marking device as unhealthy.", xid, device.ID)
 			klogAt("server.go:276", "'%s' device marked unhealthy: %s", resourceName, device.ID)
 		}
