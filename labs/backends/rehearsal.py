@@ -27,8 +27,9 @@ if TYPE_CHECKING:
     from labs.lab import Lab
     from labs.state import LabPaths
 
-# Wall seconds a check gets at least on real kubelets: a new GPU node's operands and validator
-# take about 40 s of real time on 2 idle cores, and the kubelet's back-offs are real seconds.
+# Wall seconds a check or a settling wait gets at least on real kubelets: a new GPU node's
+# operands and validator take about 40 s of real time on 2 idle cores, and the kubelet's
+# back-offs are real seconds.
 REAL_KUBELETS_CHECK_FLOOR = 180.0
 
 

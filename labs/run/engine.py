@@ -32,7 +32,7 @@ from labs.run.alerts import ALERT_SLACK, AlertWatch
 from labs.run.contract import ByHand, CheckResult, Context, Finding, Needs, Scenario
 from labs.run.report import RunRecord, write_report
 from labs.run.timeline import Timeline
-from labs.run.watch import MIN_TIMEOUT, checks_now, wall_seconds, watch_checks
+from labs.run.watch import checks_now, wait_floor, wall_seconds, watch_checks
 from labs.state import StateWriteError, utc_now
 
 if TYPE_CHECKING:
@@ -278,7 +278,7 @@ def _revert_or_explain(lab: Lab, scenario: Scenario, entry: str, out: Out) -> st
 def _wait_gone(lab: Lab, scenario: Scenario) -> None:
     """A revert counts once the scenario's own detection no longer sees the fault (pods take
     a moment to go); WaitTimeout when it still does."""
-    timeout = max(REVERT_GONE_SECONDS / lab.speed, MIN_TIMEOUT)
+    timeout = max(REVERT_GONE_SECONDS / lab.speed, wait_floor(lab))
     with _open_view(lab, scenario) as view:
         view.wait_for(
             lambda seen: not scenario.detect(lab, seen), timeout,
@@ -431,7 +431,7 @@ def _ready_for_baseline(lab: Lab, scenario: Scenario, view: ClusterView) -> None
 
     try:
         # the operator's own requeues keep wall time, as the control plane's do
-        settle = max(wall_seconds(SETTLE, lab.speed), 2 * MIN_TIMEOUT)
+        settle = max(wall_seconds(SETTLE, lab.speed), 2 * wait_floor(lab))
         view.wait_for(lambda v: state(v) == "ready" or None, settle,
                       "the ClusterPolicy to be ready", describe=state)  # fmt: skip
     except WaitTimeout:

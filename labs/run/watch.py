@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from labs.kube.view import ClusterView
+from labs.lab import Lab
 from labs.run.contract import Check, CheckResult, Context
 
 # Rehearsal worlds run many times faster than a real cluster, but their control plane keeps
@@ -39,7 +40,7 @@ def watch_checks(
     lab's own floor where its world keeps more real time: `Backend.check_floor`).
     `report` is called for each result as it is decided (the live story).
     """
-    floor = ctx.lab.backend.check_floor(ctx.lab) or MIN_TIMEOUT
+    floor = wait_floor(ctx.lab)
     pending = list(checks)
     results: dict[str, CheckResult] = {}
     last_seen: dict[str, str] = {}
@@ -94,6 +95,12 @@ def checks_now(ctx: Context, checks: Sequence[Check], phase: str) -> list[CheckR
         results.append(CheckResult(phase, check.name, held, 0.0 if held else None, seen,
                                    time.time() if held else None))  # fmt: skip
     return results
+
+
+def wait_floor(lab: Lab) -> float:
+    """The fewest wall seconds a sped-up wait gets on `lab`: MIN_TIMEOUT, or more where its
+    world keeps more real time (`Backend.check_floor`)."""
+    return lab.backend.check_floor(lab) or MIN_TIMEOUT
 
 
 def limit(check: Check, time_scale: float, floor: float = MIN_TIMEOUT) -> float:
