@@ -6,12 +6,12 @@ address on an interface of its own; the host's interfaces are never touched), se
 and starts the kubelet inside that namespace, in a mount namespace of the kubelet's own. There
 the machine is the instance type and the AMI (`/proc/meminfo`, `/sys/devices/system/cpu` and
 `/etc/os-release` are made-up files bound over the host's), the kernel settings the kubelet tunes
-are files of the node's (the host's stay as they are), and `/run` and `/var/lib` are directories
-of the node's (`NODE_DIRS`), which the runtime gives its containers' hostPath volumes too: so
-the kubelet's `/var/lib/kubelet/device-plugins` is where a device plugin in a pod registers, and
-the GPU Operator's `/run/nvidia/validations` is one place for all its pods on the node. The
-host's root is read-only there, so a hostPath volume the kubelet would create elsewhere fails
-instead of landing on the host.
+are files of the node's (the host's stay as they are), and `/run`, `/var/lib` and `/var/log`
+are directories of the node's (`NODE_DIRS`), which the runtime gives its containers' hostPath
+volumes too: so the kubelet's `/var/lib/kubelet/device-plugins` is where a device plugin in a
+pod registers, and the GPU Operator's `/run/nvidia/validations` is one place for all its pods on
+the node. The host's root is read-only there, so a hostPath volume the kubelet would create
+elsewhere fails instead of landing on the host.
 
 The kubelet reaches the API server through a port the runtime forwards out of the namespace; the
 API server reaches the kubelet through the runtime's door socket, which the node endpoint's
@@ -62,6 +62,9 @@ ETC_LAYER = "etc-layer"
 NODE_DIRS = {
     "/run": "run",
     "/var/lib": "var-lib",
+    # where the kubelet links every container's log (/var/log/containers, a fixed path it
+    # creates at start: the host may have none, and its root is read-only to the kubelet)
+    "/var/log": "var-log",
     CNI_CONF_DIR: "cni-net.d",
     "/etc/kubernetes": "etc-kubernetes",  # NFD's features.d, where GFD leaves its labels
     TOOLKIT_ROOT: "usr-local-nvidia",  # where the operator's container toolkit installs
@@ -69,7 +72,7 @@ NODE_DIRS = {
     # writable layer of the kubelet's /etc (ETC_LAYER)
     "/etc/containerd": f"{ETC_LAYER}/upper/containerd",
 }
-KUBELET_NODE_DIRS = ("/run", "/var/lib")
+KUBELET_NODE_DIRS = ("/run", "/var/lib", "/var/log")
 CLUSTER_DNS = "10.100.0.10"
 # The containerd release the node's runtime reports, in its machine directory.
 CONTAINERD_VERSION = "containerd-version"
