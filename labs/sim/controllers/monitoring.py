@@ -99,9 +99,12 @@ class PrometheusOperator(Controller):
         self._admission: RuleAdmission | None = None
         self._route: Path | None = None  # the operator Service's cluster IP, to the webhook
         self._following_rules = False
+        # the rule files of the last pass with the Service: a Prometheus keeps the last it had
+        self._rule_files: dict[str, str] = {}
 
     def reconcile(self) -> float | None:
         if self._serve_admission():
+            self._rule_files = self._render_rules()
             self._keep(CONFIG_MAPS, monitoring.RULES_CONFIG_MAP, self._rules_data())
             self._keep(SECRETS, monitoring.CONFIG_SECRET, self._config_data())
         else:
@@ -115,8 +118,7 @@ class PrometheusOperator(Controller):
 
     def _rules_data(self) -> dict[str, str]:
         return {
-            name: scaled_rules(text, self.timings.speed)
-            for name, text in self._rule_files().items()
+            name: scaled_rules(text, self.timings.speed) for name, text in self._rule_files.items()
         }
 
     def _config_data(self) -> dict[str, str]:
@@ -139,7 +141,7 @@ class PrometheusOperator(Controller):
         else:
             self.store.replace(rtype, obj)
 
-    def _rule_files(self) -> dict[str, str]:
+    def _render_rules(self) -> dict[str, str]:
         """Every PrometheusRule's groups as a rule file `<namespace>-<name>-<uid>.yaml`, as the
         prometheus-operator renders them (the chart selects the rules of every namespace); one
         that does not parse is skipped, as the operator skips it (Prometheus would refuse every
@@ -245,7 +247,7 @@ class MonitoringRelease(PrometheusOperator):
         ]
         played = self._played.get("prometheus")
         if played is not None and isinstance(played.program, Prometheus):
-            wanted = (self._rule_files(), self.timings.speed)
+            wanted = (self._rule_files, self.timings.speed)
             if wanted != self._loaded and played.restart_at is None:
                 played.program.reload(*wanted)
                 self._loaded = wanted
@@ -315,7 +317,7 @@ class MonitoringRelease(PrometheusOperator):
 
     def _start_prometheus(self) -> Prometheus:
         program = Prometheus(self._home, self._plane, proxy_url=self._proxy_url)
-        self._loaded = (self._rule_files(), self.timings.speed)
+        self._loaded = (self._rule_files, self.timings.speed)
         program.start(*self._loaded, on_exit=self.wake)
         return program
 
