@@ -362,6 +362,10 @@ def test_a_container_that_ends_completes_with_its_output_in_the_log(
     assert status["containerStatuses"][0]["state"]["terminated"]["reason"] == "Completed"  # type: ignore[index]
     logs = joined.still.kubectl(tmp_path, "logs", "done")
     assert logs.stdout == "finished\n", logs.stderr
+    # the kubelet's link for log shippers (a DaemonSet's hostPath /var/log), in the node's own
+    # /var/log: a host without /var/log/containers keeps none
+    [link] = (joined.node.node_dir("/var/log") / "containers").glob("done_*.log")
+    assert link.is_symlink() and link.read_text().endswith("finished\n")
 
 
 def test_kubectl_exec_runs_in_the_container_and_returns_its_exit_code(
