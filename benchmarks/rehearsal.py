@@ -1,13 +1,15 @@
 """A rehearsal lab's figures: lab.up time, idle CPU and memory, and the whole `invoke demo`.
 
-Run: `.venv/bin/python benchmarks/rehearsal.py [--seconds 30] [--settle 3] [--kubelets real]`.
+Run: `.venv/bin/python benchmarks/rehearsal.py [--seconds 30] [--settle 3] [--kubelets real]
+[--top 12]`.
 It brings a rehearsal lab up (on the played kubelet, or on real ones) through
 `invoke lab.up --sim` in a temporary state directory (timing it),
 waits `--settle` seconds, reads the user+system CPU time of the rehearsal process and every
 process under it (etcd, the API server, the controllers, the node endpoint) from /proc over
 `--seconds`, prints it as a percentage of one core (target: under 10 %) with their resident
-memory, and destroys the lab. Then it times `invoke demo` (target: under 60 s warm), which
-brings its own lab up, runs device-plugin-off and takes the lab down.
+memory and the `--top` busiest programs, and destroys the lab. Then it times `invoke demo`
+(target: under 45 s warm), which brings its own lab up, runs device-plugin-off and takes the
+lab down.
 """
 
 from __future__ import annotations
@@ -51,10 +53,30 @@ def tree(root: int) -> list[int]:
     return found
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """User plus system CPU seconds these processes have used so far (all their threads)."""
-    ticks = sum(int(_stat(pid)[11]) + int(_stat(pid)[12]) for pid in pids)
-    return ticks / os.sysconf("SC_CLK_TCK")
+def cpu_seconds(pids: list[int]) -> dict[int, float]:
+    """Each live process's user plus system CPU seconds so far (all its threads)."""
+    used = {}
+    for pid in pids:
+        try:
+            stat = _stat(pid)
+        except OSError:  # it ended meanwhile
+            continue
+        used[pid] = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+    return used
+
+
+def program(pid: int) -> str:
+    """What the process runs, as a person names it: the program, or Python's module."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "?"
+    words = [w.decode(errors="replace") for w in argv if w]
+    if not words:
+        return "?"
+    if "-m" in words[:-1]:
+        return words[words.index("-m") + 1]
+    return Path(words[0]).name
 
 
 def resident_mib(pids: list[int]) -> float:
@@ -78,6 +100,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--settle", type=float, default=3.0)
     parser.add_argument("--kubelets", choices=KUBELETS, default=MODELLED_KUBELETS)
+    parser.add_argument("--top", type=int, default=12, help="how many programs to list")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as state_dir:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("INVOKE_", "AWS_"))}
@@ -90,17 +113,25 @@ def main() -> None:
             time.sleep(args.settle)
             before, started = cpu_seconds(pids), time.monotonic()
             time.sleep(args.seconds)
-            used, elapsed = cpu_seconds(pids) - before, time.monotonic() - started
-            memory = resident_mib(pids)
+            after, elapsed = cpu_seconds(pids), time.monotonic() - started
+            memory = resident_mib(list(after))
+            by_program: dict[str, float] = {}
+            for pid, seconds in after.items():
+                name = program(pid)
+                by_program[name] = by_program.get(name, 0.0) + seconds - before.get(pid, 0.0)
+            used = sum(by_program.values())
         finally:
             invoke(env, "lab.down", "--lab", LAB, "--destroy", "--yes")
         print(f"kubelets: {args.kubelets}")
         print(f"lab.up --sim (2 GPU nodes, operator ready, speed 60): {up:.1f} s")
         print(f"idle rehearsal, {len(pids)} processes, {elapsed:.1f} s:")
         print(f"  CPU {used:.2f} s = {100 * used / elapsed:.1f} % of one core (target < 10 %)")
-        print(f"  resident memory {memory:.0f} MiB", flush=True)
-        demo = invoke(env, "demo")  # its monitoring does not run on real kubelets yet
-    print(f"invoke demo (up, device-plugin-off run, down): {demo:.1f} s (target < 60 s)")
+        print(f"  resident memory {memory:.0f} MiB")
+        print(f"  the busiest programs (% of one core), of {len(by_program)}:")
+        for name, seconds in sorted(by_program.items(), key=lambda item: -item[1])[: args.top]:
+            print(f"    {100 * seconds / elapsed:5.1f}  {name}", flush=True)
+        demo = invoke(env, "demo")
+    print(f"invoke demo (up, device-plugin-off run, down): {demo:.1f} s (target < 45 s)")
 
 
 if __name__ == "__main__":

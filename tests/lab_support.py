@@ -48,11 +48,13 @@ def cli_lab(
     state_dir: Path, lab: str, speed: str, up_flags: tuple[str, ...] = (), **extra: str
 ) -> Iterator[dict[str, str]]:
     """A rehearsal lab that `invoke lab.up --sim [UP_FLAGS]` brought up, as its user's
-    environment (with `extra` settings); destroyed with `lab.down --destroy` afterwards."""
+    environment (with `extra` settings); destroyed with `lab.down --destroy` afterwards, also
+    when lab.up failed (its world would run on, and every later test would share the machine
+    with it)."""
     env = invoke_env(state_dir, INVOKE_LAB_SPEED=speed, **extra)
-    up = run_invoke("lab.up", "--sim", "--lab", lab, *up_flags, env=env, timeout=600)
-    assert up.returncode == 0, up.stdout + up.stderr
     try:
+        up = run_invoke("lab.up", "--sim", "--lab", lab, *up_flags, env=env, timeout=600)
+        assert up.returncode == 0, up.stdout + up.stderr
         yield env
     finally:
         run_invoke("lab.down", "--lab", lab, "--destroy", "--yes", env=env)
