@@ -20,7 +20,7 @@ from labs.kube.gpu import (
     ready_gpu_nodes,
     schedulable_gpu_nodes,
 )
-from labs.kube.view import ClusterView
+from labs.kube.view import ClusterView, WaitTimeout
 from labs.lab import Lab
 from labs.lock import lab_lock
 from labs.settings import SettingsError
@@ -212,8 +212,8 @@ def _update_stuck(lab: Lab, nodegroup: str, update_id: str, limit: float) -> str
         )
     except LabError as error:
         facts.append(f"the node group could not be read back ({error})")
-    if ailing := lab.backend.ailing(lab):
-        facts.append(f"the lab's cluster cannot move: {'; '.join(ailing)}")
+    if stuck := cannot_move(lab):
+        facts.append(stuck)
     return "; ".join(facts) + (
         f". `aws eks describe-update --name {lab.cluster_name} --nodegroup-name {nodegroup} "
         f"--update-id {update_id}` follows it"
@@ -251,11 +251,23 @@ def _wait_gpu_nodes(lab: Lab, count: int, console: Console) -> None:
             return len(gpu_nodes(view)) == count == len(ready_gpu_nodes(view))
 
     with console.phase(title), lab.view() as view:
-        view.wait_for(
-            check, lab.settings.node_ready_timeout, title, describe_gpu_nodes,
-            console.waiter(lambda: describe_gpu_nodes(view)),
-        )  # fmt: skip
+        try:
+            view.wait_for(
+                check, lab.settings.node_ready_timeout, title, describe_gpu_nodes,
+                console.waiter(lambda: describe_gpu_nodes(view)),
+            )  # fmt: skip
+        except WaitTimeout as timeout:
+            if stuck := cannot_move(lab):  # why the nodes could not come, where known
+                raise WaitTimeout(f"{timeout}; {stuck}") from timeout
+            raise
         console.say(f"    {describe_gpu_nodes(view)}")
+
+
+def cannot_move(lab: Lab) -> str | None:
+    """What the backend knows keeps the lab's cluster from moving (a dead program of its
+    world, a kubelet that ended), said as one fact; None when it knows of nothing."""
+    ailing = lab.backend.ailing(lab)
+    return f"the lab's cluster cannot move: {'; '.join(ailing)}" if ailing else None
 
 
 def wait_billing_stopped(lab: Lab, cluster: str, nodegroup: str, console: Console) -> None:

@@ -21,9 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from labs.errors import LabError
+from labs.sim.node.node_log import ended_kubelets
 from labs.state import DamagedFile, load_json
 
 ENDPOINTS = "endpoints.json"
+# Each node's kubelet and runtime, and the catalogue of images their registries serve.
+NODES_DIR = "nodes"
 
 # A start takes 10-15 s on 2 idle cores; on a busy machine the process can spend a minute just
 # importing before it writes a line (seen with a Go build beside it), so death is caught at once
@@ -115,7 +118,7 @@ def ailing(sim_dir: Path) -> list[str]:
         found.append(not_ready)
     if full := disk_full(sim_dir):
         found.append(full)
-    return found
+    return found + ended_kubelets(sim_dir / NODES_DIR)
 
 
 def disk_full(sim_dir: Path) -> str | None:

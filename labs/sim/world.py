@@ -66,7 +66,7 @@ from labs.sim.node import container_process, gpu_faults, node_os
 from labs.sim.node.container_logs import ContainerLogs
 from labs.sim.node.images import MB, Image, metrics_server_image, write_catalogue
 from labs.sim.node.kubelet import KubeletNodes
-from labs.sim.process import ENDPOINTS
+from labs.sim.process import ENDPOINTS, NODES_DIR
 from labs.sim.timings import DEFAULT_SPEED, Timings, WorldClock, scaled
 from labs.state import atomic_write_json, atomic_write_text
 
@@ -81,9 +81,7 @@ ROUTES_DIR = "routes"
 MONITORING_DIR = "monitoring"
 # Where the GPU Operator's process keeps its root (its manifests, token and os-release).
 OPERATOR_DIR = "gpu-operator"
-# Each node's kubelet and runtime, and the catalogue of images their registries serve.
-NODES_DIR = "nodes"
-# Who runs the nodes: the world's model of the kubelet, or the real kubelet.
+# One world per process: moto's state is global.
 _one_world = threading.Lock()
 
 

@@ -42,6 +42,7 @@ from labs.sim.node.kubelet import (
     KubeletNode,
     NodeSpec,
 )
+from labs.sim.node.node_log import ended_kubelets
 from labs.sim.world import ROUTES_DIR
 
 IP, POD_CIDR = "192.168.12.34", "192.168.12.0/24"
@@ -590,6 +591,38 @@ def test_a_node_dies_with_the_process_that_started_it(
     os.kill(starter.pid, signal.SIGKILL)
     starter.wait()
     wait_for(lambda: not processes(ours), 30, what="the node's processes end")
+
+
+def test_a_kubelet_that_ends_is_named_with_its_last_error_and_log_until_its_node_stops(
+    still_plane: StillPlane, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A kubelet that dies leaves its node NotReady for good; the lab's health (`lab.status`,
+    a GPU wait that gives up) names it, and a node stopped with its instance is not named."""
+    nodes = tmp_path_factory.mktemp("ended")
+    ip, name = "192.168.12.77", "ip-192-168-12-77.ap-northeast-2.compute.internal"
+    spec = NodeSpec(name, ip, "192.168.13.0/26", "g5.xlarge", "aws:///ap-northeast-2a/i-0e77")
+    node = real_node(still_plane, nodes / ip, spec)
+    node.start()
+    try:
+
+        def kubelet() -> list[str]:
+            home = str(node.home)
+            return processes(
+                lambda argv: Path(argv[0]).name == "kubelet" and any(home in a for a in argv)
+            )
+
+        [running] = wait_for(what="the node's kubelet runs", check=kubelet, timeout=30)
+        os.kill(int(running.split()[1].rstrip(":")), signal.SIGKILL)
+        [named] = wait_for(what="the ended kubelet named", check=lambda: ended_kubelets(nodes))
+        assert named.startswith(f"the kubelet of node {ip} ended (signal: killed): ")
+        assert named.endswith(f"; its log is {node.log}")
+    finally:
+        node.stop()
+        try:
+            still_plane.api.delete(NODES, name)
+        except NotFound:
+            pass
+    assert ended_kubelets(nodes) == []
 
 
 # Starts a node the way a world does, then waits to be killed.

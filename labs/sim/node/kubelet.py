@@ -46,6 +46,7 @@ from labs.sim.node.hardware import (
     INSTANCE_TYPE_LABEL,
     pci_devices,
 )
+from labs.sim.node.node_log import HALTED
 from labs.sim.node.node_os import AL2023, machine_files
 
 KUBELET_PORT = 10250
@@ -200,8 +201,12 @@ class KubeletNode:
             route.write_text(f"unix:{self.door}")
 
     def stop(self) -> None:
-        """Stop the kubelet and the runtime (its containers' processes die with it)."""
+        """Stop the kubelet and the runtime (its containers' processes die with it); its log
+        says so last, so the kubelet's end there is not read as a crash (`ended_kubelets`)."""
         self._served.stop()
+        if self.log.exists():
+            with self.log.open("a") as log:
+                log.write(f"{HALTED}\n")
         if self.routes_dir is not None:  # its kubelet's, and its pods' ports' (the runtime's)
             (self.routes_dir / f"{self.spec.ip}_{KUBELET_PORT}").unlink(missing_ok=True)
             pods = ipaddress.ip_network(self.spec.pod_cidr)
@@ -471,10 +476,16 @@ class KubeletNodes:
 
     def prepare(self, say: build.Say = print) -> None:
         """Check this machine can run nodes and build their programs (cached), so the first
-        node boots without a build in the way, and no container has to build one."""
+        node boots without a build in the way, and no container has to build one. A world
+        starts with no nodes: what the nodes of a world before it left is removed (its ended
+        kubelets are not this world's)."""
         from labs.sim.controlplane.gpu_operator import release
 
         require_namespaces()
+        if self._home.is_dir():
+            for left in self._home.iterdir():
+                if left.is_dir() and _is_address(left.name):
+                    shutil.rmtree(left, ignore_errors=True)
         build.node_runtime_binary(say)
         build.device_plugin_binary(say)
         build.binaries(say)
