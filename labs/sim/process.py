@@ -105,7 +105,8 @@ def _silence(endpoints: dict[str, Any]) -> str | None:
 def ailing(sim_dir: Path) -> list[str]:
     """What keeps a running world's Kubernetes side from moving, each naming its process and
     log, port or file: a program of the world that died or was stopped, an API server whose
-    /readyz fails (etcd), a disk too full for etcd. [] when all is well or no world runs."""
+    /readyz fails (etcd), a disk too full for etcd, a node's kubelet that ended. [] when all is
+    well or no world runs."""
     endpoints = recorded_endpoints(sim_dir)
     if not endpoints.get("pid") or not _alive(int(endpoints["pid"])):
         return []
