@@ -23,6 +23,7 @@ from controlplane_support import (
     running_control_plane,
 )
 from lab_support import ROOT
+from sim_support import wait_for
 from stack_spec import stack
 from still_support import StillPlane
 from tool_support import require_tool, require_venv_tool
@@ -32,9 +33,13 @@ from labs.sim.aws.access import ADMIN_POLICY, LAB_USER, AccessEntries, Principal
 from labs.sim.aws.auth import Keys
 from labs.sim.controlplane import build
 from labs.sim.controlplane.kubeconfig import kubeconfig_document, write_kubeconfig
-from labs.sim.controlplane.run import ControlPlane
+from labs.sim.controlplane.run import FLEX_VOLUME_DIR, ControlPlane
 
 MANIFESTS = sorted(ROOT.glob("scenarios/manifests/*.yaml"))
+# The controller manager's default flex volume directory, which it creates where it is missing;
+# whether this host had it before any plane of this process started.
+HOST_FLEX_VOLUME_DIR = Path("/usr/libexec/kubernetes/kubelet-plugins/volume/exec")
+HOST_HAD_FLEX_VOLUME_DIR = HOST_FLEX_VOLUME_DIR.exists()
 EVENT_TIMEOUT = 30.0
 # A pod name a controller generated: its owner's name, then hash or random parts.
 GENERATED = re.compile(r'pods "[a-z0-9-]+?-[a-z0-9]{6,10}-[a-z0-9]{0,5}"')
@@ -66,6 +71,15 @@ def test_kubectl_version_prints_the_release_go_mod_pins(real: Run) -> None:
     server = json.loads(real("version", "-o", "json").stdout)["serverVersion"]
     assert server["gitVersion"] == build.pinned_versions().kubernetes
     assert re.fullmatch(r"v1\.35\.\d+", server["gitVersion"])
+
+
+def test_the_controller_manager_keeps_its_volume_plugins_in_the_planes_home(
+    plane: ControlPlane,
+) -> None:
+    """Nothing of the plane lands on the host: the controller manager's flex volume directory
+    is made in the plane's home, and the host's stays as it was."""
+    wait_for(lambda: (plane.home / FLEX_VOLUME_DIR).is_dir(), what="its flex volume directory")
+    assert HOST_FLEX_VOLUME_DIR.exists() == HOST_HAD_FLEX_VOLUME_DIR
 
 
 def test_the_pinned_release_is_the_stacks_eks_version() -> None:

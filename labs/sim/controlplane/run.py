@@ -294,7 +294,9 @@ class ControlPlane:
             return
         for component in ("kube-controller-manager", "kube-scheduler"):
             config = self.write_kubeconfig(component)
-            args = _controller_args(files) if component == "kube-controller-manager" else []
+            args = (
+                _controller_args(files, self.home) if component == "kube-controller-manager" else []
+            )
             self._spawn(bin_dir, component, [f"--kubeconfig={config}", *args, *_common_args()])
 
     def _start_webhook(self, ca: pki.Authority, access: Access) -> list[str]:
@@ -499,8 +501,14 @@ def _egress_config(home: Path, socket: Path) -> Path:
     return path
 
 
-def _controller_args(files: dict[str, Path]) -> list[str]:
+# The controller manager's flex volume directory, in the plane's home: its default, under
+# /usr/libexec/kubernetes, is one it creates on the host.
+FLEX_VOLUME_DIR = "flexvolume"
+
+
+def _controller_args(files: dict[str, Path], home: Path) -> list[str]:
     return [
+        f"--flex-volume-plugin-dir={home / FLEX_VOLUME_DIR}",
         f"--service-account-private-key-file={files['sa.key']}",
         f"--root-ca-file={files['ca.crt']}",
         f"--cluster-signing-cert-file={files['ca.crt']}",
