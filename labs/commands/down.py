@@ -142,7 +142,9 @@ def _revert_faults(lab: Lab, revert: Reverter, console: Console) -> list[str]:
 
 
 def _recover_outputs(lab: Lab, console: Console) -> None:
-    """The record lost the stack's outputs: read them back from the backend."""
+    """The record lost the stack's outputs (or a lab.up failed in its apply, before it wrote
+    them): read them back from the backend, and write the lab's kubeconfig where lab.up had not
+    got to it, so the GPU nodes can be watched leaving."""
     recovered = lab.backend.recover(lab)
     if not recovered.get("outputs"):
         return
@@ -154,6 +156,19 @@ def _recover_outputs(lab: Lab, console: Console) -> None:
         lab.save()
     except StateWriteError as error:
         console.say(f"    (not saved: {error})")
+    if not lab.paths.kubeconfig.exists():
+        _write_missing_kubeconfig(lab, console)
+
+
+def _write_missing_kubeconfig(lab: Lab, console: Console) -> None:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        lab.backend.write_kubeconfig(lab)
+    except (LabError, OSError, BotoCoreError, ClientError) as error:
+        console.say(f"    its kubeconfig could not be written either: {error}")
+    else:
+        console.say(f"    and wrote its kubeconfig, {lab.paths.kubeconfig}, as lab.up does")
 
 
 def _gpu_group_to_zero(lab: Lab, console: Console, problems: list[str]) -> str | None:

@@ -223,6 +223,25 @@ def test_lab_down_scales_what_the_backend_has_when_the_state_lost_its_phases(
         restore_gpus(world_lab)
 
 
+def test_lab_down_after_a_lab_up_that_failed_in_its_apply_watches_the_nodes_leave(
+    world_lab: SimLab, user: CliLab
+):
+    """lab.up writes the stack's outputs and the lab's kubeconfig after the apply; one that
+    failed there left neither: lab.down reads both back from the backend, not a gap to run
+    again for."""
+    user.lab.paths.state_file.write_text(json.dumps({"backend": "sim"}))
+    user.lab.paths.kubeconfig.unlink()
+    try:
+        down = user.invoke("lab.down")
+
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert gpu_scaling(world_lab)["desiredSize"] == 0, "lab.down left the GPUs running"
+        assert f"wrote its kubeconfig, {user.lab.paths.kubeconfig}" in down.stdout
+        assert "wait until no GPU node remains" in down.stdout
+    finally:
+        restore_gpus(world_lab)
+
+
 # --- 4. a state directory that cannot be written ------------------------------------------------
 
 
