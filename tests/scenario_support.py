@@ -447,6 +447,22 @@ def assert_findings_observed(report: dict[str, Any], name: str) -> None:
         )
 
 
+def _scenario_trees() -> dict[str, ast.Module]:
+    """Every scenario module's syntax tree, parsed when this module is imported, before any
+    world runs: CPython 3.11's ast.parse can fail with "AST constructor recursion depth
+    mismatch" while another thread compiles (python/cpython#106905), and a world's threads run
+    beside the tests."""
+    scenarios.all_scenarios()  # imports every scenario module and the helpers they use
+    return {
+        name: ast.parse(Path(str(module.__file__)).read_text())
+        for name, module in sorted(sys.modules.items())
+        if name.startswith("scenarios.") and getattr(module, "__file__", None)
+    }
+
+
+SCENARIO_TREES = _scenario_trees()
+
+
 def fixed_texts(name: str) -> set[str]:
     """The texts a scenario's code (its module and the shared scenarios/_*.py helpers) holds as
     is: string constants, and f-strings made only of module constants."""
@@ -455,8 +471,7 @@ def fixed_texts(name: str) -> set[str]:
     sources = [module, *helpers]
     texts: set[str] = set()
     for source in sources:
-        tree = ast.parse(Path(str(source.__file__)).read_text())
-        for node in ast.walk(tree):
+        for node in ast.walk(SCENARIO_TREES[source.__name__]):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 texts.add(node.value)
             elif isinstance(node, ast.JoinedStr) and (text := _constant_fstring(node, source)):
