@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from labs.settings import REAL_KUBELETS
+
 NODE_NAME = re.compile(r"ip-[0-9-]+\.[a-z0-9-]+\.compute\.internal")
 ROOT = Path(__file__).resolve().parent.parent  # the repository
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -52,6 +54,12 @@ def cli_lab(
     when lab.up failed (its world would run on, and every later test would share the machine
     with it)."""
     env = invoke_env(state_dir, INVOKE_LAB_SPEED=speed, **extra)
+    if extra.get("INVOKE_LAB_KUBELETS") == REAL_KUBELETS:
+        from scenario_support import release_shared_world
+
+        # Such a lab takes about 50 of the machine's inotify instances (often 128 per user; each
+        # kubelet 6, each API server 6): this worker's shared world, idle meanwhile, goes.
+        release_shared_world()
     try:
         up = run_invoke("lab.up", "--sim", "--lab", lab, *up_flags, env=env, timeout=600)
         assert up.returncode == 0, up.stdout + up.stderr
