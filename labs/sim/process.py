@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from labs.errors import LabError
+from labs.sim.logs import log_tail
 from labs.sim.node.node_log import ended_kubelets
 from labs.state import DamagedFile, load_json
 
@@ -239,7 +240,7 @@ def start(
         what = f"did not come up within {START_TIMEOUT:.0f} s"
         process.kill()
         process.wait()
-    tail = (sim_dir / "sim.log").read_text(errors="replace")[-2000:]
+    tail = log_tail(sim_dir / "sim.log", 2000)
     raise SimProcessError(
         f"the rehearsal backend {what}; its log ({sim_dir / 'sim.log'}) ends with:\n{tail}"
     )

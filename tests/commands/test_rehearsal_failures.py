@@ -131,10 +131,12 @@ def _through_each_failure(disk: Path) -> None:
         assert f"node-endpoint (pid {endpoint['pid']}) is not running" in status.stdout
 
         # its files deleted under it: lab.down still finds the backend by its command line (the
-        # world is frozen first, so none of its writes re-creates the directory meanwhile)
+        # world and its programs are frozen first, so none of their writes, such as a log line of
+        # the API server, re-creates a directory meanwhile)
         [world] = process.processes(sim_dir)
         programs = world_programs(sim_dir)
-        os.kill(world, signal.SIGSTOP)
+        for pid in [world, *(e["pid"] for e in programs if runs(e["pid"], e["program"]))]:
+            os.kill(pid, signal.SIGSTOP)
         shutil.rmtree(disk / LAB)
         down = run_invoke("lab.down", "--lab", LAB, env=env)
         no_traceback(down)

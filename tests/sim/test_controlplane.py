@@ -9,6 +9,7 @@ import os
 import re
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -31,9 +32,10 @@ from tool_support import require_tool, require_venv_tool
 from labs.kube.resources import CONFIG_MAPS
 from labs.sim.aws.access import ADMIN_POLICY, LAB_USER, AccessEntries, Principal, user_arn
 from labs.sim.aws.auth import Keys
-from labs.sim.controlplane import build
+from labs.sim.controlplane import build, run
 from labs.sim.controlplane.kubeconfig import kubeconfig_document, write_kubeconfig
 from labs.sim.controlplane.run import FLEX_VOLUME_DIR, ControlPlane
+from labs.sim.controlplane.tls import LOOPBACK
 
 MANIFESTS = sorted(ROOT.glob("scenarios/manifests/*.yaml"))
 # The controller manager's default flex volume directory, which it creates where it is missing;
@@ -259,6 +261,29 @@ def test_no_component_outlives_a_killed_starter(tmp_path: Path) -> None:
     while rehearsals_under(home) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert rehearsals_under(home) == []
+
+
+def test_an_api_server_that_cannot_listen_is_named_with_the_end_of_its_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The API server's port taken by another program (once a client's connection took it):
+    start() says it exited, quotes why from its log, and leaves no program running."""
+    drawn = iter([run.free_port(), run.free_port()])
+    with socket.create_server((LOOPBACK, 0)) as taken:
+        monkeypatch.setattr(run, "free_port", lambda: next(drawn, taken.getsockname()[1]))
+        plane = ControlPlane(tmp_path / "plane")
+        with pytest.raises(run.ControlPlaneError, match="kube-apiserver exited with 1") as raised:
+            plane.start(say=lambda line: None)
+    assert "address already in use" in str(raised.value)
+    assert rehearsals_under(tmp_path / "plane") == []
+
+
+def test_ports_for_the_labs_programs_lie_below_the_kernels_ephemeral_range() -> None:
+    """A client's connection is never handed a port a program of the lab was about to bind."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = [run.free_port() for _ in range(500)]
+    assert len(set(ports)) == len(ports)
+    assert max(ports) < low
 
 
 _START_AND_WAIT = """

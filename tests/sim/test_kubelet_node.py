@@ -32,6 +32,7 @@ from tool_support import require_tool
 from labs.kube.gpu import gpu_quantity
 from labs.kube.resources import EVENTS, LEASES, NODES, PODS, NotFound
 from labs.sim.controlplane.build import NODE_RUNTIME
+from labs.sim.controlplane.run import free_port
 from labs.sim.node import container_process
 from labs.sim.node.hardware import GPU_RESOURCE, INSTANCE_SHAPES
 from labs.sim.node.images import VPC_CNI_IMAGE, write_catalogue
@@ -432,7 +433,7 @@ def test_kubectl_port_forward_reaches_what_is_behind_the_pods_port(
         behind.parent.mkdir(parents=True, exist_ok=True)
         behind.write_text(f"127.0.0.1:{server.getsockname()[1]}")
         threading.Thread(target=_answer_once, args=(server,), daemon=True).start()
-        local = _free_port()
+        local = free_port()
         kubectl = [require_tool("kubectl"), "--kubeconfig", str(joined.still.kubeconfig)]
         forward = subprocess.Popen(
             [
@@ -461,12 +462,6 @@ def _answer_once(server: socket.socket) -> None:
     conn, _ = server.accept()
     with conn:
         conn.sendall(b"hello from behind the pod\n")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def test_deleting_a_pod_stops_its_container_and_removes_it(joined: Joined, tmp_path: Path) -> None:

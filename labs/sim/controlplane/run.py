@@ -13,6 +13,7 @@ import base64
 import ctypes
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -38,6 +39,7 @@ from labs.sim.controlplane.webhook import (
     AuthWebhook,
     write_webhook_config,
 )
+from labs.sim.logs import log_tail
 
 READY_TIMEOUT = 120.0
 STOP_TIMEOUT = 3.0
@@ -55,6 +57,15 @@ METRICS_SERVER_USER = "metrics-server"
 # Connections a world's client keeps to the API server: one per watch (about twenty kinds
 # followed) and room for the controllers' concurrent writes.
 POOL_SIZE = 32
+# Ports for the lab's programs: drawn from the PORT_SPAN ports below the ephemeral range, none
+# twice in one process (two programs of one world never share one), PORT_TRIES draws at most.
+PORT_SPAN = 16384
+PORT_TRIES = 200
+_PORTS_GIVEN: set[int] = set()
+_PORTS_LOCK = threading.Lock()
+# What an error quotes of a program's log when it exited at start.
+LOG_QUOTE_BYTES = 8192
+LOG_QUOTE_LINES = 6
 
 
 class ControlPlaneError(LabError):
@@ -62,9 +73,34 @@ class ControlPlaneError(LabError):
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((LOOPBACK, 0))
-        return int(probe.getsockname()[1])
+    """A loopback port a program of the lab can listen on, from below the kernel's ephemeral
+    range: a port from that range can be handed to any client's connection between this probe
+    and the program's own bind (a CI run's kube-apiserver exited on "address already in use")."""
+    low = _ephemeral_low()
+    for _ in range(PORT_TRIES):
+        port = random.randrange(max(1024, low - PORT_SPAN), low)
+        with _PORTS_LOCK:
+            if port in _PORTS_GIVEN:
+                continue
+            _PORTS_GIVEN.add(port)
+        with socket.socket() as probe:
+            try:
+                probe.bind((LOOPBACK, port))
+            except OSError:
+                continue
+            return port
+    raise ControlPlaneError(
+        f"no free loopback port below {low} after {PORT_TRIES} tries: stop other labs "
+        "(`invoke lab.list` shows them) and try again"
+    )
+
+
+def _ephemeral_low() -> int:
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    return max(low, 1024 + PORT_SPAN)
 
 
 def die_with_parent() -> None:
@@ -344,9 +380,10 @@ class ControlPlane:
     def _check_alive(self) -> None:
         for name, process in self._processes.items():
             if process.poll() is not None:
+                log = self.home / "logs" / f"{name}.log"
+                said = "\n".join(log_tail(log, LOG_QUOTE_BYTES).splitlines()[-LOG_QUOTE_LINES:])
                 raise ControlPlaneError(
-                    f"{name} exited with {process.returncode}; its log is "
-                    f"{self.home / 'logs' / f'{name}.log'}"
+                    f"{name} exited with {process.returncode}; its log ({log}) ends with:\n{said}"
                 )
 
     def stop(self) -> None:

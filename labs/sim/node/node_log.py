@@ -3,8 +3,9 @@ why. Light to import: `lab.status` reads it on every call."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from labs.sim.logs import log_tail
 
 # The node runtime's last line when its kubelet ends (go/controlplane/cmd/node-runtime), and
 # the line `KubeletNode.stop` adds after it when the node was stopped on purpose.
@@ -28,7 +29,7 @@ def ended_kubelets(nodes_dir: Path) -> list[str]:
     turns Ready again, and nothing else says why."""
     found = []
     for log in sorted(nodes_dir.glob("*/logs/node.log")):
-        lines = _tail(log)
+        lines = log_tail(log, LOG_TAIL_BYTES).splitlines()
         if not lines or KUBELET_ENDED not in lines[-1]:
             continue
         status = lines[-1].split(KUBELET_ENDED, 1)[1]
@@ -40,15 +41,6 @@ def ended_kubelets(nodes_dir: Path) -> list[str]:
                 said += "; " + advice.format(inotify=_read_limit("fs/inotify/max_user_instances"))
         found.append(f"{said}; its log is {log}")
     return found
-
-
-def _tail(log: Path) -> list[str]:
-    try:
-        with log.open("rb") as file:
-            file.seek(max(0, file.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
-            return file.read().decode(errors="replace").splitlines()
-    except OSError:
-        return []
 
 
 def _read_limit(name: str) -> str:
