@@ -29,15 +29,23 @@ from labs.sim.controlplane.webhook import Access
 
 def processes(matching: Callable[[list[str]], bool]) -> list[str]:
     """The processes whose argv `matching` accepts, as `pid N: <command line>`."""
-    found = []
+    return [f"pid {pid}: {' '.join(argv)}" for pid, argv in _command_lines() if matching(argv)]
+
+
+def pids(matching: Callable[[list[str]], bool]) -> list[int]:
+    """The pids of the processes whose argv `matching` accepts."""
+    return [pid for pid, argv in _command_lines() if matching(argv)]
+
+
+def _command_lines() -> Iterator[tuple[int, list[str]]]:
     for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
         try:
             argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
         except OSError:
             continue
-        if matching(argv):
-            found.append(f"pid {entry.name}: {' '.join(argv)}")
-    return found
+        yield int(entry.name), argv
 
 
 OUR_PROGRAMS = (*PROGRAMS, NODE_ENDPOINT, METRICS_SERVER, KUBE_STATE_METRICS, PROMETHEUS)

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from labs.settings import REAL_KUBELETS
@@ -24,6 +26,8 @@ INVOKE = str(Path(sys.executable).parent / "invoke")
 # A rehearsal's GPU time limit runs on its world's clock: at 300x the default 4 h is 48 wall
 # seconds, shorter than a test module holds its lab. A week lasts 34 wall minutes.
 TEST_TTL = "168h"
+# Where test workers (and test runs) on this machine queue for a lab of real kubelets.
+REAL_KUBELET_LOCK = Path(tempfile.gettempdir()) / "eks-gpu-lab-tests-real-kubelets.lock"
 
 
 def invoke_env(state_dir: Path, **extra: str) -> dict[str, str]:
@@ -54,18 +58,29 @@ def cli_lab(
     when lab.up failed (its world would run on, and every later test would share the machine
     with it)."""
     env = invoke_env(state_dir, INVOKE_LAB_SPEED=speed, **extra)
-    if extra.get("INVOKE_LAB_KUBELETS") == REAL_KUBELETS:
-        from scenario_support import release_shared_world
+    real = extra.get("INVOKE_LAB_KUBELETS") == REAL_KUBELETS
+    with one_real_kubelet_lab() if real else nullcontext():
+        try:
+            up = run_invoke("lab.up", "--sim", "--lab", lab, *up_flags, env=env, timeout=600)
+            assert up.returncode == 0, up.stdout + up.stderr
+            yield env
+        finally:
+            run_invoke("lab.down", "--lab", lab, "--destroy", "--yes", env=env)
 
-        # Such a lab takes about 50 of the machine's inotify instances (often 128 per user; each
-        # kubelet 6, each API server 6): this worker's shared world, idle meanwhile, goes.
-        release_shared_world()
-    try:
-        up = run_invoke("lab.up", "--sim", "--lab", lab, *up_flags, env=env, timeout=600)
-        assert up.returncode == 0, up.stdout + up.stderr
-        yield env
-    finally:
-        run_invoke("lab.down", "--lab", lab, "--destroy", "--yes", env=env)
+
+@contextmanager
+def one_real_kubelet_lab() -> Iterator[None]:
+    """Hold this machine's one place for a lab of real kubelets until the block ends; another
+    test worker's waits. Such a lab takes about 50 of the machine's inotify instances (often 128
+    per user; each kubelet 6, each API server 6) and much of two cores: two at once, each beside
+    the other workers' worlds, doubled a CI run's time. This worker's shared world, idle
+    meanwhile, goes first."""
+    from scenario_support import release_shared_world
+
+    release_shared_world()
+    with REAL_KUBELET_LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or its holder dies
+        yield
 
 
 def desired_by_aws_cli(env: dict[str, str], lab: str) -> int:

@@ -143,8 +143,8 @@ def _after_zero(lab: Lab, update: str | None, console: Console) -> None:
         try:
             _watch_nodes_leave(lab, console)
         except LabError as error:
-            ailing = "".join(f"; {why}" for why in lab.backend.ailing(lab))
-            gaps.append(f"could not watch the GPU nodes leave through Kubernetes: {error}{ailing}")
+            why = "".join(f"; {fact}" for fact in [cannot_move(lab)] if fact)
+            gaps.append(f"could not watch the GPU nodes leave through Kubernetes: {error}{why}")
         wait_billing_stopped(lab, cluster, nodegroup, console)
     unrecorded = None
     try:

@@ -24,7 +24,7 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
-from controlplane_support import processes
+from controlplane_support import pids, processes
 from sim_support import wait_for
 from still_support import StillPlane
 from tool_support import require_tool
@@ -600,14 +600,14 @@ def test_a_kubelet_that_ends_is_named_with_its_last_error_and_log_until_its_node
     node.start()
     try:
 
-        def kubelet() -> list[str]:
+        def kubelet() -> list[int]:
             home = str(node.home)
-            return processes(
+            return pids(
                 lambda argv: Path(argv[0]).name == "kubelet" and any(home in a for a in argv)
             )
 
         [running] = wait_for(what="the node's kubelet runs", check=kubelet, timeout=30)
-        os.kill(int(running.split()[1].rstrip(":")), signal.SIGKILL)
+        os.kill(running, signal.SIGKILL)
         [named] = wait_for(what="the ended kubelet named", check=lambda: ended_kubelets(nodes))
         assert named.startswith(f"the kubelet of node {ip} ended (signal: killed): ")
         assert named.endswith(f"; its log is {node.log}")

@@ -4,6 +4,9 @@ the operator decide on a node, as the kubelet and the operator model play them."
 
 from __future__ import annotations
 
+import socket
+import struct
+import threading
 from datetime import datetime
 
 import pytest
@@ -14,6 +17,8 @@ from labs.kube.resources import EVENTS, NODES, PODS
 from labs.sim.controllers.events import EventRecorder
 from labs.sim.controllers.heartbeats import NODE_LEASES
 from labs.sim.controllers.kubelet import Kubelet, injected_gpus
+from labs.sim.controllers.pod_endpoint import page_server
+from labs.sim.controlplane.tls import LOOPBACK
 from labs.sim.node.container_logs import ContainerLogs
 from labs.sim.node.hardware import DEFAULT_RUNTIME_ANNOTATION, NVIDIA_PCI_LABEL
 from labs.sim.timings import scaled
@@ -192,3 +197,34 @@ def test_a_kubelet_still_rejects_a_gpu_pod_when_the_node_has_none(tmp_path):
     status = admit_behind_a_node_cache(tmp_path, current="0")
     assert (status["phase"], status["reason"]) == ("Failed", "UnexpectedAdmissionError")
     assert "no healthy devices present" in status["message"]
+
+
+def test_a_scraper_that_hangs_up_before_the_page_leaves_no_traceback(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """A played exporter's page server outlives a scraper's timeout quietly: the world's and the
+    tests' output once filled with BrokenPipeError tracebacks."""
+    asked, hung_up, handlers = threading.Event(), threading.Event(), []
+
+    def page() -> str:
+        handlers.append(threading.current_thread())
+        asked.set()
+        hung_up.wait(10)
+        return "DCGM_FI_DEV_GPU_UTIL 0\n" * 10_000
+
+    server = page_server(page, (LOOPBACK, 0))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with socket.create_connection(server.server_address[:2]) as scraper:
+            scraper.sendall(b"GET /metrics HTTP/1.1\r\nHost: pod\r\n\r\n")
+            assert asked.wait(10), "the page server never read the page"
+            # closed with a reset, as a client that gave up does
+            scraper.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        hung_up.set()
+        [handler] = handlers
+        handler.join(10)
+        assert not handler.is_alive()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "Traceback" not in capfd.readouterr().err

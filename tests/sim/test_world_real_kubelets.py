@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 from controlplane_support import kubectl_command, kubectl_on, processes
+from lab_support import one_real_kubelet_lab
 from scenario_support import own_world
 from sim_support import wait_for
 
@@ -104,16 +105,17 @@ def world_runtimes(world: World, ip: str = "") -> list[str]:
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealWorld]:
     home = tmp_path_factory.mktemp("real")
-    world = own_world(home / "w", speed=600, kubelets=REAL_KUBELETS)
-    try:
-        made = RealWorld(world, home / "kube-cache")
-        wait_for(
-            what="the system nodes turn Ready",
-            check=lambda: len(nodes := made.nodes()) == 2 and all(ready(n) for n in nodes),
-        )
-        yield made
-    finally:
-        world.stop()
+    with one_real_kubelet_lab():
+        world = own_world(home / "w", speed=600, kubelets=REAL_KUBELETS)
+        try:
+            made = RealWorld(world, home / "kube-cache")
+            wait_for(
+                what="the system nodes turn Ready",
+                check=lambda: len(nodes := made.nodes()) == 2 and all(ready(n) for n in nodes),
+            )
+            yield made
+        finally:
+            world.stop()
 
 
 def test_every_instance_is_a_node_running_the_real_kubelet(real: RealWorld) -> None:

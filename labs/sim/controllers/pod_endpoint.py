@@ -10,6 +10,7 @@ The world writes where the server listens into two places the node endpoint read
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -53,9 +54,17 @@ class _Handler(BaseHTTPRequestHandler):
         """Quiet: the world's servers do not write to its terminal."""
 
 
+class _PageServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A scraper that hung up before the page was written (its timeout, a test that read
+        enough) is nothing to report; anything else is printed as the base class does."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 def page_server(page: Page, address: tuple[str, int]) -> ThreadingHTTPServer:
     """An HTTP server at `address` answering `/metrics` with `page()`, read at each scrape."""
-    return ThreadingHTTPServer(address, partial(_Handler, page))
+    return _PageServer(address, partial(_Handler, page))
 
 
 def pod_entries(pod: dict, port: int, network: PodNetwork) -> list[Path]:
