@@ -296,7 +296,7 @@ recovery = [
 def state(ctx: Context) -> dict[str, str]:
     """The summary rows, compared between baseline, fault and recovery."""
     return {
-        "gpu-operator": gpu.describe_operator(ctx.view),
+        "gpu-operator": gpu.describe_operator_replicas(ctx.view),
         "ClusterPolicy status.state": gpu.policy_state(gpu.cluster_policy(ctx.view)),
         "operand DaemonSets (ready/desired)": gpu.describe_operands(ctx.view),
         f"{gpu.GFD_DAEMONSET} env":

@@ -458,18 +458,24 @@ def last_terminations(pod: Mapping[str, Any]) -> list[str]:
 
 def describe_operator(objects: Objects) -> str:
     """The controller's health as a person reads it: replicas wanted/available, pods, crashes."""
+    crashes = [
+        f"{name_of(p)} last terminated: {', '.join(reasons)}"
+        for p in operator_pods(objects)
+        if (reasons := last_terminations(p))
+    ]
+    return describe_operator_replicas(objects) + (f"; {'; '.join(crashes)}" if crashes else "")
+
+
+def describe_operator_replicas(objects: Objects) -> str:
+    """Replicas wanted/available and pods, without the pods' crash history: what a scenario
+    that replaces the operator's pod compares with its baseline (a crash of the pod it
+    replaced cannot come back)."""
     deployment = operator_deployment(objects)
     if deployment is None:
         return "Deployment NotFound"
-    pods = operator_pods(objects)
-    crashes = [
-        f"{name_of(p)} last terminated: {', '.join(reasons)}"
-        for p in pods
-        if (reasons := last_terminations(p))
-    ]
     return (
         f"spec.replicas {wanted_replicas(deployment)}, {describe_deployment(deployment)}, "
-        f"{len(pods)} pod(s)" + (f"; {'; '.join(crashes)}" if crashes else "")
+        f"{len(operator_pods(objects))} pod(s)"
     )
 
 
