@@ -143,8 +143,11 @@ def _after_zero(lab: Lab, update: str | None, console: Console) -> None:
         try:
             _watch_nodes_leave(lab, console)
         except LabError as error:
-            why = "".join(f"; {fact}" for fact in [cannot_move(lab)] if fact)
-            gaps.append(f"could not watch the GPU nodes leave through Kubernetes: {error}{why}")
+            why = cannot_move(lab)
+            gaps.append(
+                f"could not watch the GPU nodes leave through Kubernetes: {error}"
+                + (f"; {why}" if why else "")
+            )
         wait_billing_stopped(lab, cluster, nodegroup, console)
     unrecorded = None
     try:

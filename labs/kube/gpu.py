@@ -458,24 +458,29 @@ def last_terminations(pod: Mapping[str, Any]) -> list[str]:
 
 def describe_operator(objects: Objects) -> str:
     """The controller's health as a person reads it: replicas wanted/available, pods, crashes."""
+    pods = operator_pods(objects)
     crashes = [
         f"{name_of(p)} last terminated: {', '.join(reasons)}"
-        for p in operator_pods(objects)
+        for p in pods
         if (reasons := last_terminations(p))
     ]
-    return describe_operator_replicas(objects) + (f"; {'; '.join(crashes)}" if crashes else "")
+    return _operator_replicas(objects, pods) + (f"; {'; '.join(crashes)}" if crashes else "")
 
 
 def describe_operator_replicas(objects: Objects) -> str:
     """Replicas wanted/available and pods, without the pods' crash history: what a scenario
     that replaces the operator's pod compares with its baseline (a crash of the pod it
     replaced cannot come back)."""
+    return _operator_replicas(objects, operator_pods(objects))
+
+
+def _operator_replicas(objects: Objects, pods: list[Obj]) -> str:
     deployment = operator_deployment(objects)
     if deployment is None:
         return "Deployment NotFound"
     return (
         f"spec.replicas {wanted_replicas(deployment)}, {describe_deployment(deployment)}, "
-        f"{len(operator_pods(objects))} pod(s)"
+        f"{len(pods)} pod(s)"
     )
 
 

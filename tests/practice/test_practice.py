@@ -149,8 +149,8 @@ def no_fault_left_behind(lab):
         run_invoke("scenario.revert", "--all", "--lab", LAB, env=env, timeout=300)
 
 
-# A practice command's limit: two faults' baselines and injections on real kubelets took over
-# 300 s once in a loaded CI run (their checks get the real kubelet's 180 s floor).
+# A practice command's limit: `practice.start --faults 2` on real kubelets ran past 300 s once
+# in a loaded CI run (which step ran long is not known; alone, it injected within a minute).
 PRACTICE_TIMEOUT = 600
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import ctypes
+import functools
 import json
 import os
 import random
@@ -95,7 +96,9 @@ def free_port() -> int:
     )
 
 
+@functools.cache
 def _ephemeral_low() -> int:
+    """The lowest port of the kernel's ephemeral range, read once per process."""
     try:
         low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     except (OSError, ValueError, IndexError):
