@@ -232,7 +232,7 @@ def start(
     exercise = record.begin(who, lab.name, [(s.name, s.area) for s in chosen])
     out(f"exercise {exercise} for {who} on lab {lab.name}: injecting {len(chosen)} fault(s) ...")
     try:
-        baselines = inject_blind(lab, chosen, speed, confirm)
+        baselines = inject_blind(lab, chosen, speed, confirm, progress=out)
     except BaseException:
         record.discard(exercise)
         raise

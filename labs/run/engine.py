@@ -648,11 +648,13 @@ def inject_blind(
     chosen: Sequence[Scenario],
     speed: float | None = None,
     confirm: Confirm | None = None,
+    progress: Out = _silent,
 ) -> list[dict[str, Any]]:
     """Inject `chosen` for practice without naming them anywhere a learner looks: every
     baseline on the healthy lab first, then each fault (journalled as hidden) with its
     symptoms watched in silence. Returns the baselines, in `chosen` order; an error reverts
     what was injected. Then the lab runs at a person's pace (`speed`, default real time).
+    `progress` hears only numbered steps (this takes minutes on real kubelets), never a name.
     """
     person = lab.backend.person_speed(lab, speed)
     with lab_lock(lab, "practice.start"):
@@ -663,20 +665,41 @@ def inject_blind(
         question = f"This exercise changes the infrastructure of lab {lab.name}; go on?"
         if changes and (confirm is None or not confirm(question)):
             raise ScenarioError("the exercise was not confirmed, nothing was injected; pass --yes")
+        step = _Steps(progress, len(chosen))
         # What a scenario's own steps print (a terraform plan) would name the fault too.
         with lab.backend.program_pace(lab), redirect_stdout(io.StringIO()):
-            baselines = [_healthy_baseline(lab, scenario, _silent) for scenario in chosen]
-            _inject_all(lab, chosen, baselines)
+            baselines = []
+            for number, scenario in enumerate(chosen, 1):
+                baselines.append(_healthy_baseline(lab, scenario, _silent))
+                step(f"baseline {number} of {len(chosen)} read from the healthy lab")
+            _inject_all(lab, chosen, baselines, step)
     lab.backend.set_speed(lab, person)
     return baselines
 
 
-def _inject_all(lab: Lab, chosen: Sequence[Scenario], baselines: list[dict[str, Any]]) -> None:
+class _Steps:
+    """Numbered progress lines with the seconds since the first, written to the stdout that
+    was current when made (a blind injection silences stdout around the scenarios' steps)."""
+
+    def __init__(self, out: Out, total: int) -> None:
+        self._out, self._stdout, self._start = out, sys.stdout, time.monotonic()
+        self.total = total
+
+    def __call__(self, line: str) -> None:
+        with redirect_stdout(self._stdout):
+            self._out(f"  {line} ({time.monotonic() - self._start:.0f} s)")
+
+
+def _inject_all(
+    lab: Lab, chosen: Sequence[Scenario], baselines: list[dict[str, Any]], step: _Steps
+) -> None:
     """Inject each fault in turn; when one fails, the ones already in are reverted too."""
     done: list[tuple[Scenario, str]] = []
     try:
-        for scenario, baseline in zip(chosen, baselines, strict=True):
+        for number, (scenario, baseline) in enumerate(zip(chosen, baselines, strict=True), 1):
+            step(f"fault {number} of {step.total}: injecting, then waiting for its symptoms")
             done.append((scenario, _inject_watched(lab, scenario, baseline, _silent, True)))
+            step(f"fault {number} of {step.total}: in, its symptoms showing")
     except BaseException:
         with shielded():
             for scenario, entry in reversed(done):

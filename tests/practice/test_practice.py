@@ -282,6 +282,16 @@ def test_two_faults_at_once_are_both_hidden_and_both_must_be_fixed(lab):
     start = practice(env, "start", "--faults", "2", "--seed", "7", "--who", "pair",
                      "--speed", SPEED)  # fmt: skip
     assert start.returncode == 0, start.stdout + start.stderr
+    # each step is told as it ends, numbered, never named (minutes on real kubelets)
+    steps = [line.strip() for line in start.stdout.splitlines() if line.startswith("  ")]
+    assert [step.rsplit(" (", 1)[0] for step in steps] == [
+        "baseline 1 of 2 read from the healthy lab",
+        "baseline 2 of 2 read from the healthy lab",
+        "fault 1 of 2: injecting, then waiting for its symptoms",
+        "fault 1 of 2: in, its symptoms showing",
+        "fault 2 of 2: injecting, then waiting for its symptoms",
+        "fault 2 of 2: in, its symptoms showing",
+    ], start.stdout
     entries = hidden_in_journal(state_dir)[-2:]
     names = [e["scenario"] for e in entries]
     assert [scenarios.get(n).area for n in names] == ["node", "workload"]
