@@ -678,8 +678,8 @@ def inject_blind(
 
 
 class _Steps:
-    """Numbered progress lines with the seconds since the first, written to the stdout that
-    was current when made (a blind injection silences stdout around the scenarios' steps)."""
+    """Numbered progress lines with the seconds since these steps began, written to the stdout
+    that was current then (a blind injection silences stdout around the scenarios' steps)."""
 
     def __init__(self, out: Out, total: int) -> None:
         self._out, self._stdout, self._start = out, sys.stdout, time.monotonic()
