@@ -13,6 +13,7 @@ import sys
 import threading
 from pathlib import Path
 
+from labs.errors import LabError
 from labs.settings import KUBELETS, MODELLED_KUBELETS
 from labs.sim.process import ENDPOINTS, recorded_endpoints
 from labs.sim.timings import DEFAULT_SPEED
@@ -33,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         choices=KUBELETS,
         default=MODELLED_KUBELETS,
         help="who runs the nodes: the world's model, or the real kubelet behind the lab's "
-        "container runtime (needs root on Linux; no GFD, DCGM exporter or monitoring yet)",
+        "container runtime (needs root on Linux, with mount, network and user namespaces)",
     )
     args = parser.parse_args(argv)
     if not args.speed > 0:
@@ -42,9 +43,13 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    world = start_world(
-        args.state_dir, args.speed, args.cluster_name, args.region, kubelets=args.kubelets
-    )
+    try:
+        world = start_world(
+            args.state_dir, args.speed, args.cluster_name, args.region, kubelets=args.kubelets
+        )
+    except LabError as error:  # the log's last line, which lab.up quotes: no traceback above it
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        return 1
     print(f"rehearsal world up: {world.endpoints['kube_url']}", flush=True)
     try:
         stop.wait()

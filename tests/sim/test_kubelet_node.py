@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from controlplane_support import pids, processes
+from lab_support import INVOKE, ROOT, invoke_env
 from sim_support import wait_for
 from still_support import StillPlane
 from tool_support import require_tool
@@ -637,3 +638,55 @@ node.start(lambda line: None)
 print("started", flush=True)
 time.sleep(3600)
 """
+
+
+REQUIRE_NAMESPACES = "from labs.sim.node.kubelet import require_namespaces; require_namespaces()"
+# root without CAP_SYS_ADMIN, as in a container started without --privileged
+WITHOUT_SYS_ADMIN = ["setpriv", "--bounding-set=-sys_admin", "--inh-caps=-sys_admin", "--"]
+# a user namespace whose user.max_user_namespaces is 0 (the host's stays as it is)
+WITHOUT_USER_NAMESPACES = [
+    "unshare", "--user", "--map-root-user", "--mount", "--net", "--",
+    "sh", "-c", 'echo 0 > /proc/sys/user/max_user_namespaces && exec "$@"', "sh",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("refusal", "named"),
+    [
+        (WITHOUT_SYS_ADMIN, ["mount and network namespaces", "not permitted", "--privileged"]),
+        (WITHOUT_USER_NAMESPACES, ["user namespaces", "No space left", "max_user_namespaces"]),
+    ],
+    ids=["no CAP_SYS_ADMIN", "no user namespaces"],
+)
+def test_a_machine_that_refuses_the_nodes_namespaces_is_told_what_to_change(
+    refusal: list[str], named: list[str]
+) -> None:
+    """The kernel's refusal is named before any node starts, with what to change, rather
+    than found later as `unshare: operation not permitted` in a dead node's log."""
+    require_tool(refusal[0])
+    checked = subprocess.run(
+        [*refusal, sys.executable, "-c", REQUIRE_NAMESPACES],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert checked.returncode != 0, checked.stdout + checked.stderr
+    said = checked.stderr.strip().splitlines()[-1]
+    assert said.startswith("labs.sim.node.kubelet.NodeUnavailable: this machine refuses"), said
+    for words in named:
+        assert words in said, said
+
+
+def test_lab_up_on_a_machine_without_cap_sys_admin_says_what_to_change_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    """What a person running lab.up in a container started without --privileged reads."""
+    env = {**invoke_env(tmp_path), "INVOKE_LAB_KUBELETS": "real", "INVOKE_LAB_TTL": "off"}
+    up = subprocess.run(
+        [*WITHOUT_SYS_ADMIN, INVOKE, "lab.up", "--sim", "--lab", "np", "--yes"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert up.returncode == 1, up.stdout + up.stderr
+    assert "error: this machine refuses the rehearsal's nodes mount and network" in up.stderr
+    assert "start it with --privileged" in up.stderr
+    assert "Traceback" not in up.stdout + up.stderr
+    left = processes(lambda argv: any(str(tmp_path) in word for word in argv))
+    assert left == [], "the world's programs (etcd, the API server) end with it"

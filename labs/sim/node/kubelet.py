@@ -25,11 +25,12 @@ import ipaddress
 import os
 import shlex
 import shutil
+import subprocess
 import sys
 import uuid
 from dataclasses import dataclass, field
 from decimal import Decimal
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -559,11 +560,48 @@ def require_namespaces() -> None:
             "their own, which needs root here: run the rehearsal as root (or in a container "
             "started with --privileged)"
         )
-    for tool in ("ip", "mount", "sh"):
+    for tool in ("ip", "mount", "sh", "unshare"):
         if shutil.which(tool) is None:
             raise NodeUnavailable(
                 f"the rehearsal's nodes need `{tool}` on PATH (iproute2, util-linux)"
             )
+    refused = _namespaces_refused()
+    if refused:
+        raise NodeUnavailable(refused)
+
+
+# What each kind of namespace is for, and what to change where the kernel refuses it to root.
+NAMESPACE_PROBES = (
+    (
+        ("--mount", "--net"),
+        "mount and network namespaces (each node's own)",
+        "CAP_SYS_ADMIN is missing or a seccomp profile forbids unshare(2): in a container, "
+        "start it with --privileged",
+    ),
+    (
+        ("--user", "--map-root-user", "--mount"),
+        "user namespaces (the roots of the containers that run real programs)",
+        "check the sysctl user.max_user_namespaces (0 forbids them) and, in a container, "
+        "start it with --privileged",
+    ),
+)
+
+
+@cache
+def _namespaces_refused() -> str | None:
+    """The kernel's answer, asked once per process before any node starts (a node would only
+    end with `unshare: operation not permitted` in its log): why it refuses, or None."""
+    for flags, used_for, what_to_do in NAMESPACE_PROBES:
+        probe = subprocess.run(
+            ["unshare", *flags, "--", "true"], capture_output=True, text=True, timeout=30
+        )
+        if probe.returncode != 0:
+            said = probe.stderr.strip() or f"exit {probe.returncode}"
+            return (
+                f"this machine refuses the rehearsal's nodes {used_for}: `unshare "
+                f"{' '.join(flags)}` says {said!r}; {what_to_do}"
+            )
+    return None
 
 
 def _certificates(ca: pki.Authority, spec: NodeSpec, pki_dir: Path) -> dict[str, Path]:
