@@ -120,6 +120,16 @@ def aws_world(tmp_path_factory: pytest.TempPathFactory):
         world.stop()
 
 
+@pytest.fixture
+def aws_lab(aws_world):
+    """The module's world with its lab up: the tests after lab.up's own build on that lab, and
+    one run alone brings it up first (`lab.up` changes nothing a second time)."""
+    world, settings = aws_world
+    if not settings.paths.state_file.exists():
+        up.up(settings, sim=False, dry_run=False, console=_console()[0])
+    return world, settings
+
+
 def _client(world, service: str):
     return moto_clients(world.endpoints)(service)
 
@@ -176,8 +186,8 @@ def test_aws_lab_up_applies_with_terraform_then_scales_through_the_eks_api(aws_w
     assert timedelta(hours=167, minutes=50) < left <= timedelta(hours=168), "TTL on the wall clock"
 
 
-def test_aws_lab_up_twice_does_no_second_apply_or_scale(aws_world):
-    _, settings = aws_world
+def test_aws_lab_up_twice_does_no_second_apply_or_scale(aws_lab):
+    _, settings = aws_lab
     console, out = _console()
     up.up(settings, sim=False, dry_run=False, console=console)
     text = out.getvalue()
@@ -185,16 +195,16 @@ def test_aws_lab_up_twice_does_no_second_apply_or_scale(aws_world):
     assert "(already so; no API call)" in text
 
 
-def test_aws_lab_scale_carries_min_0_max_2_and_waits(aws_world):
-    world, settings = aws_world
+def test_aws_lab_scale_carries_min_0_max_2_and_waits(aws_lab):
+    world, settings = aws_lab
     console, out = _console()
     scale.scale(Lab.open(settings), 1, console)
     assert _scaling(world) == {"minSize": 0, "maxSize": 2, "desiredSize": 1}
     assert "1 GPU node(s):" in out.getvalue()
 
 
-def test_nccl_sg_block_applies_the_full_variable_set_with_only_the_toggles_changed(aws_world):
-    _, settings = aws_world
+def test_nccl_sg_block_applies_the_full_variable_set_with_only_the_toggles_changed(aws_lab):
+    _, settings = aws_lab
     lab = Lab.open(settings)
     scenario = scenarios.get("nccl-sg-block")
     toggles = {stack.ENABLE_AUX_SG_VPC_ALLOW, stack.NODE_SG_ENABLE_RECOMMENDED_RULES}
@@ -214,10 +224,10 @@ def test_nccl_sg_block_applies_the_full_variable_set_with_only_the_toggles_chang
     assert _tfvars(settings) == before
 
 
-def test_monitoring_from_lab_up_stays_through_a_scenarios_toggles_and_a_plain_lab_up(aws_world):
+def test_monitoring_from_lab_up_stays_through_a_scenarios_toggles_and_a_plain_lab_up(aws_lab):
     """lab.up --monitoring turns it on; the applies after it (a scenario's inject and revert,
     a lab.up without the flag) run with the setting off and must keep what was applied."""
-    _, settings = aws_world
+    _, settings = aws_lab
     console, out = _console()
     up.up(replace(settings, monitoring=True), sim=False, dry_run=False, console=console)
     assert "+ create terraform_data.monitoring[0]" in out.getvalue()
@@ -238,8 +248,8 @@ def test_monitoring_from_lab_up_stays_through_a_scenarios_toggles_and_a_plain_la
     assert "terraform_data.monitoring" not in out.getvalue()
 
 
-def test_lab_down_scales_to_zero_even_when_a_revert_fails(aws_world):
-    world, settings = aws_world
+def test_lab_down_scales_to_zero_even_when_a_revert_fails(aws_lab):
+    world, settings = aws_lab
     lab = Lab.open(settings)
     entry = lab.journal.record_injecting("stuck-fault")
     lab.journal.mark(entry, "injected")
@@ -301,10 +311,10 @@ def _kubernetes_damaged(world, kubeconfig: Path, damage: str) -> Iterator[str]:
 
 
 @pytest.mark.parametrize("damage", ["refused", "deleted", "nothing listens", "stopped"])
-def test_aws_lab_down_reaches_zero_gpus_whatever_kubernetes_says(aws_world, damage):
+def test_aws_lab_down_reaches_zero_gpus_whatever_kubernetes_says(aws_lab, damage):
     """The GPU node group is an AWS resource: lab.down scales it to 0 through the EKS API
     whatever the lab's Kubernetes says, names what it could not read there, and exits 1."""
-    world, settings = aws_world
+    world, settings = aws_lab
     scale.scale(Lab.open(settings), 2, _console()[0])
     env = _aws_env(world, settings)
 
@@ -319,8 +329,8 @@ def test_aws_lab_down_reaches_zero_gpus_whatever_kubernetes_says(aws_world, dama
     assert named in ran.stderr
 
 
-def test_aws_lab_down_scales_to_zero_and_is_safe_twice(aws_world):
-    world, settings = aws_world
+def test_aws_lab_down_scales_to_zero_and_is_safe_twice(aws_lab):
+    world, settings = aws_lab
     for _ in range(2):
         console, out = _console()
         down.down(
@@ -333,9 +343,9 @@ def test_aws_lab_down_scales_to_zero_and_is_safe_twice(aws_world):
     assert Lab.open(settings).outputs, "lab.down without --destroy keeps the lab"
 
 
-def test_lab_down_destroy_completes_with_the_gpu_node_group_deleted_out_of_band(aws_world):
+def test_lab_down_destroy_completes_with_the_gpu_node_group_deleted_out_of_band(aws_lab):
     """The cost guard from the cloud's truth: the group is gone, the rest is still destroyed."""
-    world, settings = aws_world
+    world, settings = aws_lab
     moto_clients(world.endpoints)("eks").delete_nodegroup(
         clusterName=LAB, nodegroupName=f"{LAB}-ng-gpu"
     )
