@@ -424,7 +424,7 @@ def _prometheus(args: argparse.Namespace) -> int:
     Secret) unpacked where --config.file reads it before the start, and again, Prometheus told
     with SIGHUP, whenever it or a mounted rule file changes (as the kubelet refreshes them)."""
     from labs.sim.controlplane import build, monitoring
-    from labs.sim.controlplane.run import ControlPlaneError
+    from labs.sim.controlplane.run import ControlPlaneError, die_with_parent
     from labs.state import atomic_write_text
 
     mounted = [
@@ -459,7 +459,8 @@ def _prometheus(args: argparse.Namespace) -> int:
     except ControlPlaneError as error:
         print(error, file=sys.stderr)
         return NOT_RUNNABLE
-    program = subprocess.Popen(command, env=env)
+    # it dies with this process, which dies with its node's runtime (even under kill -9)
+    program = subprocess.Popen(command, env=env, preexec_fn=die_with_parent)
     signal.signal(signal.SIGTERM, lambda *_: program.terminate())
     while True:
         try:
