@@ -671,7 +671,7 @@ def inject_blind(
             baselines = []
             for number, scenario in enumerate(chosen, 1):
                 baselines.append(_healthy_baseline(lab, scenario, _silent))
-                step(f"baseline {number} of {len(chosen)} read from the healthy lab")
+                step(f"baseline {number} of {step.total} read from the healthy lab")
             _inject_all(lab, chosen, baselines, step)
     lab.backend.set_speed(lab, person)
     return baselines
