@@ -73,7 +73,7 @@ def one_node_baseline(lab: Lab, view: ClusterView) -> dict[str, Any]:
 
 def pin_probe(ctx: Context) -> None:
     """A fresh gpu-probe-pinned on the chosen node (it waits there, Pending)."""
-    probes.recreate_probe(
+    probes.recreate_admitted(
         ctx.lab, ctx.lab.settings.probe_timeout, name=PINNED, node=ctx.baseline["node"]
     )
 
@@ -83,7 +83,6 @@ def remove_pinned(lab: Lab) -> None:
     probes.delete_probe(lab, lab.settings.probe_timeout, name=PINNED)
 
 
-REJECTED = "UnexpectedAdmissionError"  # kubelet's reason for a pod the device manager refused
 SETTLE_SECONDS = 300.0  # real-cluster seconds for a device-plugin rollout to reach every node
 
 
@@ -109,9 +108,9 @@ def settle_then_repin(lab: Lab) -> None:
                       "the device plugin settled on every GPU node")  # fmt: skip
         found = gpu.pod(view, PINNED) or {}
     status, spec = found.get("status") or {}, found.get("spec") or {}
-    if status.get("phase") == "Failed" and status.get("reason") == REJECTED:
+    if status.get("phase") == "Failed" and status.get("reason") == gpu.ADMISSION_REJECTED:
         node = spec.get("nodeName") or (spec.get("nodeSelector") or {}).get(probes.HOSTNAME_LABEL)
-        probes.recreate_probe(lab, lab.settings.probe_timeout, name=PINNED, node=node)
+        probes.recreate_admitted(lab, lab.settings.probe_timeout, name=PINNED, node=node)
 
 
 def only_node_dark(ctx: Context) -> Verdict:

@@ -113,7 +113,7 @@ def ds_deleted(ctx: Context) -> Verdict:
 
 
 def probe_again(ctx: Context) -> None:
-    probes.recreate_probe(ctx.lab, ctx.lab.settings.probe_timeout)
+    probes.recreate_admitted(ctx.lab, ctx.lab.settings.probe_timeout)
 
 
 def probe_unschedulable(ctx: Context) -> Verdict:

@@ -85,7 +85,7 @@ def plugin_on_others_only(ctx: Context) -> Verdict:
 
 
 def probes_again(ctx: Context) -> None:
-    probes.recreate_probe(ctx.lab, ctx.lab.settings.probe_timeout)
+    probes.recreate_admitted(ctx.lab, ctx.lab.settings.probe_timeout)
     _one_node.pin_probe(ctx)
 
 

@@ -52,7 +52,6 @@ WORKLOAD_LABEL = "nvidia-device-plugin-validator"
 WITH_WORKLOAD = "WITH_WORKLOAD"
 BEFORE = "validator_plugin_env_before"  # the lab record's note of the env the fault replaced
 CRASH_LOOP = "Init:CrashLoopBackOff"
-REJECTED = "UnexpectedAdmissionError"
 UNAVAILABLE = "Available: 0, which is unexpected"
 # validator/main.go v25.3.4 :1195 (the typo is the validator's) and :1203
 WAITING, GAVE_UP = "is curently in Failed phase", "gave up waiting for pod"
@@ -277,7 +276,7 @@ def rejected(objects: Objects) -> list[dict[str, Any]]:
     return [
         p
         for p in workload_pods(objects)
-        if (p.get("status") or {}).get("reason") == REJECTED
+        if (p.get("status") or {}).get("reason") == gpu.ADMISSION_REJECTED
         and UNAVAILABLE in str((p.get("status") or {}).get("message"))
     ]
 
@@ -400,7 +399,7 @@ def restart_no_help(ctx: Context) -> Verdict:
 symptoms = [
     Check("a gpu-holder pod Running on every GPU node, holding its nvidia.com/gpu",
           every_gpu_held, 60),
-    Check(f"a validator workload pod {WORKLOAD_LABEL}-xxxxx Failed: {REJECTED} "
+    Check(f"a validator workload pod {WORKLOAD_LABEL}-xxxxx Failed: {gpu.ADMISSION_REJECTED} "
           f"`... Requested: 1, {UNAVAILABLE}`", workload_rejected, 120, names_cause=True),
     Check(f"{INIT} keeps logging `pod ... {WAITING}`", validator_waits, 120),
     Check(ALL_FINE, plugin_and_allocatable_fine, 120),

@@ -554,6 +554,8 @@ def event_reasons(events: list[Obj]) -> list[str]:
 # The scheduler's per-node reasons (Kubernetes 1.35 wording; the taint one names no key).
 INSUFFICIENT_GPU = f"Insufficient {GPU_RESOURCE}"
 SELECTOR_MISMATCH = "node(s) didn't match Pod's node affinity/selector"
+# The kubelet's reason for a pod its device manager refused at admission (phase Failed).
+ADMISSION_REJECTED = "UnexpectedAdmissionError"
 UNTOLERATED_TAINT = "node(s) had untolerated taint(s)"
 # What the DynamicResourceAllocation plugin's PostFilter adds for a pod with no resource claims
 # (kube-scheduler 1.34+, DRA on by default): it precedes preemption's verdict on every failure.

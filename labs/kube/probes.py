@@ -15,7 +15,7 @@ import yaml
 
 from labs.errors import LabError
 from labs.kube import rest
-from labs.kube.gpu import pod_story, scheduling_failure
+from labs.kube.gpu import ADMISSION_REJECTED, pod_story, scheduling_failure
 from labs.kube.logs import pod_log
 from labs.kube.resources import PODS, KubeApiError
 from labs.kube.view import WORKLOAD_NAMESPACE, ClusterView, WatchedKind
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 PROBE_MANIFEST = Path(__file__).resolve().parent / "manifests" / "gpu-probe.yaml"
 HOSTNAME_LABEL = "kubernetes.io/hostname"  # EKS sets it to the node's name
 FINISHED_PHASES = ("Succeeded", "Failed")
+ADMISSION_ATTEMPTS = 3
 
 
 class ProbeError(LabError):
@@ -117,6 +118,56 @@ def recreate_probe(
     """Delete any old probe, then create a fresh one; returns the new pod's uid."""
     delete_probe(lab, timeout, manifest, name)
     return str(create_probe(lab, manifest, name, node)["metadata"]["uid"])
+
+
+def recreate_admitted(
+    lab: Lab, timeout: float, name: str | None = None, node: str | None = None
+) -> str:
+    """`recreate_probe`, made again when its node's kubelet refuses it at admission.
+
+    The scheduler reads nodes through its own watch: a probe made just as a device plugin
+    went (the tool saw allocatable 0) can still be bound to that node, and its kubelet then
+    fails it with UnexpectedAdmissionError, as on EKS. That race is not the fault the probe
+    is there to show. Returns the uid of the probe the scheduler or the kubelet kept.
+    """
+    name = name or probe_name()
+    seen = ""
+    for _ in range(ADMISSION_ATTEMPTS):
+        found = _create_watched(lab, timeout, name, node)
+        status = found.get("status") or {}
+        if status.get("reason") != ADMISSION_REJECTED:
+            return str(found["metadata"]["uid"])
+        seen = str(status.get("message", ""))
+    raise ProbeError(
+        f"the kubelet refused probe pod {name} at admission {ADMISSION_ATTEMPTS} times: {seen!r}"
+    )
+
+
+def _create_watched(lab: Lab, timeout: float, name: str, node: str | None) -> dict[str, Any]:
+    """A fresh probe, returned once the scheduler held it or a kubelet decided on it."""
+    uid = recreate_probe(lab, timeout, name=name, node=node)
+    with _pod_view(lab, name, WORKLOAD_NAMESPACE) as view:
+        return view.wait_for(
+            lambda v: _decided(v.find("pods", name), uid),
+            timeout,
+            what=f"pod {name} to be held by the scheduler or admitted by a kubelet",
+        )
+
+
+def _decided(pod: dict[str, Any] | None, uid: str) -> dict[str, Any] | None:
+    """This very pod once its fate is known: unschedulable, refused, or admitted (a kubelet
+    reported its containers or a final phase)."""
+    if pod is None or pod["metadata"].get("uid") != uid:
+        return None
+    status = pod.get("status") or {}
+    if not (pod.get("spec") or {}).get("nodeName"):
+        conditions = status.get("conditions") or []
+        held = any(
+            c.get("type") == "PodScheduled" and c.get("status") == "False" for c in conditions
+        )
+        return pod if held else None
+    admitted = status.get("containerStatuses") or status.get("initContainerStatuses")
+    return pod if admitted or status.get("phase") != "Pending" else None
 
 
 def read_probe_log(lab: Lab, name: str) -> str:

@@ -4,6 +4,7 @@ path and the recovery come from kubelet v1.35.4's device manager, admission and 
 operator's real operand pods, the project's device plugin over the device-plugin API and the
 runtime's NVIDIA prestart hook. The lab has monitoring: Prometheus and kube-state-metrics run
 as the release's pods on the kubelets, and each scenario's declared alerts must fire.
+The scenarios' probes are made again when a kubelet refuses them at admission.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -21,8 +23,12 @@ from tool_support import require_tool
 
 import scenarios
 from labs.aws.stack import MONITORING_NAMESPACE
+from labs.kube import gpu, probes, rest
 from labs.kube.alerts import ALERTS_PATH, RULES_PATH
-from labs.settings import REAL_KUBELETS
+from labs.kube.resources import PODS
+from labs.kube.view import WORKLOAD_NAMESPACE
+from labs.lab import Lab
+from labs.settings import REAL_KUBELETS, load_settings
 from labs.sim.controlplane.monitoring import RULES_CONFIG_MAP
 
 LAB = "rk1"
@@ -32,6 +38,7 @@ SETTLE_SECONDS = 120.0  # how long the doctor is read again while a fault settle
 # The kubelet refreshes a mounted ConfigMap on its pod's next sync (syncFrequency 1m, jittered).
 CONFIG_MAP_REFRESH = 180.0
 TARGETS_PATH = ALERTS_PATH.removesuffix("/alerts") + "/targets"
+PINNED, HOLDER = "gpu-probe-pinned", "gpu-holder"
 
 
 @pytest.fixture(scope="module")
@@ -136,3 +143,78 @@ def test_the_doctor_names_each_fault_on_real_kubelets(lab_env: dict[str, str], n
     else:
         assert cause and cause["name"] == expected, doctor.stdout[-3000:]
         assert doctor.returncode == 1
+
+
+# --- the tool's probe against a kubelet that refuses it at admission ---------------------------
+# The scheduler reads nodes through its own watch: just after a device plugin went, it can still
+# bind a GPU pod to that node, whose kubelet then fails it (UnexpectedAdmissionError). That
+# binding cannot be forced from outside, so these tests bind the probe themselves (spec.nodeName,
+# as a stale scheduler would) to a node whose one GPU another pod holds: the refusal is the
+# kubelet's device manager's.
+
+
+@pytest.fixture
+def held_node(lab_env: dict[str, str]) -> Iterator[tuple[Lab, str]]:
+    """The lab, and a GPU node whose GPU a sleeping pod holds; the pods go afterwards."""
+    until(lambda: whole_lab(lab_env, LAB, GPU_NODES), timeout=300,
+          what="a healthy lab with both GPU nodes")  # fmt: skip
+    settings = load_settings(None, {"lab": LAB, "state_dir": lab_env["INVOKE_LAB_STATE_DIR"]})
+    lab = Lab.open(settings)
+    node = gpu.name_of(gpu.gpu_nodes(lab.snapshot("nodes"))[0])
+    holder = probes.load_probe(name=HOLDER, node=node)
+    holder["spec"]["containers"][0]["command"] = ["sleep", "infinity"]
+    rest.create(lab.kube, PODS.path(WORKLOAD_NAMESPACE), holder)
+    try:
+        until(lambda: gpu.pod_phase(lab.snapshot("pods"), HOLDER) == "Running", timeout=120,
+              what=f"{HOLDER} Running on {node}")  # fmt: skip
+        yield lab, node
+    finally:
+        kubectl(lab_env, "delete", "pod", HOLDER, PINNED, "--ignore-not-found", "--wait=true")
+
+
+def bound_by_a_stale_scheduler(monkeypatch: pytest.MonkeyPatch, node: str, times: int) -> list[str]:
+    """The first `times` probes made are bound straight to `node`; returns those bound."""
+    load, bound = probes.load_probe, []
+
+    def load_probe(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        pod = load(*args, **kwargs)
+        if len(bound) < times:
+            pod["spec"]["nodeName"] = node
+            bound.append(pod["metadata"]["name"])
+        return pod
+
+    monkeypatch.setattr(probes, "load_probe", load_probe)
+    return bound
+
+
+def test_a_probe_refused_at_admission_is_made_again_and_waits_for_the_scheduler(
+    held_node: tuple[Lab, str], monkeypatch: pytest.MonkeyPatch
+):
+    lab, node = held_node
+    bound = bound_by_a_stale_scheduler(monkeypatch, node, times=1)
+
+    uid = probes.recreate_admitted(lab, 120, name=PINNED, node=node)
+
+    assert bound == [PINNED]
+    objects = lab.snapshot("pods", "events")
+    assert (gpu.pod(objects, PINNED) or {})["metadata"]["uid"] == uid  # the refused one replaced
+    phase, events = gpu.pod_story(objects, PINNED)
+    assert phase == "Pending", (phase, gpu.event_reasons(events))
+    assert gpu.INSUFFICIENT_GPU in (gpu.scheduling_failure(events) or ""), events
+
+
+def test_a_probe_refused_every_time_says_what_the_kubelet_said(
+    held_node: tuple[Lab, str], monkeypatch: pytest.MonkeyPatch
+):
+    lab, node = held_node
+    bound = bound_by_a_stale_scheduler(monkeypatch, node, times=probes.ADMISSION_ATTEMPTS)
+
+    with pytest.raises(probes.ProbeError) as refused:
+        probes.recreate_admitted(lab, 120, name=PINNED, node=node)
+
+    assert bound == [PINNED] * probes.ADMISSION_ATTEMPTS
+    message = str(refused.value)
+    assert f"refused probe pod {PINNED} at admission {probes.ADMISSION_ATTEMPTS} times" in message
+    assert "Requested: 1, Available: 0" in message, message
+    found = gpu.pod(lab.snapshot("pods"), PINNED) or {}
+    assert found["status"]["reason"] == gpu.ADMISSION_REJECTED, found.get("status")

@@ -51,6 +51,8 @@ from labs.sim.node.node_log import HALTED
 from labs.sim.node.node_os import AL2023, machine_files
 
 KUBELET_PORT = 10250
+# How often each kubelet reads its node's status (`nodeStatusUpdateFrequency`; 10 s on EKS).
+NODE_STATUS_TICK = "2s"
 SOCKET_PATH_MAX = 107
 # Where a kubelet's device manager and the device plugins meet (a fixed path of the kubelet).
 DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
@@ -358,6 +360,11 @@ class KubeletNode:
             "providerID": self.spec.provider_id,
             "registerWithTaints": list(self.spec.taints),
             "serializeImagePulls": False,
+            # The node's status (a device plugin's GPUs among it) is read every 10 s on EKS: at
+            # the rehearsal's pace that tick would read as minutes on a report's timeline. It is
+            # sent only when it changed, or every 5 min as on EKS (set, or it follows the tick).
+            "nodeStatusUpdateFrequency": NODE_STATUS_TICK,
+            "nodeStatusReportFrequency": "5m",
             "maxPods": 50,
             "resolvConf": "",
         }
