@@ -4,6 +4,7 @@ the rehearsal processes still running under a directory; the verbs its audit log
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -53,14 +54,27 @@ OUR_PROGRAMS = (*PROGRAMS, NODE_ENDPOINT, METRICS_SERVER, KUBE_STATE_METRICS, PR
 
 def rehearsals_under(root: Path) -> list[str]:
     """`labs.sim serve`, control-plane, node-endpoint, metrics-server, kube-state-metrics and
-    Prometheus processes whose files lie under `root`, as their command lines."""
+    Prometheus processes whose files lie under `root`, and every process whose root directory
+    does (a container's, Prometheus chrooted among them), as their command lines."""
 
     def rehearsal(argv: list[str]) -> bool:
         serves = "labs.sim" in argv and "serve" in argv
         component = Path(argv[0]).name in OUR_PROGRAMS
         return (serves or component) and any(str(root) in arg for arg in argv)
 
-    return processes(rehearsal)
+    return [
+        f"pid {pid}: {' '.join(argv)}"
+        for pid, argv in _command_lines()
+        if rehearsal(argv) or _root_of(pid).startswith(f"{root}/")
+    ]
+
+
+def _root_of(pid: int) -> str:
+    """The process's root directory as this process sees it ("" once it has ended)."""
+    try:
+        return os.readlink(f"/proc/{pid}/root")
+    except OSError:
+        return ""
 
 
 # The verbs of a reader (pods/log is a get of the log subresource).

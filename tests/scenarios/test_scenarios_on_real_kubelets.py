@@ -10,6 +10,8 @@ The scenarios' probes are made again when a kubelet refuses them at admission.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -18,7 +20,8 @@ from typing import Any
 
 import pytest
 import yaml
-from lab_support import cli_lab, run_invoke, until, whole_lab
+from controlplane_support import rehearsals_under
+from lab_support import cli_lab, run_invoke, sim_pid, until, whole_lab
 from tool_support import require_tool
 
 import scenarios
@@ -218,3 +221,17 @@ def test_a_probe_refused_every_time_says_what_the_kubelet_said(
     assert "Requested: 1, Available: 0" in message, message
     found = gpu.pod(lab.snapshot("pods"), PINNED) or {}
     assert found["status"]["reason"] == gpu.ADMISSION_REJECTED, found.get("status")
+
+
+# --- last: the lab killed -------------------------------------------------------------------
+
+
+def test_kill_9_of_the_lab_leaves_no_program_running(lab_env: dict[str, str]):
+    """Last in this module (it ends the lab): `kill -9` of the rehearsal process ends every
+    program the lab started, Prometheus in its container's own root among them."""
+    state_dir = Path(lab_env["INVOKE_LAB_STATE_DIR"])
+    running = rehearsals_under(state_dir)
+    assert any("prometheus --config.file" in line for line in running), running
+    os.kill(sim_pid(state_dir, LAB), signal.SIGKILL)
+    until(lambda: not rehearsals_under(state_dir), timeout=60,
+          what="every program of the killed lab to end")  # fmt: skip
