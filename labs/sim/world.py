@@ -48,7 +48,7 @@ from labs.sim.controllers.device_plugin import DevicePlugin
 from labs.sim.controllers.feature_discovery import FeatureDiscovery
 from labs.sim.controllers.gpu_operator import GpuOperatorPod
 from labs.sim.controllers.heartbeats import NodeLeases
-from labs.sim.controllers.kubelet import Kubelet
+from labs.sim.controllers.kubelet import Kubelet, pod_ip_on
 from labs.sim.controllers.monitoring import MonitoringRelease, PrometheusOperator
 from labs.sim.controllers.network import AllReduce, Network, SecurityGroups, TcpCheck
 from labs.sim.controllers.node_lifecycle import Machines, NodeLifecycle, RegisteredNodes
@@ -276,7 +276,7 @@ def _node_layer(
         return nodes, [PrometheusOperator(store, timings, pod_network, endpoint.proxy_url)]
     if kubelets != MODELLED_KUBELETS:
         raise ValueError(f"kubelets: {kubelets!r} is not one of {', '.join(KUBELETS)}")
-    network = Network(store, SecurityGroups(clients, cluster_name))
+    network = Network(store, SecurityGroups(clients, cluster_name), expected_ip=pod_ip_on)
     return RegisteredNodes(store), [
         NodeLeases(store, timings),
         Kubelet(store, timings, logs, programs=[TcpCheck(network), AllReduce(network)]),

@@ -29,7 +29,8 @@ from tool_support import require_tool
 from labs.kube import gpu
 from labs.kube.resources import CONFIG_MAPS, NODES, PODS
 from labs.kube.view import WORKLOAD_NAMESPACE
-from labs.sim.controllers.kubelet import crash_backoff, go_duration
+from labs.sim.controllers.kubelet import crash_backoff
+from labs.sim.node.programs import go_duration
 from scenarios import device_plugin_config_missing as scenario
 
 NAME = "device-plugin-config-missing"

@@ -148,6 +148,31 @@ def test_the_doctor_names_each_fault_on_real_kubelets(lab_env: dict[str, str], n
         assert doctor.returncode == 1
 
 
+def test_the_tcp_check_resolves_the_server_to_the_ip_its_kubelet_reports(
+    lab_env: dict[str, str],
+) -> None:
+    """The write-up's network control, applied with kubectl: each client prints the server's
+    address as `kubectl get pod -o wide` shows it (the runtime gave it), and connects."""
+    manifests = Path(probes.PROBE_MANIFEST).parent
+    kubectl(lab_env, "create", "configmap", "tcp-check",
+            f"--from-file={manifests / 'tcp_check.py'}")  # fmt: skip
+    kubectl(lab_env, "apply", "-f", str(manifests / "tcp-check.yaml"))
+    clients = ("tcp-check-same-node", "tcp-check-cross-node")
+    try:
+        for client in clients:
+            kubectl(lab_env, "wait", "--for=jsonpath={.status.phase}=Succeeded", f"pod/{client}",
+                    "--timeout=180s")  # fmt: skip
+        server_ip = kubectl(lab_env, "get", "pod", "tcp-check-server", "-o",
+                            "jsonpath={.status.podIP}")  # fmt: skip
+        for client in clients:
+            said = kubectl(lab_env, "logs", client)
+            assert f"resolved tcp-check-server.tcp-check to {server_ip}\n" in said, said
+            assert f"connected to tcp-check-server.tcp-check:40000 ({server_ip})" in said, said
+    finally:
+        kubectl(lab_env, "delete", "-f", str(manifests / "tcp-check.yaml"), "--wait=true")
+        kubectl(lab_env, "delete", "configmap", "tcp-check")
+
+
 # --- the tool's probe against a kubelet that refuses it at admission ---------------------------
 # The scheduler reads nodes through its own watch: just after a device plugin went, it can still
 # bind a GPU pod to that node, whose kubelet then fails it (UnexpectedAdmissionError). That

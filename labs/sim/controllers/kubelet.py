@@ -48,9 +48,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from decimal import Decimal
-from typing import Protocol
 
 from kubernetes.utils import parse_quantity as quantity
 
@@ -59,6 +57,7 @@ from labs.kube.informers import InformedKubeApi
 from labs.kube.resources import NODES, PODS, RUNTIME_CLASSES, NotFound, now_rfc3339
 from labs.sim.controllers.base import Controller
 from labs.sim.controllers.events import EventRecorder
+from labs.sim.controllers.network import Outcome, PodProgram, command_text
 from labs.sim.controllers.placement import (
     STARTUP_ANNOTATION,
     pod_is_terminal,
@@ -69,7 +68,14 @@ from labs.sim.node.container_logs import ContainerLogs
 from labs.sim.node.hardware import GPU_NAME
 from labs.sim.node.node_os import START_ERROR_EXIT, START_ERROR_REASON, start_error
 from labs.sim.node.nvidia_runtime import injected_gpus
-from labs.sim.node.programs import LongRun, run_container, run_daemon, run_init, start_init
+from labs.sim.node.programs import (
+    LongRun,
+    go_duration,
+    run_container,
+    run_daemon,
+    run_init,
+    start_init,
+)
 from labs.sim.node.sandbox import (
     RETRY_JITTER,
     RETRY_SECONDS,
@@ -82,25 +88,6 @@ from labs.sim.timings import REAL_WORLD_SECONDS, Timings
 log = logging.getLogger(__name__)
 # kubelet's crash-loop back-off (real seconds): 10 s, doubled per restart, at most 5 minutes.
 BACKOFF_FIRST, BACKOFF_MAX = 10.0, 300.0
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What a container printed, its exit code, and how long it took (wall seconds).
-
-    `again`: not decided yet (a program waiting for its peers): run it again after `duration`.
-    """
-
-    log: str
-    exit_code: int
-    duration: float
-    again: bool = False
-
-
-class Program(Protocol):
-    def matches(self, pod: dict) -> bool: ...
-
-    def run(self, pod: dict, node: dict, timings: Timings) -> Outcome: ...
 
 
 class CudaCheck:
@@ -144,7 +131,7 @@ class Kubelet(Controller):
         store: InformedKubeApi,
         timings: Timings,
         logs: ContainerLogs,
-        programs: Sequence[Program] = (),
+        programs: Sequence[PodProgram] = (),
     ) -> None:
         super().__init__(store, timings)
         self._logs = logs
@@ -467,7 +454,7 @@ class Kubelet(Controller):
         except NotFound:
             pass
 
-    def _program(self, pod: dict) -> Program:
+    def _program(self, pod: dict) -> PodProgram:
         return next(p for p in self._programs if p.matches(pod))
 
     def _start(self, pod: dict, node: dict) -> None:
@@ -519,14 +506,6 @@ def admission_failure(pod: dict, node: dict, admitted: list[dict]) -> tuple[str,
                 f"used: {used.get(resource, Decimal(0))}, capacity: {total}",
             )
     return None
-
-
-def command_text(pod: dict) -> str:
-    """All containers' command and args as one string, for deciding what they do."""
-    parts: list[str] = []
-    for container in pod["spec"].get("containers") or []:
-        parts += [str(x) for x in (container.get("command") or []) + (container.get("args") or [])]
-    return " ".join(parts)
 
 
 def _arrival(pod: dict) -> tuple[str, str]:
@@ -810,13 +789,6 @@ def format_pod(pod: dict) -> str:
     pkg/kubelet/util/format/pod.go:40)."""
     meta = pod["metadata"]
     return f"{meta['name']}_{meta.get('namespace', '')}({meta.get('uid', '')})"
-
-
-def go_duration(seconds: float) -> str:
-    """Seconds as Go's time.Duration prints them: 10s, 1m20s, 5m0s."""
-    whole = int(seconds)
-    minutes, rest = divmod(whole, 60)
-    return f"{minutes}m{rest}s" if minutes else f"{rest}s"
 
 
 def _set_conditions(pod: dict, wanted: dict[str, str]) -> None:

@@ -19,12 +19,12 @@ import ipaddress
 import re
 import time
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from labs.kube.api import KubeApi
 from labs.kube.resources import NODES, PODS, SERVICES, NotFound
 from labs.sim.aws.seed import VPC_CIDR, aux_sg_name, node_sg_name
-from labs.sim.controllers.kubelet import Outcome, command_text, pod_ip_on
 from labs.sim.node.hardware import GPU_NAME
 from labs.sim.node.nvidia_runtime import container_env, injected_gpus
 from labs.sim.timings import Timings
@@ -36,6 +36,35 @@ NCCL_PORT = 56153  # the ephemeral port NCCL's bootstrap connected to in the rec
 SIMULATED_BUSBW_GBPS = 0.74  # g5.xlarge pair over TCP: ~60 % of a 10 Gbps burst
 CLIENT_WARNING = "[c10d] The hostname of the client socket cannot be retrieved. err=-3"
 TORCH, NCCL = "2.11.0+cu130", "2.28.9"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a container printed, its exit code, and how long it took (wall seconds).
+
+    `again`: not decided yet (a program waiting for its peers): run it again after `duration`.
+    """
+
+    log: str
+    exit_code: int
+    duration: float
+    again: bool = False
+
+
+class PodProgram(Protocol):
+    """What a container of a pod does, decided from the whole pod (its peers, the network)."""
+
+    def matches(self, pod: dict) -> bool: ...
+
+    def run(self, pod: dict, node: dict, timings: Timings) -> Outcome: ...
+
+
+def command_text(pod: dict) -> str:
+    """All containers' command and args as one string, for deciding what they do."""
+    parts: list[str] = []
+    for container in pod["spec"].get("containers") or []:
+        parts += [str(x) for x in (container.get("command") or []) + (container.get("args") or [])]
+    return " ".join(parts)
 
 
 class SecurityGroups:
@@ -74,9 +103,18 @@ def _admits(rule: dict, port: int, member_of: set[str]) -> bool:
 class Network:
     """Cluster DNS and reachability between pods, read from the store and moto."""
 
-    def __init__(self, store: KubeApi, groups: SecurityGroups) -> None:
+    def __init__(
+        self,
+        store: KubeApi,
+        groups: SecurityGroups,
+        expected_ip: Callable[[dict, dict], str] | None = None,
+    ) -> None:
+        """`expected_ip(node, pod)`: the address a node's kubelet will give a pod, where it is
+        known before the pod runs (the played kubelet's); otherwise a pod has an IP once its
+        kubelet reported the one its runtime gave."""
         self.store = store
         self._groups = groups
+        self._expected_ip = expected_ip
 
     def resolve(self, name: str, namespace: str) -> dict | None:
         """The pod a name points at: a pod IP, or `<hostname>.<subdomain>[.<ns>[.svc...]]`
@@ -102,13 +140,13 @@ class Network:
         )
 
     def ip_of(self, pod: dict) -> str | None:
-        """The pod's IP, or the one kubelet will give it on its node (deterministic)."""
+        """The pod's IP, or the one its kubelet will give it where that is known."""
         ip = (pod.get("status") or {}).get("podIP")
         node = pod["spec"].get("nodeName")
-        if ip or not node:
+        if ip or not node or self._expected_ip is None:
             return ip
         try:
-            return pod_ip_on(self.store.get(NODES, node), pod)
+            return self._expected_ip(self.store.get(NODES, node), pod)
         except NotFound:
             return None
 

@@ -37,9 +37,11 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from labs.kube.api import KubeApi
-    from labs.sim.controllers.kubelet import Program
+    from labs.sim.controllers.network import PodProgram
 
 NOT_RUNNABLE = 126
+# How long a network program waits for a peer's kubelet to report the pod IP its runtime gave.
+IP_REPORTED_WITHIN = 10.0
 # The runtime's verb for the NVIDIA runtime's prestart hook, run before the container starts.
 PRESTART = "prestart"
 DEVICE_PLUGIN_IMAGE = "k8s-device-plugin"
@@ -268,9 +270,8 @@ def _gpu_feature_discovery(args: argparse.Namespace) -> int:
     on its next pass and NFD's master puts on the node; written again each sleep interval, and
     removed when it stops, as its run's defer does (NFD then takes the labels off again)."""
     from labs.sim.controllers.feature_discovery import GFD_LABELS
-    from labs.sim.controllers.kubelet import go_duration
     from labs.sim.node.exec_streams import StdioTerminal
-    from labs.sim.node.programs import klog
+    from labs.sim.node.programs import go_duration, klog
     from labs.state import atomic_write_text
 
     directory, name = GFD_OUTPUT.rsplit("/", 1)
@@ -568,7 +569,7 @@ def _run_paced(steps: Generator[float, None, int], pace: Pace) -> int:
         return int(end.value or 0)
 
 
-def _network_program(args: argparse.Namespace, store: KubeApi, pod: dict) -> Program | None:
+def _network_program(args: argparse.Namespace, store: KubeApi, pod: dict) -> PodProgram | None:
     """The network's program for this pod's command (the TCP check, the all-reduce), which the
     security groups in the world's AWS decide; None for any other command or without a world."""
     from labs.sim.aws.seed import moto_clients
@@ -579,11 +580,33 @@ def _network_program(args: argparse.Namespace, store: KubeApi, pod: dict) -> Pro
     world = json.loads(args.world.read_text())
     # the AWS clients only once a program asks the security groups
     groups = SecurityGroups(lambda service: moto_clients(world)(service), world["cluster_name"])
-    network = Network(store, groups)
+    network = Network(store, groups, expected_ip=_reported_ip(store))
     return next((p for p in (TcpCheck(network), AllReduce(network)) if p.matches(pod)), None)
 
 
-def _run_on_network(program: Program, pod: dict, node: dict, pace: Pace) -> int:
+def _reported_ip(store: KubeApi) -> Callable[[dict, dict], str]:
+    """A pod's IP as its kubelet reports it ("" when none comes): waited for a few seconds,
+    since a network program starts as its peers do, before their kubelets report the
+    addresses their runtimes gave them."""
+    from labs.kube.resources import PODS, KubeApiError
+
+    def reported(_node: dict, pod: dict) -> str:
+        meta = pod["metadata"]
+        deadline = time.monotonic() + IP_REPORTED_WITHIN
+        while True:
+            try:
+                found = store.get(PODS, meta["name"], meta["namespace"])
+            except KubeApiError:
+                return ""
+            ip = str((found.get("status") or {}).get("podIP") or "")
+            if ip or time.monotonic() > deadline:
+                return ip
+            time.sleep(0.25)
+
+    return reported
+
+
+def _run_on_network(program: PodProgram, pod: dict, node: dict, pace: Pace) -> int:
     """Run a network program as the modelled kubelet does: again while it waits for its peers,
     then its output after its run, and its exit code."""
     from labs.sim.timings import scaled

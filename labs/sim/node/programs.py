@@ -725,6 +725,13 @@ def klog(term: Terminal, severity: str, where: str, message: str) -> None:
     term.err(f"{severity}{stamp}.{micros}       1 {where}] {message}\n")
 
 
+def go_duration(seconds: float) -> str:
+    """Seconds as Go's time.Duration prints them: 10s, 1m20s, 5m0s."""
+    whole = int(seconds)
+    minutes, rest = divmod(whole, 60)
+    return f"{minutes}m{rest}s" if minutes else f"{rest}s"
+
+
 def _config_names(process: Process, srcdir: str) -> list[str] | None:
     """The keys of the ConfigMap mounted at `srcdir` (the files os.ReadDir lists there, `..`
     entries excluded: main.go:473-488), read through the API as the kubelet mounts it; None
