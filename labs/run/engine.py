@@ -398,6 +398,9 @@ def _take_baseline(scenario: Scenario, ctx: Context, run: RunRecord, out: Out) -
             f"the baseline of {scenario.name} failed, so the lab is not healthy and nothing was "
             f"injected: {error}. Check it with `invoke lab.status --lab {lab.name}`."
         ) from error
+    # the baseline's probe takes a while, and an operator's pass begun meanwhile (a rollout
+    # the last scenario's revert started) writes notReady for a moment: the state waits it out
+    _policy_ready(lab, scenario, ctx.view)
     run.states["baseline"] = _state(scenario, ctx)
     for key, value in run.states["baseline"].items():
         out(f"  {key}: {value}")
@@ -423,6 +426,11 @@ def _ready_for_baseline(lab: Lab, scenario: Scenario, view: ClusterView) -> None
             f"{why}, and {scenario.name}'s fault is in the cluster already: undo it with "
             f"`invoke scenario.revert --all --lab {lab.name}` first. Nothing was changed."
         )
+    _policy_ready(lab, scenario, view)
+
+
+def _policy_ready(lab: Lab, scenario: Scenario, view: ClusterView) -> None:
+    """For a scenario on the operator's side: wait for the ClusterPolicy to read ready."""
     if not scenario.needs.operator:
         return
 
