@@ -30,12 +30,16 @@ from labs.sim.controlplane.webhook import Access
 
 def processes(matching: Callable[[list[str]], bool]) -> list[str]:
     """The processes whose argv `matching` accepts, as `pid N: <command line>`."""
-    return [f"pid {pid}: {' '.join(argv)}" for pid, argv in _command_lines() if matching(argv)]
+    return [_described(pid, argv) for pid, argv in _command_lines() if matching(argv)]
 
 
 def pids(matching: Callable[[list[str]], bool]) -> list[int]:
     """The pids of the processes whose argv `matching` accepts."""
     return [pid for pid, argv in _command_lines() if matching(argv)]
+
+
+def _described(pid: int, argv: list[str]) -> str:
+    return f"pid {pid}: {' '.join(argv)}"
 
 
 def _command_lines() -> Iterator[tuple[int, list[str]]]:
@@ -63,7 +67,7 @@ def rehearsals_under(root: Path) -> list[str]:
         return (serves or component) and any(str(root) in arg for arg in argv)
 
     return [
-        f"pid {pid}: {' '.join(argv)}"
+        _described(pid, argv)
         for pid, argv in _command_lines()
         if rehearsal(argv) or _root_of(pid).startswith(f"{root}/")
     ]

@@ -153,7 +153,7 @@ def test_the_tcp_check_resolves_the_server_to_the_ip_its_kubelet_reports(
 ) -> None:
     """The write-up's network control, applied with kubectl: each client prints the server's
     address as `kubectl get pod -o wide` shows it (the runtime gave it), and connects."""
-    manifests = Path(probes.PROBE_MANIFEST).parent
+    manifests = probes.PROBE_MANIFEST.parent
     kubectl(lab_env, "create", "configmap", "tcp-check",
             f"--from-file={manifests / 'tcp_check.py'}")  # fmt: skip
     kubectl(lab_env, "apply", "-f", str(manifests / "tcp-check.yaml"))

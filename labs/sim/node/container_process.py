@@ -590,8 +590,12 @@ def _reported_ip(store: KubeApi) -> Callable[[dict, dict], str]:
     addresses their runtimes gave them."""
     from labs.kube.resources import PODS, KubeApiError
 
+    known: dict[str, str] = {}  # by pod uid: a program asks again on every step it waits
+
     def reported(_node: dict, pod: dict) -> str:
         meta = pod["metadata"]
+        if meta["uid"] in known:
+            return known[meta["uid"]]
         deadline = time.monotonic() + IP_REPORTED_WITHIN
         while True:
             try:
@@ -599,6 +603,8 @@ def _reported_ip(store: KubeApi) -> Callable[[dict, dict], str]:
             except KubeApiError:
                 return ""
             ip = str((found.get("status") or {}).get("podIP") or "")
+            if ip:
+                known[meta["uid"]] = ip
             if ip or time.monotonic() > deadline:
                 return ip
             time.sleep(0.25)
