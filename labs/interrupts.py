@@ -9,6 +9,7 @@ once the shielded work is done, plain `shielded()` leaves it (the command alread
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from collections.abc import Iterator
@@ -75,3 +76,16 @@ def shielded(reraise: bool = False) -> Iterator[None]:
             _pending.clear()
     if reraise and first is not None:
         raise Interrupted(first)
+
+
+def signal_pipe(signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) -> int:
+    """A pipe the interpreter writes a byte to when one of `signals` comes: reading it waits
+    for one, even one that came before the read. The handlers do nothing more, as a program's
+    stop must take no lock in a handler (one setting a threading.Event can run while its own
+    thread holds that Event's lock in `wait()`: the process then hangs for good)."""
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    signal.set_wakeup_fd(write_end)
+    for signum in signals:
+        signal.signal(signum, lambda *_: None)
+    return read_end

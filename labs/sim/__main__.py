@@ -8,12 +8,12 @@ pid marker from endpoints.json, leaving the files for post-mortems.
 from __future__ import annotations
 
 import argparse
-import signal
+import os
 import sys
-import threading
 from pathlib import Path
 
 from labs.errors import LabError
+from labs.interrupts import signal_pipe
 from labs.settings import KUBELETS, MODELLED_KUBELETS
 from labs.sim.process import ENDPOINTS, recorded_endpoints
 from labs.sim.timings import DEFAULT_SPEED
@@ -40,9 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.speed > 0:
         parser.error(f"--speed must be positive (1 = real time), got {args.speed}")
 
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+    signalled = signal_pipe()  # one that comes during the start stops the world after it
     try:
         world = start_world(
             args.state_dir, args.speed, args.cluster_name, args.region, kubelets=args.kubelets
@@ -52,13 +50,12 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     print(f"rehearsal world up: {world.endpoints['kube_url']}", flush=True)
     try:
-        stop.wait()
+        os.read(signalled, 1)
     finally:
         world.stop()
-        endpoints_path = args.state_dir / ENDPOINTS
         endpoints = recorded_endpoints(args.state_dir)
         endpoints.pop("pid", None)
-        atomic_write_json(endpoints_path, endpoints)
+        atomic_write_json(args.state_dir / ENDPOINTS, endpoints)
     return 0
 
 

@@ -49,10 +49,11 @@ from labs.sim.controllers.feature_discovery import FeatureDiscovery
 from labs.sim.controllers.gpu_operator import GpuOperatorPod
 from labs.sim.controllers.heartbeats import NodeLeases
 from labs.sim.controllers.kubelet import Kubelet, pod_ip_on
-from labs.sim.controllers.monitoring import MonitoringRelease, PrometheusOperator
+from labs.sim.controllers.monitoring import MonitoringRelease
 from labs.sim.controllers.network import AllReduce, Network, SecurityGroups, TcpCheck
 from labs.sim.controllers.node_lifecycle import Machines, NodeLifecycle, RegisteredNodes
 from labs.sim.controllers.pod_endpoint import PodNetwork
+from labs.sim.controllers.prometheus_operator import PrometheusOperator
 from labs.sim.controllers.resource_metrics import ResourceMetrics
 from labs.sim.controllers.schedules import EventBridgeScheduler
 from labs.sim.controlplane.build import metrics_server_version

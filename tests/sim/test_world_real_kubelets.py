@@ -235,6 +235,33 @@ def test_the_gpu_operator_is_a_real_pod_running_nvidias_operator(operator: RealW
     assert '"msg":"version: v25.3.4' in logs
 
 
+def test_the_operators_container_ends_on_sigterm_well_inside_its_grace_period(
+    operator: RealWorld,
+) -> None:
+    """`kubectl delete pod` on the operator: its container ends once the operator has stopped,
+    so the pod goes at once rather than when a long grace period runs out (its process once
+    hung in its own SIGTERM handler until the runtime's SIGKILL); the Deployment's next pod
+    comes up Ready."""
+    selector = ("-n", OPERATOR_NAMESPACE, "-l", OPERATOR_POD_SELECTOR)
+    (old,) = operator.json("get", "pods", *selector)["items"]
+    operator.kubectl("delete", "pod", "-n", OPERATOR_NAMESPACE, old["metadata"]["name"],
+                     "--grace-period=600", "--wait=false")  # fmt: skip
+
+    def names() -> set[str]:
+        return {p["metadata"]["name"] for p in operator.json("get", "pods", *selector)["items"]}
+
+    wait_for(what="the deleted pod gone", check=lambda: old["metadata"]["name"] not in names(),
+             timeout=90)  # fmt: skip
+
+    def replaced() -> bool:
+        pods = operator.json("get", "pods", *selector)["items"]
+        return len(pods) == 1 and all(
+            s.get("ready") for s in pods[0]["status"].get("containerStatuses") or [{}]
+        )
+
+    wait_for(what="the Deployment's next pod is Ready", check=replaced, timeout=120)
+
+
 def test_the_gpu_reaches_the_kubelet_after_the_validator_clears_the_driver(
     operator: RealWorld,
 ) -> None:

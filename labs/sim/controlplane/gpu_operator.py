@@ -187,8 +187,15 @@ class OperatorProcess:
         reader.join()
         return code
 
+    def terminate(self) -> None:
+        """SIGTERM, as the kubelet stops a container: `wait()` returns once it has ended. Safe
+        in a signal handler that interrupted `wait()`: it neither waits nor takes a lock that
+        `wait()` holds (`stop` would wait on one for good)."""
+        if self._process is not None:
+            self._process.terminate()
+
     def stop(self) -> None:
-        """SIGTERM, as the kubelet stops a container; killed if it lingers."""
+        """SIGTERM, then killed if it lingers; its output read to the end."""
         process, self._process = self._process, None
         if process is not None and process.poll() is None:
             process.terminate()

@@ -247,6 +247,8 @@ def _container_toolkit(args: argparse.Namespace) -> int:
     """The operator's container toolkit (its entrypoint.sh, then nvidia-toolkit): wait for the
     driver's validation, install into the node's /usr/local/nvidia (the runtime's prestart hook
     runs from there on), run until stopped, then uninstall, as nvidia-toolkit does on SIGTERM."""
+    from labs.interrupts import signal_pipe
+
     validations, root = _mounted(VALIDATIONS), _mounted(TOOLKIT_ROOT)
     if validations is None or root is None:
         print(f"no {VALIDATIONS} or {TOOLKIT_ROOT} mounted: nowhere to install", file=sys.stderr)
@@ -254,11 +256,11 @@ def _container_toolkit(args: argparse.Namespace) -> int:
     pace = Pace(args.world)
     _await_driver(validations, pace)
     pace.sleep(TOOLKIT_START_DELAY)
+    stopped = signal_pipe((signal.SIGTERM,))
     installed = root / "toolkit"
     installed.mkdir(parents=True, exist_ok=True)
     (installed / "nvidia-container-runtime").write_text(os.environ.get("CONTAINER_IMAGE", ""))
-    signal.signal(signal.SIGTERM, lambda *_: None)
-    signal.pause()
+    os.read(stopped, 1)
     shutil.rmtree(installed, ignore_errors=True)
     return 0
 
@@ -336,7 +338,7 @@ def _gpu_operator(args: argparse.Namespace) -> int:
         metrics_port=ports.get("metrics", OPERATOR_METRICS_PORT),
         probe_port=container["livenessProbe"]["httpGet"]["port"],
     )
-    signal.signal(signal.SIGTERM, lambda *_: process.stop())
+    signal.signal(signal.SIGTERM, lambda *_: process.terminate())
     process.start(operator, pod, token)
     return process.wait()
 
