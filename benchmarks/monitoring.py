@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rehearsal import cpu_seconds, invoke, resident_mib, tree
+from rehearsal import Usage, invoke, resident_mib, tree_usage
 
 LAB = "monitored"
 PROGRAMS = ("prometheus", "kube-state-metrics")
@@ -36,12 +36,10 @@ def programs(pids: list[int]) -> list[int]:
     return found
 
 
-def idle(pids: list[int], seconds: float) -> tuple[float, float]:
-    """(% of one core, resident MiB) of `pids` over `seconds`."""
-    before, started = cpu_seconds(pids), time.monotonic()
-    time.sleep(seconds)
-    used, elapsed = cpu_seconds(pids) - before, time.monotonic() - started
-    return 100 * used / elapsed, resident_mib(pids)
+def idle(world: int, seconds: float) -> tuple[Usage, float]:
+    """What the lab uses over `seconds`, and its resident MiB at the end."""
+    usage = tree_usage(world, seconds)
+    return usage, resident_mib(usage.pids)
 
 
 def main() -> None:
@@ -57,24 +55,24 @@ def main() -> None:
             endpoints = Path(state_dir, LAB, "sim", "endpoints.json").read_text()
             world = int(json.loads(endpoints)["pid"])
             time.sleep(args.settle)
-            plain = idle(tree(world), args.seconds)
+            plain = idle(world, args.seconds)
             on = invoke(env, "lab.up", "--lab", LAB, "--monitoring")
             time.sleep(args.settle)
-            pids = tree(world)
-            watched = programs(pids)
+            monitored = idle(world, args.seconds)
+            watched = programs(monitored[0].pids)
             if len(watched) != len(PROGRAMS):
                 raise SystemExit(f"expected {PROGRAMS} under the lab's process, found {watched}")
-            before = cpu_seconds(watched)
-            monitored = idle(pids, args.seconds)
-            own_cpu = 100 * (cpu_seconds(watched) - before) / args.seconds
+            own_seconds = sum(monitored[0].by_program.get(name, 0.0) for name in PROGRAMS)
+            own_cpu = 100 * own_seconds / monitored[0].elapsed
             own_memory = resident_mib(watched)
         finally:
             invoke(env, "lab.down", "--lab", LAB, "--destroy", "--yes")
     print(f"lab.up --monitoring on a running rehearsal lab (speed 60): {on:.1f} s")
-    print(f"idle lab without monitoring: CPU {plain[0]:.1f} % of one core, {plain[1]:.0f} MiB")
-    print(f"idle lab with monitoring:    CPU {monitored[0]:.1f} % of one core, "
+    print(f"idle lab without monitoring: CPU {plain[0].share:.1f} % of one core, "
+          f"{plain[1]:.0f} MiB")  # fmt: skip
+    print(f"idle lab with monitoring:    CPU {monitored[0].share:.1f} % of one core, "
           f"{monitored[1]:.0f} MiB")  # fmt: skip
-    print(f"  extra: CPU {monitored[0] - plain[0]:+.1f} % of one core, "
+    print(f"  extra: CPU {monitored[0].share - plain[0].share:+.1f} % of one core, "
           f"{monitored[1] - plain[1]:+.0f} MiB")  # fmt: skip
     print(f"  of which Prometheus and kube-state-metrics themselves: CPU {own_cpu:.1f} % of one "
           f"core, {own_memory:.0f} MiB (they scrape and evaluate every second)")  # fmt: skip

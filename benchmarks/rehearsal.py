@@ -15,12 +15,14 @@ warm), which brings its own lab up, runs device-plugin-off and takes the lab dow
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -55,18 +57,6 @@ def tree(root: int) -> list[int]:
     return found
 
 
-def cpu_seconds(pids: list[int]) -> dict[int, float]:
-    """Each live process's user plus system CPU seconds so far (all its threads)."""
-    used = {}
-    for pid in pids:
-        try:
-            stat = _stat(pid)
-        except OSError:  # it ended meanwhile
-            continue
-        used[pid] = (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
-    return used
-
-
 def program(pid: int) -> str:
     """What the process runs, as a person names it: the program, or Python's module."""
     try:
@@ -82,8 +72,67 @@ def program(pid: int) -> str:
 
 
 def resident_mib(pids: list[int]) -> float:
-    pages = sum(int(Path(f"/proc/{pid}/statm").read_text().split()[1]) for pid in pids)
+    pages = 0
+    for pid in pids:
+        with contextlib.suppress(OSError):  # it ended meanwhile
+            pages += int(Path(f"/proc/{pid}/statm").read_text().split()[1])
     return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+@dataclass
+class Usage:
+    """The CPU seconds a process tree used over `elapsed` seconds, in all and by program.
+    Processes that ended meanwhile count too, through the CPU their parents reaped: a real
+    kubelet's short-lived processes (a probe's, an exec's) come and go between two readings."""
+
+    seconds: float
+    elapsed: float
+    by_program: dict[str, float]
+    pids: list[int]  # the tree at the end
+
+    @property
+    def share(self) -> float:
+        """As a percentage of one core."""
+        return 100 * self.seconds / self.elapsed
+
+
+ENDED = "(processes that ended meanwhile)"
+
+
+def _cpu(pid: int) -> tuple[float, float]:
+    """(its own user+system seconds, those of its children it has reaped)."""
+    stat, tick = _stat(pid), os.sysconf("SC_CLK_TCK")
+    return (int(stat[11]) + int(stat[12])) / tick, (int(stat[13]) + int(stat[14])) / tick
+
+
+def _snapshot(root: int) -> dict[int, tuple[float, float]]:
+    taken = {}
+    for pid in tree(root):
+        with contextlib.suppress(OSError, IndexError):  # it ended meanwhile
+            taken[pid] = _cpu(pid)
+    return taken
+
+
+def tree_usage(root: int, seconds: float) -> Usage:
+    """What `root` and every process under it use over the next `seconds`."""
+    before, started = _snapshot(root), time.monotonic()
+    time.sleep(seconds)
+    after, elapsed = _snapshot(root), time.monotonic() - started
+    total = sum(map(sum, after.values())) - sum(map(sum, before.values()))
+    by_program: dict[str, float] = {}
+    for pid, (own, _) in after.items():
+        name = program(pid)
+        by_program[name] = by_program.get(name, 0.0) + own - before.get(pid, (0.0, 0.0))[0]
+    ended = total - sum(by_program.values())
+    if ended > 0.005:
+        by_program[ENDED] = ended
+    return Usage(total, elapsed, by_program, list(after))
+
+
+def print_busiest(usage: Usage, top: int) -> None:
+    print(f"  the busiest programs (% of one core), of {len(usage.by_program)}:")
+    for name, seconds in sorted(usage.by_program.items(), key=lambda item: -item[1])[:top]:
+        print(f"    {100 * seconds / usage.elapsed:5.1f}  {name}", flush=True)
 
 
 def invoke(env: dict[str, str], *args: str) -> float:
@@ -113,27 +162,17 @@ def main() -> None:
         up = invoke(env, "lab.up", "--sim", "--lab", LAB)
         try:
             endpoints = Path(state_dir, LAB, "sim", "endpoints.json").read_text()
-            pids = tree(int(json.loads(endpoints)["pid"]))
             time.sleep(args.settle)
-            before, started = cpu_seconds(pids), time.monotonic()
-            time.sleep(args.seconds)
-            after, elapsed = cpu_seconds(pids), time.monotonic() - started
-            memory = resident_mib(list(after))
-            by_program: dict[str, float] = {}
-            for pid, seconds in after.items():
-                name = program(pid)
-                by_program[name] = by_program.get(name, 0.0) + seconds - before.get(pid, 0.0)
-            used = sum(by_program.values())
+            usage = tree_usage(int(json.loads(endpoints)["pid"]), args.seconds)
+            memory = resident_mib(usage.pids)
         finally:
             invoke(env, "lab.down", "--lab", LAB, "--destroy", "--yes")
         print(f"kubelets: {args.kubelets}")
         print(f"lab.up --sim (2 GPU nodes, operator ready, speed 60): {up:.1f} s")
-        print(f"idle rehearsal, {len(pids)} processes, {elapsed:.1f} s:")
-        print(f"  CPU {used:.2f} s = {100 * used / elapsed:.1f} % of one core (target < 10 %)")
+        print(f"idle rehearsal, {len(usage.pids)} processes, {usage.elapsed:.1f} s:")
+        print(f"  CPU {usage.seconds:.2f} s = {usage.share:.1f} % of one core (target < 10 %)")
         print(f"  resident memory {memory:.0f} MiB")
-        print(f"  the busiest programs (% of one core), of {len(by_program)}:")
-        for name, seconds in sorted(by_program.items(), key=lambda item: -item[1])[: args.top]:
-            print(f"    {100 * seconds / elapsed:5.1f}  {name}", flush=True)
+        print_busiest(usage, args.top)
         demo = invoke(env, "demo")
     print(f"invoke demo (up, device-plugin-off run, down): {demo:.1f} s (target < 45 s)")
 

@@ -8,7 +8,8 @@ values (`helm upgrade --install ... --no-hooks`), and prints the seconds until t
 are Ready and until the GPU node's `nvidia.com/gpu` is allocatable. Then it reads the CPU time
 of the world's process and every process under it (the control plane, the kubelets and
 runtimes, the containers' processes, the operator) over `--seconds`, and prints it as a
-percentage of one core (target: under 10 %) with their resident memory.
+percentage of one core (target: under 10 %) with their resident memory and the `--top`
+busiest programs.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from kubernetes import config
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.rehearsal import cpu_seconds, resident_mib, tree  # noqa: E402
+from benchmarks.rehearsal import print_busiest, resident_mib, tree_usage  # noqa: E402
 from labs.kube.api import KubeApi  # noqa: E402
 from labs.kube.gpu import GPU_RESOURCE, is_ready  # noqa: E402
 from labs.kube.resources import NODES  # noqa: E402
@@ -53,6 +54,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--kubelets", choices=KUBELETS, default=MODELLED_KUBELETS)
     parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--top", type=int, default=12, help="how many programs to list")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         state = Path(scratch)
@@ -94,17 +96,14 @@ def main() -> None:
                 ),
                 asked,
             )
-            pids = tree(world.pid)
-            before, wall = cpu_seconds(pids), time.monotonic()
-            time.sleep(args.seconds)
-            pids = [pid for pid in pids if Path(f"/proc/{pid}").exists()]
-            used = cpu_seconds(pids) - before
-            idle = 100 * used / (time.monotonic() - wall)
+            usage = tree_usage(world.pid, args.seconds)
             print(f"kubelets: {args.kubelets}")
             print(f"system nodes Ready: {system:.1f} s after the world started")
             print(f"nvidia.com/gpu allocatable: {gpu:.1f} s after the scale and the install")
-            print(f"idle over {args.seconds:.0f} s: {idle:.1f} % of a core, "
-                  f"{resident_mib(pids):.0f} MiB resident in {len(pids)} processes")  # fmt: skip
+            memory, count = resident_mib(usage.pids), len(usage.pids)
+            print(f"idle over {usage.elapsed:.0f} s: {usage.share:.1f} % of a core, "
+                  f"{memory:.0f} MiB resident in {count} processes")  # fmt: skip
+            print_busiest(usage, args.top)
         finally:
             world.terminate()
             world.wait(60)

@@ -24,7 +24,8 @@ GPU_RESOURCE = "nvidia.com/gpu"
 # Labels the stack's GPU node group puts on its nodes (terraform/eks.tf).
 GPU_NODE_LABELS = {"tier": "gpu", "nvidia.com/gpu": "true"}
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
-# Operand DaemonSets by the names the operator (v26.3) gives them.
+# Operand DaemonSets by the names the operator (v26.3) gives them; each one's pods carry
+# `app=<its name>`.
 DEVICE_PLUGIN_DAEMONSET = "nvidia-device-plugin-daemonset"
 DCGM_EXPORTER_DAEMONSET = "nvidia-dcgm-exporter"
 GFD_DAEMONSET = "gpu-feature-discovery"

@@ -30,12 +30,12 @@ from sim_support import wait_for
 from still_support import StillPlane
 from tool_support import require_tool
 
-from labs.kube.gpu import gpu_quantity
+from labs.kube.gpu import GPU_RESOURCE, gpu_quantity
 from labs.kube.resources import EVENTS, LEASES, NODES, PODS, NotFound
 from labs.sim.controlplane.build import NODE_RUNTIME
 from labs.sim.controlplane.run import free_port
 from labs.sim.node import container_process
-from labs.sim.node.hardware import GPU_RESOURCE, INSTANCE_SHAPES
+from labs.sim.node.hardware import INSTANCE_SHAPES
 from labs.sim.node.images import VPC_CNI_IMAGE, write_catalogue
 from labs.sim.node.kubelet import (
     CNI_CONF_DIR,

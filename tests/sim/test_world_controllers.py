@@ -13,6 +13,7 @@ import pytest
 from kubernetes import client, config
 from sim_support import probe_pod, wait_for
 
+from labs.kube.gpu import NVIDIA_PCI_LABEL
 from labs.kube.resources import EVENTS, NODES, PODS
 from labs.sim.controllers.events import EventRecorder
 from labs.sim.controllers.heartbeats import NODE_LEASES
@@ -20,7 +21,7 @@ from labs.sim.controllers.kubelet import Kubelet, injected_gpus
 from labs.sim.controllers.pod_endpoint import page_server
 from labs.sim.controlplane.tls import LOOPBACK
 from labs.sim.node.container_logs import ContainerLogs
-from labs.sim.node.hardware import DEFAULT_RUNTIME_ANNOTATION, NVIDIA_PCI_LABEL
+from labs.sim.node.hardware import DEFAULT_RUNTIME_ANNOTATION
 from labs.sim.timings import scaled
 
 

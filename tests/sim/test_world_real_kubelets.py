@@ -23,14 +23,19 @@ from lab_support import one_real_kubelet_lab
 from scenario_support import own_world
 from sim_support import wait_for
 
-from labs.kube.gpu import DCGM_EXPORTER_DAEMONSET, DEVICE_PLUGIN_DAEMONSET, OPERATOR_POD_SELECTOR
+from labs.kube.gpu import (
+    DCGM_EXPORTER_DAEMONSET,
+    DEVICE_PLUGIN_DAEMONSET,
+    GPU_RESOURCE,
+    OPERATOR_POD_SELECTOR,
+)
 from labs.settings import OPERATOR_NAMESPACE, REAL_KUBELETS
 from labs.sim.aws.seed import GPU_LABELS, gpu_node_group_name, moto_clients
 from labs.sim.controlplane.build import NODE_RUNTIME
 from labs.sim.controlplane.gpu_operator import release
 from labs.sim.gpu_operator_release import VALUES_FILE, Helm
 from labs.sim.node.gpu_faults import lose_gpu
-from labs.sim.node.hardware import GPU_RESOURCE, INSTANCE_SHAPES, gpu_uuid
+from labs.sim.node.hardware import INSTANCE_SHAPES, gpu_uuid
 from labs.sim.world import World
 
 CLUSTER = "myeks"

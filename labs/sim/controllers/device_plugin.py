@@ -20,16 +20,16 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
+from labs.kube.gpu import DEVICE_PLUGIN_DAEMONSET, GPU_RESOURCE, NVIDIA_PCI_LABEL
 from labs.kube.informers import InformedKubeApi
 from labs.kube.resources import NODES, PODS, NotFound
 from labs.sim.controllers.base import Controller
 from labs.sim.controllers.placement import pod_ready
 from labs.sim.node.container_logs import ContainerLogs
 from labs.sim.node.gpu_faults import lost_xid
-from labs.sim.node.hardware import GPU_RESOURCE, NVIDIA_PCI_LABEL, gpu_uuid
+from labs.sim.node.hardware import gpu_uuid
 from labs.sim.timings import Timings
 
-DEVICE_PLUGIN_APP = "nvidia-device-plugin-daemonset"
 # k8s-device-plugin v0.17.4: the health check on an Xid (internal/rm/health.go:186), then
 # ListAndWatch sending the device unhealthy (internal/plugin/server.go:276).
 XID_LINES = (
@@ -65,7 +65,7 @@ class DevicePlugin(Controller):
 
     def reconcile(self) -> float | None:
         now = time.monotonic()
-        plugin_pods = self.store.list(PODS, label_selector=f"app={DEVICE_PLUGIN_APP}")[0]
+        plugin_pods = self.store.list(PODS, label_selector=f"app={DEVICE_PLUGIN_DAEMONSET}")[0]
         gpu_nodes = self.store.list(NODES, label_selector=f"{NVIDIA_PCI_LABEL}=true")[0]
         waits = self._lost_gpus(plugin_pods, gpu_nodes, now)
         serving = {p["spec"].get("nodeName") for p in plugin_pods if pod_ready(p)}

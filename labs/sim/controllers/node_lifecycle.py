@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from labs.kube.gpu import NVIDIA_PCI_LABEL
 from labs.kube.informers import InformedKubeApi
 from labs.kube.resources import NODES, PODS, KubeApiError, NotFound, now_rfc3339
 from labs.sim.aws.answers import list_instance
@@ -41,7 +42,6 @@ from labs.sim.node.hardware import (
     DEFAULT_RUNTIMES,
     INSTANCE_TYPE_LABEL,
     MAX_PODS,
-    NVIDIA_PCI_LABEL,
     gpus_on,
     node_name_for_ip,
     shape,

@@ -272,8 +272,8 @@ def _gpu_feature_discovery(args: argparse.Namespace) -> int:
     on its next pass and NFD's master puts on the node; written again each sleep interval, and
     removed when it stops, as its run's defer does (NFD then takes the labels off again)."""
     from labs.sim.controllers.feature_discovery import GFD_LABELS
-    from labs.sim.node.exec_streams import StdioTerminal
     from labs.sim.node.programs import go_duration, klog
+    from labs.sim.node.terminal import StdioTerminal
     from labs.state import atomic_write_text
 
     directory, name = GFD_OUTPUT.rsplit("/", 1)
@@ -529,8 +529,8 @@ def _play(args: argparse.Namespace) -> int:
     runs for a while (the validator) sleeps for real, a daemon (config-manager's sidecar) keeps
     running, and a script the world does not play is the image's own process (an init
     container's ends at once, a container's runs until stopped), as the model takes them."""
-    from labs.sim.node.exec_streams import StdioTerminal
     from labs.sim.node.programs import Process, daemon_program, exec_argv, long_program, plays
+    from labs.sim.node.terminal import StdioTerminal
 
     store, pod, node = _objects(args)
     inits = pod["spec"].get("initContainers") or []

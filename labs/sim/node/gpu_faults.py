@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from labs.kube.api import KubeApi
+from labs.kube.gpu import NVIDIA_PCI_LABEL
 from labs.kube.resources import NODES, BadRequest, now_rfc3339
 from labs.sim import pace
-from labs.sim.node.hardware import NVIDIA_PCI_LABEL
 
 GPU_FAULTS_PATH = "/sim/gpu-faults"
 LOST_ANNOTATION = "sim.eks-gpu-lab/gpu-lost-xid"

@@ -13,6 +13,8 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
+from labs.kube.gpu import NVIDIA_PCI_LABEL
+
 
 @dataclass(frozen=True)
 class InstanceShape:
@@ -33,9 +35,7 @@ GPU_NAME = "NVIDIA A10G"
 GPU_PRODUCT_LABEL = "NVIDIA-A10G"
 GPU_DRIVER_VERSION = "580.126.09"
 GPU_MEMORY_MIB = 23028
-NVIDIA_PCI_LABEL = "feature.node.kubernetes.io/pci-10de.present"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
-GPU_RESOURCE = "nvidia.com/gpu"
 
 # Each AMI type's containerd default runtime handler: nodeadm makes `nvidia` the default
 # wherever /usr/bin/nvidia-container-runtime exists (the NVIDIA AMI); elsewhere runc. Not a

@@ -22,7 +22,6 @@ from datetime import UTC, datetime
 from labs.kube import gpu
 from labs.kube.api import KubeApi
 from labs.kube.resources import PODS
-from labs.sim.controllers.device_plugin import DEVICE_PLUGIN_APP
 from labs.sim.controllers.placement import pod_ready
 
 DEVICE_PLUGINS_DIR = "/var/lib/kubelet/device-plugins"
@@ -73,7 +72,7 @@ def _device_plugins(store: KubeApi, node: dict) -> list[Entry]:
         Entry("kubelet.sock", "srwxr-xr-x.", 1, 0, 0, booted),
         Entry("kubelet_internal_checkpoint", "-rw-------.", 1, CHECKPOINT_SIZE, 4, booted),
     ]
-    plugin = _serving_since(store, node, DEVICE_PLUGIN_APP)
+    plugin = _serving_since(store, node, gpu.DEVICE_PLUGIN_DAEMONSET)
     if plugin is not None:
         files.append(Entry(PLUGIN_SOCKET, "srwxr-xr-x.", 1, 0, 0, plugin))
     size = 6 + sum(8 + len(entry.name) for entry in files)
@@ -95,7 +94,7 @@ def _validations(store: KubeApi, node: dict) -> list[Entry]:
                   HOST_DRIVER_READY)
         )  # fmt: skip
         files += [Entry(n, "-rw-r--r--.", 1, 0, 0, validator, "") for n in EMPTY_STATUS_FILES]
-        plugin = _serving_since(store, node, DEVICE_PLUGIN_APP)
+        plugin = _serving_since(store, node, gpu.DEVICE_PLUGIN_DAEMONSET)
         if plugin is not None:
             files.append(Entry("plugin-ready", "-rw-r--r--.", 1, 0, 0, max(plugin, validator), ""))
     changed = max([booted, *(entry.mtime for entry in files)])

@@ -22,15 +22,10 @@ from typing import Any
 
 from labs.kube import gpu
 from labs.kube.api import KubeApi
+from labs.kube.gpu import NVIDIA_PCI_LABEL
 from labs.kube.resources import NODES, PODS, BadRequest
 from labs.sim import pace
-from labs.sim.node.hardware import (
-    AMI_GLIBC,
-    AMI_GLIBC_YEAR,
-    AMI_OS_IMAGE,
-    AMI_OS_RELEASE,
-    NVIDIA_PCI_LABEL,
-)
+from labs.sim.node.hardware import AMI_GLIBC, AMI_GLIBC_YEAR, AMI_OS_IMAGE, AMI_OS_RELEASE
 from labs.sim.node.nvidia_runtime import injected_gpus
 
 NODE_OS_PATH = "/sim/node-os"

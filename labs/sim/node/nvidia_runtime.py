@@ -13,14 +13,9 @@ run by exec read it here.
 
 from __future__ import annotations
 
+from labs.kube.gpu import GPU_RESOURCE
 from labs.sim.controllers.placement import pod_requests
-from labs.sim.node.hardware import (
-    DEFAULT_RUNTIME_ANNOTATION,
-    GPU_RESOURCE,
-    IMAGE_ENV,
-    NVIDIA_RUNTIME,
-    gpus_on,
-)
+from labs.sim.node.hardware import DEFAULT_RUNTIME_ANNOTATION, IMAGE_ENV, NVIDIA_RUNTIME, gpus_on
 
 
 def injected_gpus(pod: dict, node: dict, container: dict | None = None) -> int | None:

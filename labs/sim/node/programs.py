@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Protocol
 
 from labs.kube.api import KubeApi
+from labs.kube.gpu import NVIDIA_PCI_LABEL
 from labs.kube.resources import CONFIG_MAPS, NODES, NotFound
 from labs.sim.node import container_files, host_files, node_os
 from labs.sim.node.container_files import layer_path, tar
@@ -43,7 +44,6 @@ from labs.sim.node.hardware import (
     GPU_MEMORY_MIB,
     GPU_NAME,
     GPU_TABLE_CELLS,
-    NVIDIA_PCI_LABEL,
     TOOLKIT_COMMIT,
     TOOLKIT_VERSION,
     gpu_uuid,

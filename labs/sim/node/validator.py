@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 
 from kubernetes.utils import parse_quantity as quantity
 
+# the validator's genericGPUResourceType (main.go:182) and its DaemonSet's name (main.go:1129)
+from labs.kube.gpu import GPU_RESOURCE, VALIDATOR_DAEMONSET
 from labs.kube.resources import DAEMON_SETS, NODES, PODS, KubeApiError, NotFound
 from labs.sim.node import node_os
 
@@ -34,9 +36,7 @@ Validation = Generator[float, None, str]
 # (versions.mk:20, v25.3.4) and gitCommit=$(GIT_COMMIT) (versions.mk:26, `git describe --long
 # --always` of the tag: d73a008).
 VERSION = "v25.3.4, commit: d73a008"
-GPU_RESOURCE = "nvidia.com/gpu"  # main.go:182 genericGPUResourceType
 WORKLOAD_LABEL = "nvidia-device-plugin-validator"  # main.go:202 pluginValidatorLabelValue
-VALIDATOR_DAEMONSET = "nvidia-operator-validator"  # main.go:1129
 POD_WAIT_RETRIES, POD_WAIT_SECONDS = 60, 5.0  # main.go:174, :176
 RESOURCE_RETRIES, RESOURCE_SECONDS = 30, 5.0  # main.go:178, :180
 TRUE = ("1", "t", "T", "TRUE", "true", "True")  # Go's strconv.ParseBool, as urfave/cli reads it
