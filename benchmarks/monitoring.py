@@ -17,23 +17,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from rehearsal import Usage, invoke, resident_mib, tree_usage
+from rehearsal import Usage, invoke, program, resident_mib, tree_usage
 
 LAB = "monitored"
 PROGRAMS = ("prometheus", "kube-state-metrics")
-
-
-def programs(pids: list[int]) -> list[int]:
-    """The monitoring programs among `pids`."""
-    found = []
-    for pid in pids:
-        try:
-            name = Path(os.readlink(f"/proc/{pid}/exe")).name
-        except OSError:
-            continue
-        if name in PROGRAMS:
-            found.append(pid)
-    return found
 
 
 def idle(world: int, seconds: float) -> tuple[Usage, float]:
@@ -59,7 +46,8 @@ def main() -> None:
             on = invoke(env, "lab.up", "--lab", LAB, "--monitoring")
             time.sleep(args.settle)
             monitored = idle(world, args.seconds)
-            watched = programs(monitored[0].pids)
+            # named as tree_usage names them, so their CPU below is theirs
+            watched = [pid for pid in monitored[0].pids if program(pid) in PROGRAMS]
             if len(watched) != len(PROGRAMS):
                 raise SystemExit(f"expected {PROGRAMS} under the lab's process, found {watched}")
             own_seconds = sum(monitored[0].by_program.get(name, 0.0) for name in PROGRAMS)

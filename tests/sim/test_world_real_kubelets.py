@@ -226,15 +226,22 @@ def gpus(node: dict) -> tuple[str, str]:
     )
 
 
-def test_the_gpu_operator_is_a_real_pod_running_nvidias_operator(operator: RealWorld) -> None:
-    def container() -> dict:
-        pods = operator.json("get", "pods", "-n", OPERATOR_NAMESPACE, "-l", OPERATOR_POD_SELECTOR)
-        (pod,) = pods["items"]
-        (status,) = pod["status"].get("containerStatuses") or [{}]
-        return status if status.get("ready") else {}
+def operator_pods(real: RealWorld) -> list[dict]:
+    return real.json("get", "pods", "-n", OPERATOR_NAMESPACE, "-l", OPERATOR_POD_SELECTOR)["items"]
 
+
+def ready_operator(real: RealWorld) -> dict:
+    """The operator's container status once its one pod is Ready, else {}."""
+    pods = operator_pods(real)
+    if len(pods) != 1:
+        return {}
+    (status,) = pods[0]["status"].get("containerStatuses") or [{}]
+    return status if status.get("ready") else {}
+
+
+def test_the_gpu_operator_is_a_real_pod_running_nvidias_operator(operator: RealWorld) -> None:
     # Ready once the kubelet's readiness probe reaches its health port on the pod's address
-    status = wait_for(what="the operator's pod is Ready", check=container)
+    status = wait_for(what="the operator's pod is Ready", check=lambda: ready_operator(operator))
     assert status["containerID"].startswith("containerd://") and status["restartCount"] == 0
     logs = operator.kubectl("logs", "-n", OPERATOR_NAMESPACE, "deploy/gpu-operator")
     assert '"msg":"version: v25.3.4' in logs
@@ -247,24 +254,17 @@ def test_the_operators_container_ends_on_sigterm_well_inside_its_grace_period(
     so the pod goes at once rather than when a long grace period runs out (its process once
     hung in its own SIGTERM handler until the runtime's SIGKILL); the Deployment's next pod
     comes up Ready."""
-    selector = ("-n", OPERATOR_NAMESPACE, "-l", OPERATOR_POD_SELECTOR)
-    (old,) = operator.json("get", "pods", *selector)["items"]
-    operator.kubectl("delete", "pod", "-n", OPERATOR_NAMESPACE, old["metadata"]["name"],
-                     "--grace-period=600", "--wait=false")  # fmt: skip
+    (old,) = operator_pods(operator)
+    name = old["metadata"]["name"]
+    operator.kubectl("delete", "pod", "-n", OPERATOR_NAMESPACE, name, "--grace-period=600",
+                     "--wait=false")  # fmt: skip
 
-    def names() -> set[str]:
-        return {p["metadata"]["name"] for p in operator.json("get", "pods", *selector)["items"]}
+    def gone() -> bool:
+        return all(pod["metadata"]["name"] != name for pod in operator_pods(operator))
 
-    wait_for(what="the deleted pod gone", check=lambda: old["metadata"]["name"] not in names(),
-             timeout=90)  # fmt: skip
-
-    def replaced() -> bool:
-        pods = operator.json("get", "pods", *selector)["items"]
-        return len(pods) == 1 and all(
-            s.get("ready") for s in pods[0]["status"].get("containerStatuses") or [{}]
-        )
-
-    wait_for(what="the Deployment's next pod is Ready", check=replaced, timeout=120)
+    wait_for(what="the deleted pod gone", check=gone, timeout=90)
+    wait_for(what="the Deployment's next pod is Ready", check=lambda: ready_operator(operator),
+             timeout=120)  # fmt: skip
 
 
 def test_the_gpu_reaches_the_kubelet_after_the_validator_clears_the_driver(
