@@ -1,9 +1,9 @@
 """A rehearsal lab's figures: lab.up time, idle CPU and memory, and the whole `invoke demo`.
 
-Run: `.venv/bin/python benchmarks/rehearsal.py [--seconds 30] [--settle 30] [--kubelets real]
+Run: `.venv/bin/python benchmarks/rehearsal.py [--seconds 30] [--settle 30] [--kubelets modelled]
 [--top 12]`.
 It prints how fast this machine is (a fixed loop's seconds), brings a rehearsal lab up (on the
-played kubelet, or on real ones) through `invoke lab.up --sim` in a temporary state directory
+real kubelets, or on the modelled one) through `invoke lab.up --sim` in a temporary state directory
 (timing it), waits `--settle` seconds (the operands' first rounds), reads the user+system CPU
 time of the rehearsal process and every process under it (etcd, the API server, the
 controllers, the node endpoint, the kubelets and their containers) from /proc over `--seconds`,
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ci_run import machine_seconds  # noqa: E402
 
-from labs.settings import KUBELETS, MODELLED_KUBELETS  # noqa: E402
+from labs.settings import DEFAULT_KUBELETS, KUBELETS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 INVOKE = str(Path(sys.executable).parent / "invoke")
@@ -150,7 +150,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--settle", type=float, default=30.0)
-    parser.add_argument("--kubelets", choices=KUBELETS, default=MODELLED_KUBELETS)
+    parser.add_argument("--kubelets", choices=KUBELETS, default=DEFAULT_KUBELETS)
     parser.add_argument("--top", type=int, default=12, help="how many programs to list")
     args = parser.parse_args()
     # the same lab idles at several times the CPU on a slower day: the loop says which day

@@ -1,4 +1,5 @@
-"""How long one rehearsal cycle takes: world start, GPU scale-up to operator-ready, scale-down.
+"""How long one cycle of a world on the modelled kubelet takes: world start, GPU scale-up to
+operator-ready, scale-down.
 
 Run: `.venv/bin/python benchmarks/sim_cycle.py [--speed 60]`. Prints wall-clock seconds per
 phase and the real-world time the same phase stands for (seconds x speed).
@@ -17,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from labs.aws import stack  # noqa: E402
 from labs.kube.resources import CLUSTER_POLICIES, NODES  # noqa: E402
-from labs.settings import LabSettings  # noqa: E402
+from labs.settings import MODELLED_KUBELETS, LabSettings  # noqa: E402
 from labs.sim.aws.seed import moto_clients  # noqa: E402
 from labs.sim.infra import SimInfra  # noqa: E402
 from labs.sim.timings import DEFAULT_SPEED  # noqa: E402
@@ -60,7 +61,7 @@ def main() -> None:
     variables = LabSettings().stack_variables(operator_enabled=True)
     with tempfile.TemporaryDirectory() as state:
         started = time.monotonic()
-        world = start_world(Path(state), speed=args.speed)
+        world = start_world(Path(state), speed=args.speed, kubelets=MODELLED_KUBELETS)
         phases = [("world start (moto + control plane, seeded)", time.monotonic() - started)]
         try:
             started = time.monotonic()

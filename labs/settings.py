@@ -54,9 +54,10 @@ RANGES: dict[str, tuple[float, float, str]] = {
     "gpu_max": (1, 100, "GPU nodes"),
 }
 # Who runs a rehearsal's nodes: the world's model of a kubelet, or the real kubelet v1.35.4 per
-# node behind the project's container runtime (Linux and root).
+# node behind the project's container runtime (Linux: as root, or rootless in user namespaces).
 MODELLED_KUBELETS, REAL_KUBELETS = "modelled", "real"
 KUBELETS = (MODELLED_KUBELETS, REAL_KUBELETS)
+DEFAULT_KUBELETS = REAL_KUBELETS
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
 
@@ -124,10 +125,11 @@ class LabSettings:
         default=60.0, metadata=_help("rehearsal speed-up factor for simulated delays")
     )
     kubelets: str = dataclasses.field(
-        default=MODELLED_KUBELETS,
+        default=DEFAULT_KUBELETS,
         metadata=_help(
-            "who runs a rehearsal's nodes: modelled (the world's kubelet) or real (kubelet "
-            "v1.35.4 on every node, in namespaces of its own: Linux and root)"
+            "who runs a rehearsal's nodes: real (the default: kubelet v1.35.4 on every node, in "
+            "namespaces of its own; Linux, as root or rootless) or modelled (the world's own "
+            "model of a kubelet: quicker, and for machines that refuse those namespaces)"
         ),
     )
     ttl: str = dataclasses.field(

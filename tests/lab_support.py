@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-from labs.settings import REAL_KUBELETS
+from labs.settings import MODELLED_KUBELETS, REAL_KUBELETS
 
 NODE_NAME = re.compile(r"ip-[0-9-]+\.[a-z0-9-]+\.compute\.internal")
 ROOT = Path(__file__).resolve().parent.parent  # the repository
@@ -26,46 +26,62 @@ INVOKE = str(Path(sys.executable).parent / "invoke")
 # A rehearsal's GPU time limit runs on its world's clock: at 300x the default 4 h is 48 wall
 # seconds, shorter than a test module holds its lab. A week lasts 34 wall minutes.
 TEST_TTL = "168h"
+# A user without root, as this machine makes one without adding a user: uid 1000 of a user
+# namespace of its own, with no capabilities there or here, owning (so reading) what root owns.
+WITHOUT_ROOT = ("unshare", "--user", "--map-user=1000", "--map-group=1000", "--")
 # Where test workers (and test runs) on this machine queue for a lab of real kubelets.
 REAL_KUBELET_LOCK = Path(tempfile.gettempdir()) / "eks-gpu-lab-tests-real-kubelets.lock"
 
 
 def invoke_env(state_dir: Path, **extra: str) -> dict[str, str]:
-    """The environment of a user whose labs live in `state_dir` (fast rehearsal speed)."""
+    """The environment of a user whose labs live in `state_dir` (fast rehearsal speed), on the
+    modelled kubelet unless `extra` asks for real ones (the default of a person's lab): a lab of
+    real kubelets takes a minute to come up and about 50 of this machine's 128 inotify
+    instances, so they are the modules that say so (`one_real_kubelet_lab`)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("INVOKE_", "AWS_"))}
     env.update(
         {"INVOKE_LAB_STATE_DIR": str(state_dir), "INVOKE_LAB_SPEED": "300",
-         "INVOKE_LAB_TTL": TEST_TTL, **extra}
+         "INVOKE_LAB_TTL": TEST_TTL, "INVOKE_LAB_KUBELETS": MODELLED_KUBELETS, **extra}
     )  # fmt: skip
     return env
 
 
 def run_invoke(
-    *args: str, env: dict[str, str], timeout: float = 180
+    *args: str, env: dict[str, str], timeout: float = 180, user: tuple[str, ...] = ()
 ) -> subprocess.CompletedProcess[str]:
-    """Run `invoke ARGS` from the project root, as a user would; never raises on exit codes."""
+    """Run `invoke ARGS` from the project root, as a user would (`user`: the command that makes
+    this process another user, as `WITHOUT_ROOT`); never raises on exit codes."""
     return subprocess.run(
-        [INVOKE, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
-    )
+        [*user, INVOKE, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+        timeout=timeout,
+    )  # fmt: skip
 
 
 @contextmanager
 def cli_lab(
-    state_dir: Path, lab: str, speed: str, up_flags: tuple[str, ...] = (), **extra: str
+    state_dir: Path,
+    lab: str,
+    speed: str,
+    up_flags: tuple[str, ...] = (),
+    user: tuple[str, ...] = (),
+    **extra: str,
 ) -> Iterator[dict[str, str]]:
     """A rehearsal lab that `invoke lab.up --sim [UP_FLAGS]` brought up, as its user's
-    environment (with `extra` settings); destroyed with `lab.down --destroy` afterwards, also
-    when lab.up failed (its world would run on, and every later test would share the machine
-    with it)."""
+    environment (with `extra` settings; `user` as for `run_invoke`); destroyed with `lab.down
+    --destroy` afterwards, also when lab.up failed (its world would run on, and every later
+    test would share the machine with it). The teardown must succeed: it is the cost guard."""
     env = invoke_env(state_dir, INVOKE_LAB_SPEED=speed, **extra)
     real = extra.get("INVOKE_LAB_KUBELETS") == REAL_KUBELETS
     with one_real_kubelet_lab() if real else nullcontext():
         try:
-            up = run_invoke("lab.up", "--sim", "--lab", lab, *up_flags, env=env, timeout=600)
+            up = run_invoke(
+                "lab.up", "--sim", "--lab", lab, *up_flags, env=env, timeout=600, user=user
+            )
             assert up.returncode == 0, up.stdout + up.stderr
             yield env
         finally:
-            run_invoke("lab.down", "--lab", lab, "--destroy", "--yes", env=env)
+            down = run_invoke("lab.down", "--lab", lab, "--destroy", "--yes", env=env, user=user)
+        assert down.returncode == 0, down.stdout + down.stderr
 
 
 @contextmanager

@@ -60,7 +60,7 @@ from labs.run.engine import (
     revert_scenarios,
     run_scenario,
 )
-from labs.settings import load_settings
+from labs.settings import MODELLED_KUBELETS, load_settings
 from labs.sim.infra import SimInfra
 from labs.sim.world import World, start_world
 
@@ -107,9 +107,10 @@ def lab_ready(view) -> bool:
 
 def own_world(state_dir: Path, **options: Any) -> World:
     """`start_world` for a test that needs a world of its own: the worker's shared one stops
-    first (moto's state is per process, so a process runs one world at a time)."""
+    first (moto's state is per process, so a process runs one world at a time). Its nodes are
+    modelled unless `kubelets` says otherwise (`invoke_env`'s reason)."""
     release_shared_world()
-    return start_world(state_dir, **options)
+    return start_world(state_dir, **{"kubelets": MODELLED_KUBELETS, **options})
 
 
 @contextmanager

@@ -6,9 +6,11 @@ the end while the others still run.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from labs.commands.scale import (
@@ -280,8 +282,21 @@ def _remove_state_keeping_reports(lab: Lab) -> None:
         if entry == lab.paths.runs_dir:
             continue
         if entry.is_dir():
-            shutil.rmtree(entry)
+            _remove_tree(entry)
         else:
             entry.unlink()
     if not any(lab.paths.root.iterdir()):
         lab.paths.root.rmdir()
+
+
+def _remove_tree(path: Path) -> None:
+    """`shutil.rmtree`, also through directories the user owns but cannot read: a rootless
+    node's kernel leaves overlayfs' work directory mode 000, which root never notices."""
+
+    def open_up(_: Callable[..., Any], failed: str, error: Any) -> None:
+        if not isinstance(error[1], PermissionError) or not os.path.isdir(failed):
+            raise error[1]
+        os.chmod(failed, 0o700)
+        _remove_tree(Path(failed))
+
+    shutil.rmtree(path, onerror=open_up)

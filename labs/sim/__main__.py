@@ -14,7 +14,7 @@ from pathlib import Path
 
 from labs.errors import LabError
 from labs.interrupts import signal_pipe
-from labs.settings import KUBELETS, MODELLED_KUBELETS
+from labs.settings import DEFAULT_KUBELETS, KUBELETS
 from labs.sim.process import ENDPOINTS, recorded_endpoints
 from labs.sim.timings import DEFAULT_SPEED
 from labs.sim.world import start_world
@@ -32,9 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument(
         "--kubelets",
         choices=KUBELETS,
-        default=MODELLED_KUBELETS,
-        help="who runs the nodes: the world's model, or the real kubelet behind the lab's "
-        "container runtime (needs root on Linux, with mount, network and user namespaces)",
+        default=DEFAULT_KUBELETS,
+        help="who runs the nodes: the real kubelet behind the lab's container runtime (Linux, "
+        "with mount, network and user namespaces; root or rootless), or the world's model",
     )
     args = parser.parse_args(argv)
     if not args.speed > 0:

@@ -4,8 +4,8 @@ controllers as its clients.
 `start_world` starts etcd, kube-apiserver, kube-controller-manager and kube-scheduler on
 loopback (`labs.sim.controlplane`), moto beside them, seeded like a fresh `terraform apply`
 of the stack with defaults (GPU node group at 0, operator not installed), and the world's
-controllers: what a cluster has but cannot run here (nodes and their kubelets, device
-plugins, the network), reading and writing through the API server, and the real GPU Operator
+controllers: what a cluster has but cannot run here (the instances, each a real kubelet by
+default or the played one, devices, the network), reading and writing through the API server, and the real GPU Operator
 behind its pod once its chart is installed.
 It writes `endpoints.json` and `kubeconfig` into the state directory so other processes
 (invoke tasks, kubectl, the aws CLI) can reach it. moto keeps its state in module globals,
@@ -28,7 +28,7 @@ from typing import Any
 
 from labs.kube.api import KubeApi
 from labs.kube.informers import InformedKubeApi
-from labs.settings import KUBELETS, MODELLED_KUBELETS, REAL_KUBELETS
+from labs.settings import DEFAULT_KUBELETS, KUBELETS, MODELLED_KUBELETS, REAL_KUBELETS
 from labs.sim import monitoring_release, pace
 from labs.sim.aws import access, answers, eks_updates
 from labs.sim.aws.access import (
@@ -151,7 +151,7 @@ def start_world(
     speed: float = DEFAULT_SPEED,
     cluster_name: str = "myeks",
     region: str = "ap-northeast-2",
-    kubelets: str = MODELLED_KUBELETS,
+    kubelets: str = DEFAULT_KUBELETS,
 ) -> World:
     """Start and seed a world; its files go to `state_dir` (created if missing). `kubelets`:
     who runs the nodes (`KUBELETS`)."""

@@ -14,11 +14,13 @@ from lab_support import (
     healthy_status,
     invoke_env,
     kill_when,
+    one_real_kubelet_lab,
     run_invoke,
     until,
 )
 
 import scenarios
+from labs.settings import REAL_KUBELETS
 
 LAB = "sc1"
 # The lab's speed, also the pace the tests practise at after `scenario.inject` (a person's
@@ -33,7 +35,10 @@ def _journal(state_dir: Path, lab: str) -> list[dict]:
 
 
 def test_demo_runs_the_whole_story_and_leaves_a_report(tmp_path: Path):
-    result = run_invoke("demo", env=invoke_env(tmp_path, INVOKE_LAB_SPEED="120"), timeout=300)
+    """`invoke demo` as a person runs it: on real kubelets, the default."""
+    env = invoke_env(tmp_path, INVOKE_LAB_SPEED="120", INVOKE_LAB_KUBELETS=REAL_KUBELETS)
+    with one_real_kubelet_lab():
+        result = run_invoke("demo", env=env, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr
     assert "report:" in result.stdout and "lab 'demo' is gone" in result.stdout
     [report] = (tmp_path / "demo" / "runs").glob("*-device-plugin-off/report.json")

@@ -5,6 +5,8 @@ operator's real operand pods, the project's device plugin over the device-plugin
 runtime's NVIDIA prestart hook. The lab has monitoring: Prometheus and kube-state-metrics run
 as the release's pods on the kubelets, and each scenario's declared alerts must fire.
 The scenarios' probes are made again when a kubelet refuses them at admission.
+A user without root runs the lab (`WITHOUT_ROOT`), so its nodes run rootless: each node's runtime
+and kubelet as root of a user namespace of their own.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from typing import Any
 
 import pytest
 import yaml
-from controlplane_support import rehearsals_under
-from lab_support import cli_lab, run_invoke, sim_pid, until, whole_lab
+from controlplane_support import pids, rehearsals_under
+from lab_support import WITHOUT_ROOT, cli_lab, run_invoke, sim_pid, until, whole_lab
 from tool_support import require_tool
 
 import scenarios
@@ -51,6 +53,7 @@ def lab_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
         LAB,
         SPEED,
         ("--yes",),  # no GPU time limit, confirmed: the runs' calendar outlasts even a week's
+        WITHOUT_ROOT,
         INVOKE_LAB_KUBELETS=REAL_KUBELETS,
         INVOKE_LAB_MONITORING="true",
         INVOKE_LAB_TTL="off",
@@ -106,11 +109,33 @@ def test_the_monitoring_release_runs_as_pods_and_scrapes_every_target(
         kubectl(lab_env, "delete", "-f", str(mine))
 
 
+def test_a_user_without_root_runs_the_lab_on_rootless_nodes(lab_env: dict[str, str]) -> None:
+    """lab.up ran as a user without root: the rehearsal process is that user's (uid 1000 of its
+    user namespace, root here), and every node's kubelet runs as root of a user namespace of
+    the node's own, neither this process's nor the rehearsal's."""
+    backend = sim_pid(Path(lab_env["INVOKE_LAB_STATE_DIR"]), LAB)
+    assert Path(f"/proc/{backend}/uid_map").read_text().split() == ["1000", "0", "1"]
+    home = lab_env["INVOKE_LAB_STATE_DIR"]
+    kubelets = pids(lambda argv: Path(argv[0]).name == "kubelet" and any(home in a for a in argv))
+    nodes = [
+        n["metadata"]["name"]
+        for n in json.loads(kubectl(lab_env, "get", "nodes", "-o", "json"))["items"]
+    ]
+    assert len(kubelets) == len(nodes) > GPU_NODES, (kubelets, nodes)
+    spaces = {os.readlink(f"/proc/{pid}/ns/user") for pid in kubelets}
+    outside = {os.readlink("/proc/self/ns/user"), os.readlink(f"/proc/{backend}/ns/user")}
+    assert len(spaces) == len(kubelets) and not spaces & outside, (spaces, outside)
+
+
 @pytest.mark.parametrize("name", list(scenarios.all_scenarios()))
 def test_the_scenario_runs_and_recovers_on_real_kubelets(lab_env: dict[str, str], name: str):
-    run = run_invoke("scenario.run", name, "--lab", LAB, "--yes", env=lab_env, timeout=420)
+    run = run_invoke(
+        "scenario.run", name, "--lab", LAB, "--yes", env=lab_env, timeout=420, user=WITHOUT_ROOT
+    )
     if run.returncode != 0:  # leave the next scenario a clean lab
-        run_invoke("scenario.revert", "--all", "--lab", LAB, env=lab_env, timeout=180)
+        run_invoke(
+            "scenario.revert", "--all", "--lab", LAB, env=lab_env, timeout=180, user=WITHOUT_ROOT
+        )
     assert run.returncode == 0, f"{name}: {run.stdout[-4000:]}{run.stderr[-2000:]}"
     assert "result: OK" in run.stdout
     assert "recovered state equals the baseline" in run.stdout
@@ -124,20 +149,24 @@ def test_the_doctor_names_each_fault_on_real_kubelets(lab_env: dict[str, str], n
     until(lambda: whole_lab(lab_env, LAB, GPU_NODES), timeout=300,
           what="a healthy lab with both GPU nodes")  # fmt: skip
     inject = run_invoke("scenario.inject", name, "--lab", LAB, "--yes", "--speed", SPEED,
-                        env=lab_env, timeout=420)  # fmt: skip
+                        env=lab_env, timeout=420, user=WITHOUT_ROOT)  # fmt: skip
     expected = scenarios.get(name).doctor_finding
     try:
         assert inject.returncode == 0, f"{name}: {inject.stdout[-3000:]}{inject.stderr[-2000:]}"
         # the kubelet's back-offs keep real time: a person reads again until the fault settles
         deadline = time.monotonic() + SETTLE_SECONDS
         while True:
-            doctor = run_invoke("lab.doctor", "--lab", LAB, "--json", env=lab_env)
+            doctor = run_invoke(
+                "lab.doctor", "--lab", LAB, "--json", env=lab_env, user=WITHOUT_ROOT
+            )
             named = (json.loads(doctor.stdout)["probable_cause"] or {}).get("name")
             if named == expected or time.monotonic() > deadline:
                 break
             time.sleep(5)
     finally:
-        revert = run_invoke("scenario.revert", "--all", "--lab", LAB, env=lab_env, timeout=300)
+        revert = run_invoke(
+            "scenario.revert", "--all", "--lab", LAB, env=lab_env, timeout=300, user=WITHOUT_ROOT
+        )
     assert revert.returncode == 0, revert.stdout + revert.stderr
     document = json.loads(doctor.stdout)
     cause = document["probable_cause"]

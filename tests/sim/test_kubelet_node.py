@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 from controlplane_support import pids, processes
-from lab_support import INVOKE, ROOT, invoke_env
+from lab_support import INVOKE, ROOT, WITHOUT_ROOT, invoke_env
 from sim_support import wait_for
 from still_support import StillPlane
 from tool_support import require_tool
@@ -648,6 +648,12 @@ WITHOUT_USER_NAMESPACES = [
     "unshare", "--user", "--map-root-user", "--mount", "--net", "--",
     "sh", "-c", 'echo 0 > /proc/sys/user/max_user_namespaces && exec "$@"', "sh",
 ]  # fmt: skip
+# a user without root, in a user namespace that may hold one more (the user's own takes it)
+ROOTLESS_WITHOUT_USER_NAMESPACES = [
+    "unshare", "--user", "--map-root-user", "--",
+    "sh", "-c", 'echo 1 > /proc/sys/user/max_user_namespaces && exec "$@"', "sh",
+    *WITHOUT_ROOT,
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -655,8 +661,18 @@ WITHOUT_USER_NAMESPACES = [
     [
         (WITHOUT_SYS_ADMIN, ["mount and network namespaces", "not permitted", "--privileged"]),
         (WITHOUT_USER_NAMESPACES, ["user namespaces", "No space left", "max_user_namespaces"]),
+        (
+            ROOTLESS_WITHOUT_USER_NAMESPACES,
+            [
+                "a user namespace with mount and network namespaces",
+                "rootless",
+                "No space left",
+                "apparmor_restrict_unprivileged_userns",
+                "or run as root",
+            ],
+        ),  # fmt: skip
     ],
-    ids=["no CAP_SYS_ADMIN", "no user namespaces"],
+    ids=["no CAP_SYS_ADMIN", "no user namespaces", "rootless, no user namespaces"],
 )
 def test_a_machine_that_refuses_the_nodes_namespaces_is_told_what_to_change(
     refusal: list[str], named: list[str]

@@ -12,6 +12,7 @@ from kubernetes import client
 from scenario_support import own_world
 from sim_support import kube, running_world, wait_for
 
+from labs.settings import MODELLED_KUBELETS
 from labs.sim.aws.seed import moto_clients
 from labs.sim.world import World, start_world
 
@@ -62,5 +63,5 @@ def test_stop_joins_every_thread_and_frees_the_process_for_another_world(tmp_pat
         lambda: not set(threading.enumerate()) - before, what="the request handler threads to end"
     )
     assert set(threading.enumerate()) - before == set()
-    second = start_world(tmp_path / "two", speed=600)
+    second = start_world(tmp_path / "two", speed=600, kubelets=MODELLED_KUBELETS)
     second.stop()

@@ -151,6 +151,13 @@ def version_ldflags(kubernetes_version: str) -> str:
     return " ".join(["-s", "-w", *(f"-X {name}={value}" for name, value in values.items())])
 
 
+def location_env() -> dict[str, str]:
+    """The variables, of those set here, that say where the lab's programs are: a process the
+    lab starts with an environment of its own (a container's) finds the same binaries."""
+    names = (CACHE_ENV, PREBUILT_ENV, ENVTEST_ENV, "XDG_CACHE_HOME")
+    return {name: os.environ[name] for name in names if os.environ.get(name)}
+
+
 def cache_root() -> Path:
     explicit = os.environ.get(CACHE_ENV)
     if explicit:

@@ -38,6 +38,7 @@ import yaml
 from kubernetes.utils import parse_quantity
 
 from labs.errors import LabError
+from labs.settings import MODELLED_KUBELETS
 from labs.sim.controlplane import build, pki
 from labs.sim.controlplane.run import Served, spawn
 from labs.sim.node.container_process import TOOLKIT_ROOT
@@ -197,7 +198,10 @@ class KubeletNode:
         (self.home / ETC_LAYER / "work").mkdir(exist_ok=True)
         if self.routes_dir is not None:
             self.routes_dir.mkdir(parents=True, exist_ok=True)
-        command = [str(runtime), *self._runtime_args(), "--", *self._kubelet_command(kubelet)]
+        command = [
+            *OWN_ROOT_PREFIX[rootless()],
+            str(runtime), *self._runtime_args(), "--", *self._kubelet_command(kubelet),
+        ]  # fmt: skip
         self._served.process = spawn(command, self.log)
         if self.routes_dir is not None:
             route = self.routes_dir / f"{self.spec.ip}_{KUBELET_PORT}"
@@ -261,6 +265,7 @@ class KubeletNode:
             f"--toolkit-dir={self.node_dir(TOOLKIT_ROOT)}",
             f"--version-file={self.machine_dir / CONTAINERD_VERSION}",
             *(f"--program={word}" for word in self.container_command),
+            *(f"--program-env={name}={value}" for name, value in build.location_env().items()),
         ]
         if self.ports_dir is not None:
             args.append(f"--ports-dir={self.ports_dir}")
@@ -366,6 +371,9 @@ class KubeletNode:
             "nodeStatusUpdateFrequency": NODE_STATUS_TICK,
             "nodeStatusReportFrequency": "5m",
             "maxPods": 50,
+            # Rootless, the kernel refuses the kubelet /dev/kmsg, oom_score_adj and rlimits:
+            # the gate makes those warnings rather than a failed start.
+            "featureGates": {"KubeletInUserNamespace": rootless()},
             "resolvConf": "",
         }
 
@@ -550,48 +558,78 @@ def _is_address(text: str) -> bool:
     return True
 
 
+def rootless() -> bool:
+    """Whether this user runs its nodes rootless: each node's runtime and kubelet then start as
+    root of a user namespace of their own, which can make network and mount namespaces."""
+    return os.geteuid() != 0
+
+
+# What a node's runtime starts under, rootless or as root.
+OWN_ROOT_PREFIX = {True: ["unshare", "--user", "--map-root-user", "--"], False: []}
+
+
+# Where the real kubelet cannot run, the lab can still be rehearsed on the world's model of one.
+MODELLED_INSTEAD = (
+    f"; or rehearse on the world's model of a kubelet: INVOKE_LAB_KUBELETS={MODELLED_KUBELETS}"
+)
+
+
 def require_namespaces() -> None:
-    """A node needs mount and network namespaces of its own: root on Linux."""
+    """A node needs mount and network namespaces of its own: Linux, as root or rootless in a
+    user namespace."""
     if not sys.platform.startswith("linux"):
-        raise NodeUnavailable("the rehearsal's nodes run the real kubelet, which needs Linux")
-    if os.geteuid() != 0:
         raise NodeUnavailable(
-            "the rehearsal's nodes run the real kubelet in network and mount namespaces of "
-            "their own, which needs root here: run the rehearsal as root (or in a container "
-            "started with --privileged)"
+            "the rehearsal's nodes run the real kubelet, which needs Linux" + MODELLED_INSTEAD
         )
     for tool in ("ip", "mount", "sh", "unshare"):
         if shutil.which(tool) is None:
             raise NodeUnavailable(
                 f"the rehearsal's nodes need `{tool}` on PATH (iproute2, util-linux)"
+                + MODELLED_INSTEAD
             )
     refused = _namespaces_refused()
     if refused:
-        raise NodeUnavailable(refused)
+        raise NodeUnavailable(refused + MODELLED_INSTEAD)
 
 
-# What each kind of namespace is for, and what to change where the kernel refuses it to root.
-NAMESPACE_PROBES = (
-    (
-        ("--mount", "--net"),
-        "mount and network namespaces (each node's own)",
-        "CAP_SYS_ADMIN is missing or a seccomp profile forbids unshare(2): in a container, "
-        "start it with --privileged",
-    ),
-    (
-        ("--user", "--map-root-user", "--mount"),
-        "user namespaces (the roots of the containers that run real programs)",
-        "check the sysctl user.max_user_namespaces (0 forbids them) and, in a container, "
-        "start it with --privileged",
-    ),
+# What each kind of namespace is for, and what to change where the kernel refuses it (to root,
+# and to a user without root, who needs user namespaces for everything).
+USER_NAMESPACES_REFUSED = (
+    "check the sysctls user.max_user_namespaces (0 forbids them), "
+    "kernel.unprivileged_userns_clone (Debian's kernels: 1 allows them) and "
+    "kernel.apparmor_restrict_unprivileged_userns (Ubuntu 23.10 and later: 0 allows them, or "
+    "give the Python that runs the lab an AppArmor profile with `userns,`); or run as root"
 )
+NAMESPACE_PROBES = {
+    False: (
+        (
+            ("--mount", "--net"),
+            "mount and network namespaces (each node's own)",
+            "CAP_SYS_ADMIN is missing or a seccomp profile forbids unshare(2): in a container, "
+            "start it with --privileged",
+        ),
+        (
+            ("--user", "--map-root-user", "--mount"),
+            "user namespaces (the roots of the containers that run real programs)",
+            "check the sysctl user.max_user_namespaces (0 forbids them) and, in a container, "
+            "start it with --privileged",
+        ),
+    ),
+    True: (
+        (
+            ("--user", "--map-root-user", "--mount", "--net"),
+            "a user namespace with mount and network namespaces (each node's own, rootless)",
+            USER_NAMESPACES_REFUSED,
+        ),
+    ),
+}
 
 
 @cache
 def _namespaces_refused() -> str | None:
     """The kernel's answer, asked once per process before any node starts (a node would only
     end with `unshare: operation not permitted` in its log): why it refuses, or None."""
-    for flags, used_for, what_to_do in NAMESPACE_PROBES:
+    for flags, used_for, what_to_do in NAMESPACE_PROBES[rootless()]:
         probe = subprocess.run(
             ["unshare", *flags, "--", "true"], capture_output=True, text=True, timeout=30
         )

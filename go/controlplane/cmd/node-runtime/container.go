@@ -45,8 +45,9 @@ type container struct {
 	logPath   string
 	dir       string
 	program   []string
-	handler   string // the runtime handler that runs it
-	toolkit   string // the node's /usr/local/nvidia (empty: no toolkit can install there)
+	extraEnv  []string // the runtime's --program-env
+	handler   string   // the runtime handler that runs it
+	toolkit   string   // the node's /usr/local/nvidia (empty: no toolkit can install there)
 	mounts    []mount
 	createdAt int64
 	done      chan struct{} // closed once the process ended (or never started and was stopped)
@@ -79,6 +80,7 @@ func (c *container) environment() []string {
 	if home := os.Getenv("HOME"); home != "" {
 		env = append(env, "HOME="+home)
 	}
+	env = append(env, c.extraEnv...)
 	if mounts, err := json.Marshal(c.mounts); err == nil {
 		env = append(env, "CONTAINER_MOUNTS="+string(mounts))
 	}

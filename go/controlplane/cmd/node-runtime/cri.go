@@ -35,6 +35,7 @@ const (
 
 type runtimeOptions struct {
 	program        []string
+	programEnv     []string // NAME=VALUE: where the program finds what it needs on this host
 	nodeIP         string
 	pods           *addresses
 	network        *nodeNetwork
@@ -320,6 +321,7 @@ func (r *criRuntime) CreateContainer(_ context.Context, req *runtimeapi.CreateCo
 		logPath:   filepath.Join(s.config.GetLogDirectory(), config.GetLogPath()),
 		dir:       filepath.Join(r.opts.stateDir, "containers"),
 		program:   r.opts.program,
+		extraEnv:  r.opts.programEnv,
 		handler:   cmp.Or(s.handler, r.opts.defaultRuntime),
 		toolkit:   r.opts.toolkitDir,
 		mounts:    hostMounts(config.GetMounts(), r.opts.hostPaths),

@@ -24,7 +24,8 @@
 // `<program...> run <namespace> <pod> <container> <container-id> -- <command...>`, its stdout and
 // stderr written to the container's log in the CRI format, its exit code the container's. Its
 // environment has the container's variables, CONTAINER_IMAGE, CONTAINER_DIR (the container's
-// own files), CONTAINER_RUNTIME (the runtime handler that runs it), CONTAINER_MOUNTS (JSON: each mount's container_path, host_path and read_only, the
+// own files), CONTAINER_RUNTIME (the runtime handler that runs it), each --program-env,
+// CONTAINER_MOUNTS (JSON: each mount's container_path, host_path and read_only, the
 // node's paths that --host-path-map names given as this host's) and KUBELET_ROOT (the files as
 // the kubelet's mount namespace has them, where its tmpfs volumes are).
 // exec, attach and port-forward go through the kubelet's streaming library, exec running
@@ -57,7 +58,7 @@ func (a *argList) String() string     { return strings.Join(*a, " ") }
 func (a *argList) Set(v string) error { *a = append(*a, v); return nil }
 
 func main() {
-	var program, hostPaths, apiForwards argList
+	var program, programEnv, hostPaths, apiForwards argList
 	criSocket := flag.String("cri-socket", "", "unix socket serving the CRI (the kubelet's containerRuntimeEndpoint)")
 	nodeIP := flag.String("node-ip", "", "the node's address, on eth0 inside its network namespace")
 	podCIDR := flag.String("pod-cidr", "", "the addresses pods get (never two alike); host-network pods get the node's")
@@ -74,6 +75,7 @@ func main() {
 	portsDir := flag.String("ports-dir", "", "directory of <namespace>_<pod>/<port> files holding the host:port a port-forward reaches")
 	flag.Var(&apiForwards, "api-forward", "LOCAL=REMOTE: LOCAL inside the node forwards to REMOTE on the host (repeat)")
 	flag.Var(&program, "program", "the host program containers run (repeat, one argument each)")
+	flag.Var(&programEnv, "program-env", "NAME=VALUE in the program's environment, beside the container's own (repeat)")
 	flag.Var(&hostPaths, "host-path-map", "NODE=HOST: the node's path NODE is HOST on this host (repeat)")
 	flag.Parse()
 	kubelet := flag.Args()
@@ -104,6 +106,7 @@ func main() {
 	imageStore := newImages(catalogue, imageDir)
 	cri := newRuntime(runtimeOptions{
 		program:        program,
+		programEnv:     programEnv,
 		nodeIP:         *nodeIP,
 		pods:           pods,
 		network:        node,
