@@ -5,8 +5,8 @@ controllers as its clients.
 loopback (`labs.sim.controlplane`), moto beside them, seeded like a fresh `terraform apply`
 of the stack with defaults (GPU node group at 0, operator not installed), and the world's
 controllers: what a cluster has but cannot run here (the instances, each a real kubelet by
-default or the played one, devices, the network), reading and writing through the API server, and the real GPU Operator
-behind its pod once its chart is installed.
+default or the played one, devices, the network), reading and writing through the API server,
+and the real GPU Operator behind its pod once its chart is installed.
 It writes `endpoints.json` and `kubeconfig` into the state directory so other processes
 (invoke tasks, kubectl, the aws CLI) can reach it. moto keeps its state in module globals,
 so a process holds at most one world at a time.

@@ -34,8 +34,12 @@ def _journal(state_dir: Path, lab: str) -> list[dict]:
     return json.loads(path.read_text())["entries"] if path.exists() else []
 
 
-def test_demo_runs_the_whole_story_and_leaves_a_report(tmp_path: Path):
-    """`invoke demo` as a person runs it: on real kubelets, the default."""
+def test_demo_runs_the_whole_story_and_leaves_a_report(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """`invoke demo` as a person runs it: on real kubelets, the default (in a state directory
+    shallow enough for a node's unix sockets, as a person's `.labs` is)."""
+    tmp_path = tmp_path_factory.mktemp("demo")
     env = invoke_env(tmp_path, INVOKE_LAB_SPEED="120", INVOKE_LAB_KUBELETS=REAL_KUBELETS)
     with one_real_kubelet_lab():
         result = run_invoke("demo", env=env, timeout=600)

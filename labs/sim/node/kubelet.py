@@ -237,7 +237,8 @@ class KubeletNode:
         if len(os.fsencode(deepest)) > SOCKET_PATH_MAX:
             raise NodeUnavailable(
                 f"the node's files under {self.home} are too deep for its unix sockets "
-                f"({deepest} is over {SOCKET_PATH_MAX} bytes): use a shorter state directory"
+                f"({deepest} is over {SOCKET_PATH_MAX} bytes): use a shorter state directory "
+                "(INVOKE_LAB_STATE_DIR, e.g. ~/.labs)" + MODELLED_INSTEAD
             )
 
     @property
