@@ -7,24 +7,30 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from lab_support import ROOT
 from sim_support import wait_for
 
+from labs.settings import MODELLED_KUBELETS
 from labs.state import load_json
 
 
 def test_serve_writes_endpoints_and_kubeconfig_and_stops_on_sigterm(tmp_path: Path) -> None:
+    """On the modelled kubelet: its files and its stop are the same with real ones, which the
+    real-kubelet modules start through lab.up."""
     state = tmp_path / "sim"
+    command = [sys.executable, "-m", "labs.sim", "serve", "--state-dir", str(state),
+               "--speed", "600", "--kubelets", MODELLED_KUBELETS]  # fmt: skip
     process = subprocess.Popen(
-        [sys.executable, "-m", "labs.sim", "serve", "--state-dir", str(state), "--speed", "600"],
+        command,
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
-        endpoints = wait_for(lambda: load_json(state / "endpoints.json"), what="endpoints.json")
+        endpoints = wait_for(lambda: served(process, state), what="endpoints.json")
         assert endpoints["pid"] == process.pid
         assert endpoints["cluster_name"] == "myeks"
         assert endpoints["account_id"] == "123456789012"
@@ -43,6 +49,14 @@ def test_serve_writes_endpoints_and_kubeconfig_and_stops_on_sigterm(tmp_path: Pa
     assert process.returncode == 0, stderr
     assert "pid" not in load_json(state / "endpoints.json")
     assert (state / "kubeconfig").exists()
+
+
+def served(process: subprocess.Popen[str], state: Path) -> dict | None:
+    """The endpoints serve wrote, or None yet; a serve that ended instead fails the test with
+    what it said, rather than being waited for."""
+    if process.poll() is not None:
+        pytest.fail(f"serve ended with {process.returncode}: {process.communicate()[1][-2000:]}")
+    return load_json(state / "endpoints.json")
 
 
 def test_serve_rejects_a_bad_speed(tmp_path: Path) -> None:
