@@ -61,6 +61,13 @@ def lab_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]
         yield env
 
 
+def invoke(
+    env: dict[str, str], *args: str, timeout: float = 180
+) -> subprocess.CompletedProcess[str]:
+    """`invoke ARGS` as the lab's user, who has no root (`WITHOUT_ROOT`)."""
+    return run_invoke(*args, env=env, timeout=timeout, user=WITHOUT_ROOT)
+
+
 def kubectl(env: dict[str, str], *args: str) -> str:
     """`kubectl ARGS` with the kubeconfig lab.up wrote for the lab."""
     require_tool("kubectl")
@@ -129,13 +136,9 @@ def test_a_user_without_root_runs_the_lab_on_rootless_nodes(lab_env: dict[str, s
 
 @pytest.mark.parametrize("name", list(scenarios.all_scenarios()))
 def test_the_scenario_runs_and_recovers_on_real_kubelets(lab_env: dict[str, str], name: str):
-    run = run_invoke(
-        "scenario.run", name, "--lab", LAB, "--yes", env=lab_env, timeout=420, user=WITHOUT_ROOT
-    )
+    run = invoke(lab_env, "scenario.run", name, "--lab", LAB, "--yes", timeout=420)
     if run.returncode != 0:  # leave the next scenario a clean lab
-        run_invoke(
-            "scenario.revert", "--all", "--lab", LAB, env=lab_env, timeout=180, user=WITHOUT_ROOT
-        )
+        invoke(lab_env, "scenario.revert", "--all", "--lab", LAB)
     assert run.returncode == 0, f"{name}: {run.stdout[-4000:]}{run.stderr[-2000:]}"
     assert "result: OK" in run.stdout
     assert "recovered state equals the baseline" in run.stdout
@@ -148,25 +151,21 @@ def test_the_doctor_names_each_fault_on_real_kubelets(lab_env: dict[str, str], n
     with both GPU nodes before the fault."""
     until(lambda: whole_lab(lab_env, LAB, GPU_NODES), timeout=300,
           what="a healthy lab with both GPU nodes")  # fmt: skip
-    inject = run_invoke("scenario.inject", name, "--lab", LAB, "--yes", "--speed", SPEED,
-                        env=lab_env, timeout=420, user=WITHOUT_ROOT)  # fmt: skip
+    inject = invoke(lab_env, "scenario.inject", name, "--lab", LAB, "--yes", "--speed", SPEED,
+                    timeout=420)  # fmt: skip
     expected = scenarios.get(name).doctor_finding
     try:
         assert inject.returncode == 0, f"{name}: {inject.stdout[-3000:]}{inject.stderr[-2000:]}"
         # the kubelet's back-offs keep real time: a person reads again until the fault settles
         deadline = time.monotonic() + SETTLE_SECONDS
         while True:
-            doctor = run_invoke(
-                "lab.doctor", "--lab", LAB, "--json", env=lab_env, user=WITHOUT_ROOT
-            )
+            doctor = invoke(lab_env, "lab.doctor", "--lab", LAB, "--json")
             named = (json.loads(doctor.stdout)["probable_cause"] or {}).get("name")
             if named == expected or time.monotonic() > deadline:
                 break
             time.sleep(5)
     finally:
-        revert = run_invoke(
-            "scenario.revert", "--all", "--lab", LAB, env=lab_env, timeout=300, user=WITHOUT_ROOT
-        )
+        revert = invoke(lab_env, "scenario.revert", "--all", "--lab", LAB, timeout=300)
     assert revert.returncode == 0, revert.stdout + revert.stderr
     document = json.loads(doctor.stdout)
     cause = document["probable_cause"]

@@ -565,8 +565,10 @@ def rootless() -> bool:
     return os.geteuid() != 0
 
 
+# `unshare`'s flags for a user namespace whose root is this user.
+USER_NAMESPACE = ("--user", "--map-root-user")
 # What a node's runtime starts under, rootless or as root.
-OWN_ROOT_PREFIX = {True: ["unshare", "--user", "--map-root-user", "--"], False: []}
+OWN_ROOT_PREFIX = {True: ["unshare", *USER_NAMESPACE, "--"], False: []}
 
 
 # Where the real kubelet cannot run, the lab can still be rehearsed on the world's model of one.
@@ -578,29 +580,23 @@ MODELLED_INSTEAD = (
 def require_namespaces() -> None:
     """A node needs mount and network namespaces of its own: Linux, as root or rootless in a
     user namespace."""
+    missing = _what_nodes_lack()
+    if missing:
+        raise NodeUnavailable(missing + MODELLED_INSTEAD)
+
+
+def _what_nodes_lack() -> str | None:
+    """Why this machine cannot run the real kubelet's nodes, or None."""
     if not sys.platform.startswith("linux"):
-        raise NodeUnavailable(
-            "the rehearsal's nodes run the real kubelet, which needs Linux" + MODELLED_INSTEAD
-        )
+        return "the rehearsal's nodes run the real kubelet, which needs Linux"
     for tool in ("ip", "mount", "sh", "unshare"):
         if shutil.which(tool) is None:
-            raise NodeUnavailable(
-                f"the rehearsal's nodes need `{tool}` on PATH (iproute2, util-linux)"
-                + MODELLED_INSTEAD
-            )
-    refused = _namespaces_refused()
-    if refused:
-        raise NodeUnavailable(refused + MODELLED_INSTEAD)
+            return f"the rehearsal's nodes need `{tool}` on PATH (iproute2, util-linux)"
+    return _namespaces_refused()
 
 
 # What each kind of namespace is for, and what to change where the kernel refuses it (to root,
 # and to a user without root, who needs user namespaces for everything).
-USER_NAMESPACES_REFUSED = (
-    "check the sysctls user.max_user_namespaces (0 forbids them), "
-    "kernel.unprivileged_userns_clone (Debian's kernels: 1 allows them) and "
-    "kernel.apparmor_restrict_unprivileged_userns (Ubuntu 23.10 and later: 0 allows them, or "
-    "give the Python that runs the lab an AppArmor profile with `userns,`); or run as root"
-)
 NAMESPACE_PROBES = {
     False: (
         (
@@ -610,7 +606,7 @@ NAMESPACE_PROBES = {
             "start it with --privileged",
         ),
         (
-            ("--user", "--map-root-user", "--mount"),
+            (*USER_NAMESPACE, "--mount"),
             "user namespaces (the roots of the containers that run real programs)",
             "check the sysctl user.max_user_namespaces (0 forbids them) and, in a container, "
             "start it with --privileged",
@@ -618,9 +614,13 @@ NAMESPACE_PROBES = {
     ),
     True: (
         (
-            ("--user", "--map-root-user", "--mount", "--net"),
+            (*USER_NAMESPACE, "--mount", "--net"),
             "a user namespace with mount and network namespaces (each node's own, rootless)",
-            USER_NAMESPACES_REFUSED,
+            "check the sysctls user.max_user_namespaces (0 forbids them), "
+            "kernel.unprivileged_userns_clone (Debian's kernels: 1 allows them) and "
+            "kernel.apparmor_restrict_unprivileged_userns (Ubuntu 23.10 and later: 0 allows "
+            "them, or give the Python that runs the lab an AppArmor profile with `userns,`); "
+            "or run as root",
         ),
     ),
 }
