@@ -30,6 +30,7 @@ from labs.kube.view import ClusterView, WaitTimeout
 from labs.lock import lab_lock
 from labs.run.alerts import ALERT_SLACK, AlertWatch
 from labs.run.contract import ByHand, CheckResult, Context, Finding, Needs, Scenario
+from labs.run.doctor_check import DOCTOR_PHASE, doctor_names
 from labs.run.report import RunRecord, write_report
 from labs.run.timeline import Timeline
 from labs.run.watch import checks_now, wait_floor, wall_seconds, watch_checks
@@ -504,6 +505,7 @@ def _inject_observe_revert(
     run.states["fault"] = _state(scenario, ctx)
     run.findings = list(scenario.diagnose(ctx))
     story.findings(run)
+    _ask_the_doctor(scenario, ctx, run, story)
     if keep_fault:
         lab.journal.mark(entry, KEPT)
         run.kept = True
@@ -549,6 +551,18 @@ def _watch_fault(
             checks = [alerts.check(name) for name in scenario.alerts]
             run.checks += watch_checks(ctx, checks, ALERT_PHASE, injected_at, scale, report)
             run.alerts = [moment.to_dict() for moment in alerts.moments(scenario.alerts)]
+
+
+def _ask_the_doctor(scenario: Scenario, ctx: Context, run: RunRecord, story: _Story) -> None:
+    """`lab.doctor` on the fault, which must name the scenario's declared finding; a fault that
+    leaves nothing to read (no declared finding) gives the doctor nothing to name."""
+    if scenario.doctor_finding is None:
+        return
+    story.out("lab.doctor, while the fault is in:")
+    asked_at = time.monotonic()
+    report = story.check_reporter(asked_at)
+    checks = [doctor_names(scenario.doctor_finding)]
+    run.checks += watch_checks(ctx, checks, DOCTOR_PHASE, asked_at, story.scale, report)
 
 
 def _alert_watch(lab: Lab, run: RunRecord, out: Out, scale: float) -> AlertWatch | None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from labs.run.alerts import EKS_SCRAPE_AND_EVALUATION
 from labs.run.contract import CheckResult, Finding, Trap
+from labs.run.doctor_check import DOCTOR_PHASE
 from labs.state import StateWriteError, atomic_write_json, atomic_write_text
 
 STATE_COLUMNS = ("baseline", "fault", "recovered")
@@ -138,7 +139,7 @@ def _result_line(run: RunRecord) -> str:
         return f"**FAILED** (exit {run.exit_code}): {'; '.join(run.failed_checks)}"
     if run.kept:
         return "**OK, fault kept**: symptoms confirmed; the fault is still in the lab"
-    return "**OK**: every symptom and every recovery check held"
+    return "**OK**: every symptom, doctor and recovery check held"
 
 
 def _summary_section(run: RunRecord) -> list[str]:
@@ -166,6 +167,8 @@ def _timeline_section(run: RunRecord) -> list[str]:
              check.seen]
         )  # fmt: skip
     origin = "Symptom times count from the injection's end (the fault in place)"
+    if any(c.phase == DOCTOR_PHASE for c in run.checks):
+        origin += ", the doctor's from when it was first asked (after the symptoms)"
     if run.reverted_at is not None:
         origin += f", recovery times from the revert (T+{run.reverted_at:.2f} s after injection)"
     return ["## Timeline", "", f"{origin}.", "", *_table(header, rows)]

@@ -26,6 +26,7 @@ from labs.guard import GuardError
 from labs.journal import INJECTED, KEPT, REVERTED
 from labs.kube.resources import CONFIG_MAPS
 from labs.lab import Lab
+from labs.run import doctor_check
 from labs.run.contract import Check, Context, Needs, Scenario
 from labs.run.engine import (
     EXIT_CHECK_FAILED,
@@ -109,7 +110,7 @@ SCENARIO = Scenario(
     diagnose=diagnose,
     traps=[Trap("looks harmless", "nothing changes", "mode is off", "read the data",
                 "mode is off")],
-    doctor_finding="component-disabled",  # the nearest the doctor has to "a switch is off"
+    doctor_finding=None,  # a ConfigMap's switch is nothing the doctor reads
     cause=Cause("ConfigMap lab-toggle is switched off", names=(("lab-toggle", "toggle"), ("off",))),
     detect=lambda lab, view: _mode(view) == "off",
     state=state,
@@ -203,6 +204,25 @@ def test_recovery_that_never_comes_fails_and_names_the_check(toggle, lab, still)
     assert mode(still) == "on" and journal_states(lab) == [REVERTED]
     report = (result.report_dir / "report.md").read_text()
     assert "FAILED" in report and "mode reads 'restored'" in report
+
+
+def test_a_doctor_that_names_another_cause_fails_the_run_quoting_what_it_said(
+    toggle, lab, still, monkeypatch
+):
+    """A ConfigMap's switch is nothing the doctor reads (on this bare plane it cannot even read
+    the lab): the run says what the doctor said instead, fails, and still reverts."""
+    monkeypatch.setattr(doctor_check, "SETTLE", 1.0)
+    lines: list[str] = []
+    claimed = variant(toggle, doctor_finding="component-disabled")
+    result = run_scenario(lab, claimed, out=lines.append)
+
+    assert result.exit_code == EXIT_CHECK_FAILED
+    assert result.failed_checks == ["doctor: lab.doctor's probable cause is component-disabled"]
+    said = lines[lines.index("  NOT SEEN   doctor: lab.doctor's probable cause is "
+                             "component-disabled") + 1]  # fmt: skip
+    assert said.strip().startswith("last seen: lab.doctor"), lines
+    assert "component-disabled" not in said
+    assert mode(still) == "on" and journal_states(lab) == [REVERTED]
 
 
 def test_symptom_time_limits_count_from_when_a_slow_inject_is_done(toggle, lab, still):

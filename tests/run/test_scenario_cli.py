@@ -165,6 +165,8 @@ def test_every_scenario_back_to_back_leaves_the_lab_as_it_was(cli):
         run = run_invoke("scenario.run", name, "--lab", LAB, "--yes", env=env, timeout=300)
         assert run.returncode == 0, f"{name}: {run.stdout[-3000:]}{run.stderr}"
         assert "result: OK" in run.stdout and "recovered state equals the baseline" in run.stdout
+        finding = scenarios.get(name).doctor_finding
+        assert f"doctor: lab.doctor's probable cause is {finding}" in run.stdout, run.stdout
         steps = ("baseline: ", "inject: ", "revert: ", "clean up: ")
         said = [line.split(" (journal entry")[0] for line in run.stdout.splitlines()
                 if line.startswith(steps)]  # fmt: skip

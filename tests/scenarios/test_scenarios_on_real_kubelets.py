@@ -1,10 +1,10 @@
 """Every scenario on a rehearsal lab whose nodes run the real kubelet (`INVOKE_LAB_KUBELETS=real`),
 one after the other through the command line as a person runs them: the symptoms, the debugging
-path and the recovery come from kubelet v1.35.4's device manager, admission and back-offs, the
-operator's real operand pods, the project's device plugin over the device-plugin API and the
-runtime's NVIDIA prestart hook. The lab has monitoring: Prometheus and kube-state-metrics run
-as the release's pods on the kubelets, and each scenario's declared alerts must fire.
-The scenarios' probes are made again when a kubelet refuses them at admission.
+path, the doctor's probable cause and the recovery come from kubelet v1.35.4's device manager,
+admission and back-offs, the operator's real operand pods, the project's device plugin over the
+device-plugin API and the runtime's NVIDIA prestart hook. The lab has monitoring: Prometheus and
+kube-state-metrics run as the release's pods on the kubelets, and each scenario's declared alerts
+must fire. The scenarios' probes are made again when a kubelet refuses them at admission.
 A user without root runs the lab (`WITHOUT_ROOT`), so its nodes run rootless: each node's runtime
 and kubelet as root of a user namespace of their own.
 """
@@ -15,7 +15,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,6 @@ from labs.sim.controlplane.monitoring import RULES_CONFIG_MAP
 LAB = "rk1"
 SPEED = "300"
 GPU_NODES = 2  # what lab.up brings up
-SETTLE_SECONDS = 120.0  # how long the doctor is read again while a fault settles
 # The kubelet refreshes a mounted ConfigMap on its pod's next sync (syncFrequency 1m, jittered).
 CONFIG_MAP_REFRESH = 180.0
 TARGETS_PATH = ALERTS_PATH.removesuffix("/alerts") + "/targets"
@@ -142,38 +140,9 @@ def test_the_scenario_runs_and_recovers_on_real_kubelets(lab_env: dict[str, str]
     assert run.returncode == 0, f"{name}: {run.stdout[-4000:]}{run.stderr[-2000:]}"
     assert "result: OK" in run.stdout
     assert "recovered state equals the baseline" in run.stdout
-
-
-@pytest.mark.parametrize("name", list(scenarios.all_scenarios()))
-def test_the_doctor_names_each_fault_on_real_kubelets(lab_env: dict[str, str], name: str):
-    """`scenario.inject NAME`, then `lab.doctor --json`: its probable cause is the scenario's
-    declared finding (none for a fault that leaves nothing to read), on a lab that was healthy
-    with both GPU nodes before the fault."""
-    until(lambda: whole_lab(lab_env, LAB, GPU_NODES), timeout=300,
-          what="a healthy lab with both GPU nodes")  # fmt: skip
-    inject = invoke(lab_env, "scenario.inject", name, "--lab", LAB, "--yes", "--speed", SPEED,
-                    timeout=420)  # fmt: skip
-    expected = scenarios.get(name).doctor_finding
-    try:
-        assert inject.returncode == 0, f"{name}: {inject.stdout[-3000:]}{inject.stderr[-2000:]}"
-        # the kubelet's back-offs keep real time: a person reads again until the fault settles
-        deadline = time.monotonic() + SETTLE_SECONDS
-        while True:
-            doctor = invoke(lab_env, "lab.doctor", "--lab", LAB, "--json")
-            named = (json.loads(doctor.stdout)["probable_cause"] or {}).get("name")
-            if named == expected or time.monotonic() > deadline:
-                break
-            time.sleep(5)
-    finally:
-        revert = invoke(lab_env, "scenario.revert", "--all", "--lab", LAB, timeout=300)
-    assert revert.returncode == 0, revert.stdout + revert.stderr
-    document = json.loads(doctor.stdout)
-    cause = document["probable_cause"]
-    if expected is None:
-        assert (cause, doctor.returncode) == (None, 0), doctor.stdout
-    else:
-        assert cause and cause["name"] == expected, doctor.stdout[-3000:]
-        assert doctor.returncode == 1
+    # the doctor, read while the fault was in, named the scenario's declared finding
+    finding = scenarios.get(name).doctor_finding
+    assert f"doctor: lab.doctor's probable cause is {finding}" in run.stdout, run.stdout[-4000:]
 
 
 def test_the_tcp_check_resolves_the_server_to_the_ip_its_kubelet_reports(

@@ -26,11 +26,12 @@ from sim_support import wait_for
 from labs.kube.gpu import (
     DCGM_EXPORTER_DAEMONSET,
     DEVICE_PLUGIN_DAEMONSET,
+    GPU_NODE_LABELS,
     GPU_RESOURCE,
     OPERATOR_POD_SELECTOR,
 )
 from labs.settings import OPERATOR_NAMESPACE, REAL_KUBELETS
-from labs.sim.aws.seed import GPU_LABELS, gpu_node_group_name, moto_clients
+from labs.sim.aws.seed import gpu_node_group_name, moto_clients
 from labs.sim.controlplane.build import NODE_RUNTIME
 from labs.sim.controlplane.gpu_operator import release
 from labs.sim.gpu_operator_release import VALUES_FILE, Helm
@@ -179,7 +180,7 @@ def test_gpu_node_group_scale_starts_and_stops_a_kubelet(real: RealWorld) -> Non
         check=lambda: [n for n in real.nodes() if n["metadata"]["labels"].get("tier") and ready(n)],
     )[0]
     labels = gpu["metadata"]["labels"]
-    assert GPU_LABELS.items() <= labels.items()
+    assert GPU_NODE_LABELS.items() <= labels.items()
     assert labels["node.kubernetes.io/instance-type"] == "g5.xlarge"
     assert {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"} in [
         {k: t.get(k) for k in ("key", "value", "effect")} for t in gpu["spec"]["taints"]

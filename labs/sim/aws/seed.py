@@ -31,6 +31,7 @@ from labs.aws.node_network import (
     SgRule,
 )
 from labs.aws.stack import NODE_TEMPLATE_TAG_PREFIX, gpu_node_group_name, system_node_group_name
+from labs.kube.gpu import GPU_NODE_LABELS
 from labs.sim.aws.auth import CREDENTIAL_KEYS
 from labs.sim.controlplane.pki import SERVICE_CIDR
 
@@ -45,10 +46,9 @@ AMI_NAMES = {
     "nvidia": "amazon-eks-node-al2023-x86_64-nvidia-1.35-v20260714",
 }
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}
-GPU_LABELS = {"tier": "gpu", "nvidia.com/gpu": "true"}
 # The stack's node-template tags for that label and taint (terraform/eks.tf).
 GPU_NODE_TEMPLATE_TAGS = {
-    **{f"{NODE_TEMPLATE_TAG_PREFIX}label/{key}": value for key, value in GPU_LABELS.items()},
+    **{f"{NODE_TEMPLATE_TAG_PREFIX}label/{key}": value for key, value in GPU_NODE_LABELS.items()},
     f"{NODE_TEMPLATE_TAG_PREFIX}taint/{GPU_TAINT['key']}": f"{GPU_TAINT['value']}:NoSchedule",
 }
 GPU_INSTANCE_TYPE = "g5.xlarge"
@@ -184,7 +184,7 @@ def create_gpu_nodegroup(
         diskSize=GPU_DISK_GIB,
         amiType="AL2023_x86_64_NVIDIA",
         capacityType="ON_DEMAND",
-        labels=dict(GPU_LABELS),
+        labels=dict(GPU_NODE_LABELS),
         taints=[dict(GPU_TAINT)],
         tags=dict(GPU_NODE_TEMPLATE_TAGS),
     )["nodegroup"]

@@ -20,6 +20,8 @@ from pathlib import Path
 from labs.sim.controlplane.run import ControlPlaneError
 
 SERVICE_ACCOUNT_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+# `unshare`'s flags for a user namespace whose root is this user.
+USER_NAMESPACE = ("--user", "--map-root-user")
 # Where a root's program is: the image's entrypoint, bound from the lab's build.
 PROGRAM_DIR = "/usr/local/bin"
 
@@ -75,7 +77,7 @@ def command(root: Path, binds: Iterable[Bind], argv: list[str], writable: Path) 
     lines += [f"{mount} --rbind /proc {proc}", f"{mount} -o remount,bind,ro {proc}"]
     lines.append(f'exec {tool("chroot")} {shlex.quote(str(root))} "$@"')
     return [
-        tool("unshare"), "--user", "--map-root-user", "--mount", "--",
+        tool("unshare"), *USER_NAMESPACE, "--mount", "--",
         tool("sh"), "-c", "\n".join(lines), "container", *argv,
     ]  # fmt: skip
 

@@ -42,6 +42,7 @@ from labs.settings import MODELLED_KUBELETS
 from labs.sim.controlplane import build, pki
 from labs.sim.controlplane.run import Served, spawn
 from labs.sim.node.container_process import TOOLKIT_ROOT
+from labs.sim.node.container_root import USER_NAMESPACE
 from labs.sim.node.hardware import (
     DEFAULT_RUNTIME_ANNOTATION,
     INSTANCE_SHAPES,
@@ -565,8 +566,6 @@ def rootless() -> bool:
     return os.geteuid() != 0
 
 
-# `unshare`'s flags for a user namespace whose root is this user.
-USER_NAMESPACE = ("--user", "--map-root-user")
 # What a node's runtime starts under, rootless or as root.
 OWN_ROOT_PREFIX = {True: ["unshare", *USER_NAMESPACE, "--"], False: []}
 
