@@ -43,6 +43,7 @@ from labs.sim.node.kubelet import (
     KERNEL_TUNABLES,
     KubeletNode,
     NodeSpec,
+    NodeUnavailable,
 )
 from labs.sim.node.node_log import ended_kubelets
 from labs.sim.world import ROUTES_DIR
@@ -56,6 +57,8 @@ DEVICE_PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.17.4"
 OUTSIDE = f"/opt/eks-gpu-lab-test-{os.getpid()}"
 VALIDATIONS = "/run/nvidia/validations"
 CONTAINERD_ID = re.compile(r"^containerd://[0-9a-f]{64}$")
+# What makes a node's home 40 characters deeper than the plain temporary directory.
+DEEP = "a-checkout-as-deep-as-a-persons-may-be-x"
 
 
 def node_spec() -> NodeSpec:
@@ -205,7 +208,9 @@ def host_addresses() -> str:
 def joined(still_plane: StillPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Joined]:
     before_tunables, before_addresses = host_tunables(), host_addresses()
     had_validations = Path(VALIDATIONS).exists()
-    node = real_node(still_plane, tmp_path_factory.mktemp("node"), node_spec())
+    # a home as deep as a person's checkout may put it: the kubelet's sockets are at its own
+    # short paths (/var/lib/kubelet), only the runtime's at the home's
+    node = real_node(still_plane, tmp_path_factory.mktemp("node") / DEEP, node_spec())
     api = still_plane.api
     node.start()
     try:
@@ -511,6 +516,31 @@ def test_the_gpu_reaches_the_kubelet_through_the_device_plugin_api(joined: Joine
     )
     assert gpus(joined) == ("1", "0")
     assert joined.pod("trainer")["status"]["phase"] == "Running"
+
+
+def test_the_kubelet_keeps_its_files_at_var_lib_kubelet_as_on_eks(joined: Joined) -> None:
+    """Its directory is /var/lib/kubelet in its own mount namespace, which is the node's
+    /var/lib: its sockets are there, at paths as short as on EKS."""
+    [kubelet] = pids(lambda argv: Path(argv[0]).name == "kubelet" and
+                     any(str(joined.node.home) in a for a in argv))  # fmt: skip
+    argv = Path(f"/proc/{kubelet}/cmdline").read_bytes().decode().split("\0")
+    assert "--root-dir=/var/lib/kubelet" in argv, argv
+    own = joined.node.node_dir("/var/lib") / "kubelet"
+    for socket_file in ("pod-resources/kubelet.sock", "device-plugins/kubelet.sock"):
+        assert (own / socket_file).is_socket(), sorted(own.rglob("*.sock"))
+    assert len(os.fsencode(own / "pod-resources/kubelet.sock")) > 107, "a home this deep"
+
+
+def test_a_home_too_deep_for_the_runtimes_sockets_is_refused_before_anything_starts(
+    still_plane: StillPlane, tmp_path: Path
+) -> None:
+    home = tmp_path / ("d" * 100)
+    with pytest.raises(NodeUnavailable) as refused:
+        real_node(still_plane, home, node_spec()).start()
+    said = str(refused.value)
+    assert "too deep for its unix sockets" in said and "INVOKE_LAB_STATE_DIR" in said, said
+    assert "INVOKE_LAB_KUBELETS=modelled" in said, said
+    assert [p.name for p in home.iterdir()] == ["images.json"], "only the test's own file"
 
 
 def test_a_host_path_volume_never_creates_anything_on_the_host(joined: Joined) -> None:

@@ -154,8 +154,9 @@ def _program(command: list[str]) -> str:
 
 
 def _mount_entries() -> list[dict]:
-    """This container's mounts as the runtime passes them: container_path, host_path and
-    read_only."""
+    """This container's mounts as the runtime passes them: container_path, host_path (where
+    this host keeps it), read_only and, for the kubelet's own files, kubelet_path (where the
+    kubelet keeps them)."""
     entries: list[dict] = json.loads(os.environ.get("CONTAINER_MOUNTS") or "[]")
     return entries
 
@@ -174,11 +175,13 @@ def _seen(container_path: str) -> Path | None:
     """This container's mount at `container_path` as this process reads it: through the
     kubelet's mount namespace, where a Secret's tmpfs is mounted, when the runtime says where
     that is."""
-    host = _mounted(container_path)
+    from labs.sim.node.container_root import kubelets_view
+
     kubelet_root = os.environ.get("KUBELET_ROOT")
-    if host is None or not kubelet_root:
-        return host
-    return Path(f"{kubelet_root}{host}")
+    for mount in _mount_entries():
+        if mount["container_path"] == container_path:
+            return kubelets_view(mount, kubelet_root) or Path(mount["host_path"])
+    return None
 
 
 def _vpc_cni(args: argparse.Namespace) -> int:

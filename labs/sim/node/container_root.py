@@ -110,7 +110,7 @@ def container_binds(mounts: Iterable[dict], kubelet_root: str | None, copies: Pa
     binds = []
     for number, mount in enumerate(mounts):
         source = Path(mount["host_path"])
-        seen = Path(f"{kubelet_root}{source}") if kubelet_root else None
+        seen = kubelets_view(mount, kubelet_root)
         if seen is not None and _only_the_kubelets(source, seen):
             source = copies / str(number)
             shutil.rmtree(source, ignore_errors=True)
@@ -120,6 +120,15 @@ def container_binds(mounts: Iterable[dict], kubelet_root: str | None, copies: Pa
             source.mkdir(parents=True, exist_ok=True)
         binds.append(Bind(source, mount["container_path"], bool(mount.get("read_only"))))
     return binds
+
+
+def kubelets_view(mount: dict, kubelet_root: str | None) -> Path | None:
+    """A mount's files as the kubelet sees them, through its mount namespace's root
+    (`kubelet_root`): at the kubelet's own path for its own files, else at the host's path;
+    None where the runtime does not say where that namespace is."""
+    if not kubelet_root:
+        return None
+    return Path(f"{kubelet_root}{mount.get('kubelet_path') or mount['host_path']}")
 
 
 def _only_the_kubelets(here: Path, seen: Path) -> bool:

@@ -56,8 +56,11 @@ KUBELET_PORT = 10250
 # How often each kubelet reads its node's status (`nodeStatusUpdateFrequency`; 10 s on EKS).
 NODE_STATUS_TICK = "2s"
 SOCKET_PATH_MAX = 107
+# The kubelet's own directory, as on EKS: inside its mount namespace, in the node's /var/lib,
+# so its sockets' paths are short however deep the node's home is.
+KUBELET_ROOT_DIR = "/var/lib/kubelet"
 # Where a kubelet's device manager and the device plugins meet (a fixed path of the kubelet).
-DEVICE_PLUGINS = "/var/lib/kubelet/device-plugins"
+DEVICE_PLUGINS = f"{KUBELET_ROOT_DIR}/device-plugins"
 # Where the pod network's configuration goes (containerd's CNI directory).
 CNI_CONF_DIR = "/etc/cni/net.d"
 # The node's own directories, under its home: what a hostPath volume there reaches, for the
@@ -224,9 +227,9 @@ class KubeletNode:
                     route.unlink(missing_ok=True)
 
     def _require_usable_home(self) -> None:
-        """The node's sockets live under its home, and a unix socket's path has at most 107
-        bytes (the deepest is the kubelet's pod-resources socket); a home under one of the
-        node's own directories would vanish under it."""
+        """The runtime's sockets live under the node's home, and a unix socket's path has at
+        most 107 bytes (the kubelet's own are at their short EKS paths in its namespace); a
+        home under one of the node's own directories would vanish under it."""
         resolved = self.home.resolve()
         for path in KUBELET_NODE_DIRS:
             if resolved.is_relative_to(path):
@@ -234,7 +237,7 @@ class KubeletNode:
                     f"the node's files under {self.home} are inside {path}, which the node "
                     "has its own of: use a state directory elsewhere"
                 )
-        deepest = resolved / "root" / "pod-resources" / "kubelet.sock"
+        deepest = resolved / self.door.name
         if len(os.fsencode(deepest)) > SOCKET_PATH_MAX:
             raise NodeUnavailable(
                 f"the node's files under {self.home} are too deep for its unix sockets "
@@ -260,6 +263,7 @@ class KubeletNode:
             f"--kubelet-door={self.door}",
             f"--kubelet-port={KUBELET_PORT}",
             *(f"--host-path-map={path}={self.node_dir(path)}" for path in NODE_DIRS),
+            f"--kubelet-dir={KUBELET_ROOT_DIR}",
             # the machine as its pods' hostPath volumes see it (NFD reads its PCI devices)
             f"--host-path-map=/sys={self.machine_dir / SYSFS}",
             f"--host-path-map=/etc/os-release={self.machine_dir / 'os-release'}",
@@ -318,7 +322,7 @@ class KubeletNode:
         flags = [
             f"--config={config}",
             f"--kubeconfig={kubeconfig}",
-            f"--root-dir={self.home / 'root'}",
+            f"--root-dir={KUBELET_ROOT_DIR}",
             f"--cert-dir={pki_dir}",
             f"--hostname-override={self.spec.name}",
             f"--node-ip={self.spec.ip}",

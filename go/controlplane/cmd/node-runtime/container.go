@@ -21,9 +21,13 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
+// mount is one of a container's mounts: HostPath where this host keeps it; for the kubelet's
+// own files, KubeletPath where the kubelet named them (in its mount namespace, where its tmpfs
+// volumes are).
 type mount struct {
 	ContainerPath string `json:"container_path"`
 	HostPath      string `json:"host_path"`
+	KubeletPath   string `json:"kubelet_path,omitempty"`
 	ReadOnly      bool   `json:"read_only,omitempty"`
 }
 

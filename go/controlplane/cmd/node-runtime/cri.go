@@ -47,6 +47,7 @@ type runtimeOptions struct {
 	versionFile    string // the node's containerd version, read at each Version call
 	toolkitDir     string // the node's /usr/local/nvidia, where the operator's toolkit installs
 	hostPaths      map[string]string
+	kubeletDir     string
 	images         *imageService
 	streams        streaming.Server
 }
@@ -324,7 +325,7 @@ func (r *criRuntime) CreateContainer(_ context.Context, req *runtimeapi.CreateCo
 		extraEnv:  r.opts.programEnv,
 		handler:   cmp.Or(s.handler, r.opts.defaultRuntime),
 		toolkit:   r.opts.toolkitDir,
-		mounts:    hostMounts(config.GetMounts(), r.opts.hostPaths),
+		mounts:    hostMounts(config.GetMounts(), r.opts.hostPaths, r.opts.kubeletDir),
 		state:     runtimeapi.ContainerState_CONTAINER_CREATED,
 		createdAt: time.Now().UnixNano(),
 		done:      make(chan struct{}),
@@ -573,22 +574,33 @@ func writeEtc(etc string, config *runtimeapi.PodSandboxConfig) error {
 
 // hostMounts are the container's mounts with the node's paths where this host keeps them. A
 // node path that does not exist yet is made a directory, as containerd makes a missing bind
-// source on its node (two pods' hostPath volumes then share it, whichever starts first).
-func hostMounts(mounts []*runtimeapi.Mount, hostPaths map[string]string) []mount {
+// source on its node (two pods' hostPath volumes then share it, whichever starts first). One
+// in kubeletDir also keeps the path the kubelet named it by.
+func hostMounts(mounts []*runtimeapi.Mount, hostPaths map[string]string, kubeletDir string) []mount {
 	var mapped []mount
 	for _, m := range mounts {
 		host := m.GetHostPath()
 		for node, here := range hostPaths {
-			if rest, found := strings.CutPrefix(host, node); found && (rest == "" || strings.HasPrefix(rest, "/")) {
-				host = here + rest
+			if under(host, node) {
+				host = here + strings.TrimPrefix(host, node)
 				if _, err := os.Stat(host); errors.Is(err, os.ErrNotExist) {
 					_ = os.MkdirAll(host, 0o755)
 				}
 			}
 		}
-		mapped = append(mapped, mount{ContainerPath: m.GetContainerPath(), HostPath: host, ReadOnly: m.GetReadonly()})
+		made := mount{ContainerPath: m.GetContainerPath(), HostPath: host, ReadOnly: m.GetReadonly()}
+		if kubeletDir != "" && under(m.GetHostPath(), kubeletDir) {
+			made.KubeletPath = m.GetHostPath()
+		}
+		mapped = append(mapped, made)
 	}
 	return mapped
+}
+
+// under says whether path is dir or inside it.
+func under(path, dir string) bool {
+	rest, found := strings.CutPrefix(path, dir)
+	return found && (rest == "" || strings.HasPrefix(rest, "/"))
 }
 
 // door is one pod port reached from the host: the node endpoint's route to the pod's

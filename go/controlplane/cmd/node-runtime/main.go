@@ -77,6 +77,7 @@ func main() {
 	flag.Var(&program, "program", "the host program containers run (repeat, one argument each)")
 	flag.Var(&programEnv, "program-env", "NAME=VALUE in the program's environment, beside the container's own (repeat)")
 	flag.Var(&hostPaths, "host-path-map", "NODE=HOST: the node's path NODE is HOST on this host (repeat)")
+	kubeletDir := flag.String("kubelet-dir", "", "the kubelet's --root-dir: its files there (a Secret's tmpfs) are read through its mount namespace, at the path it names")
 	flag.Parse()
 	kubelet := flag.Args()
 	if *criSocket == "" || *nodeIP == "" || *podCIDR == "" || *images == "" || *stateDir == "" || len(program) == 0 {
@@ -118,6 +119,7 @@ func main() {
 		versionFile:    *versionFile,
 		toolkitDir:     *toolkitDir,
 		hostPaths:      pathMap(hostPaths),
+		kubeletDir:     *kubeletDir,
 		images:         imageStore,
 		streams:        streams,
 	})
