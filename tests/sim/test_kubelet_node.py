@@ -41,6 +41,7 @@ from labs.sim.node.kubelet import (
     CNI_CONF_DIR,
     DEVICE_PLUGINS,
     KERNEL_TUNABLES,
+    SOCKET_PATH_MAX,
     KubeletNode,
     NodeSpec,
     NodeUnavailable,
@@ -528,7 +529,7 @@ def test_the_kubelet_keeps_its_files_at_var_lib_kubelet_as_on_eks(joined: Joined
     own = joined.node.node_dir("/var/lib") / "kubelet"
     for socket_file in ("pod-resources/kubelet.sock", "device-plugins/kubelet.sock"):
         assert (own / socket_file).is_socket(), sorted(own.rglob("*.sock"))
-    assert len(os.fsencode(own / "pod-resources/kubelet.sock")) > 107, "a home this deep"
+    assert len(os.fsencode(own / "pod-resources/kubelet.sock")) > SOCKET_PATH_MAX, "this deep"
 
 
 def test_a_home_too_deep_for_the_runtimes_sockets_is_refused_before_anything_starts(
